@@ -1,0 +1,2 @@
+//! `coordinator` binary: argument parsing only.
+fn main() {}

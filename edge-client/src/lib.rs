@@ -1,0 +1,1 @@
+//! edgecfl-edge-client

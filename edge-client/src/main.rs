@@ -1,0 +1,2 @@
+//! `edge-client` binary.
+fn main() {}

@@ -1,0 +1,27 @@
+//! # edgecfl-shared
+//!
+//! The algorithms, data handling and models of edgecfl, a clustered federated learning system for
+//! edge devices. Nothing in this crate knows about MQTT or any other transport: the coordinator and
+//! the edge client (the runtimes) call into it.
+//!
+//! ## Module map
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`data`] | Fashion-MNIST IDX reader, the bundled subset, NIID-Bench partitions, local test sets |
+//! | [`model`] | LeNet-5 and the MLP on burn, and the named, ordered parameter view ([`model::ParamLayout`]) |
+//! | [`train`] | local SGD training and evaluation |
+//! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index |
+//! | [`fedclust`] | FedClust (one-shot HC on final-layer weights, newcomer assignment) |
+//! | [`aggregate`] | sample-weighted FedAvg |
+//! | [`federation`] | the round loop of FedClust / FedAvg / Local over an abstract pool of clients |
+//! | [`sim`] | the in-process client pool used by `coordinator simulate` |
+
+pub mod aggregate;
+pub mod cluster;
+pub mod data;
+pub mod federation;
+pub mod fedclust;
+pub mod model;
+pub mod sim;
+pub mod train;
