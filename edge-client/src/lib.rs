@@ -1,1 +1,14 @@
-//! edgecfl-edge-client
+//! # edgecfl-edge-client
+//!
+//! The edge-client runtime: what runs on a Raspberry Pi or a Jetson. `main.rs` only parses
+//! arguments. Today the client works offline:
+//!
+//! | module | subcommand |
+//! | --- | --- |
+//! | [`shard`] | where a client's data come from (its own IDX files, or one shard of a partition) |
+//! | [`signature`] | `edge-client signature`: the round-0 upload (final-layer weights) written to a file |
+//! | [`bench`] | `edge-client bench`: local training throughput of this device |
+
+pub mod bench;
+pub mod shard;
+pub mod signature;

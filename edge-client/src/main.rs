@@ -1,2 +1,39 @@
-//! `edge-client` binary.
-fn main() {}
+//! `edge-client`: argument parsing only; the work is in the library.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use edgecfl_edge_client::{bench, signature};
+
+/// Edge client of edgecfl: local training on a Raspberry Pi / Jetson class device.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compute FedClust's round-0 upload (final-layer weights after warm-up) as a CSV row.
+    Signature(signature::SignatureArgs),
+    /// Measure local training throughput (samples/s) per backend and batch size, as JSON.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Signature(a) => signature::run(&a).map(|_| ()),
+        Command::Bench(a) => bench::run(&a).and_then(|r| {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+            Ok(())
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,256 @@
-//! fedclust
+//! FedClust (Islam et al.): one-shot client clustering from final-layer weights.
+//!
+//! Algorithm 1, round 0: every client trains the initial model θ⁰ for a few local epochs and
+//! uploads only the weights of its final layer (850 floats for LeNet-5, see
+//! [`LayerSet::Final`](crate::model::LayerSet)). The server builds the Euclidean distance matrix
+//! between the uploads (eq. 3) and runs agglomerative hierarchical clustering (HC), cut at the
+//! threshold λ; the number of clusters is found, not given. Every cluster model starts from θ⁰.
+//!
+//! Algorithm 2, newcomers: a client that joins later trains θ⁰ the same way and uploads its final
+//! layer; the server puts it in the cluster whose stored partial weights are nearest (eq. 4). The
+//! stored partial weights of a cluster are the centroid (mean) of its members' round-0 uploads.
+//!
+//! The round loop that follows (cluster-wise FedAvg with client sampling) is in
+//! [`federation`](crate::federation).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::distance::{CondensedMatrix, DistanceError};
+use crate::cluster::hc::{Dendrogram, Linkage, linkage};
+
+/// Where to cut the dendrogram.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Threshold {
+    /// Cut at height λ: merges at heights ≤ λ are applied (scipy `fcluster(criterion="distance")`).
+    Distance(f64),
+    /// Cut in the largest gap between consecutive merge heights
+    /// ([`Dendrogram::auto_threshold`]).
+    Auto,
+    /// Cut so that exactly this many clusters remain (for known-K experiments).
+    Clusters(usize),
+}
+
+impl fmt::Display for Threshold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Threshold::Distance(x) => write!(f, "{x}"),
+            Threshold::Auto => f.write_str("auto"),
+            Threshold::Clusters(k) => write!(f, "k={k}"),
+        }
+    }
+}
+
+/// A threshold that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid threshold {0:?}: expected a distance ≥ 0, `auto`, or `k=N` (N ≥ 1)")]
+pub struct ThresholdParseError(pub String);
+
+impl FromStr for Threshold {
+    type Err = ThresholdParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ThresholdParseError(s.to_string());
+        if s == "auto" {
+            return Ok(Threshold::Auto);
+        }
+        if let Some(k) = s.strip_prefix("k=") {
+            return match k.parse::<usize>() {
+                Ok(k) if k >= 1 => Ok(Threshold::Clusters(k)),
+                _ => Err(err()),
+            };
+        }
+        match s.parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(Threshold::Distance(x)),
+            _ => Err(err()),
+        }
+    }
+}
+
+impl From<Threshold> for String {
+    fn from(t: Threshold) -> String {
+        t.to_string()
+    }
+}
+
+impl TryFrom<String> for Threshold {
+    type Error = ThresholdParseError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// Errors of the clustering step.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FedClustError {
+    /// Bad uploads (ragged, NaN, …).
+    #[error("client signatures: {0}")]
+    Distance(#[from] DistanceError),
+    /// No signature at all.
+    #[error("no client signature to cluster")]
+    Empty,
+    /// A newcomer's signature has the wrong length.
+    #[error("newcomer signature has {got} floats, clusters have {expected}")]
+    WrongDimension {
+        /// Centroid length.
+        expected: usize,
+        /// Received length.
+        got: usize,
+    },
+}
+
+/// The outcome of the one-shot clustering.
+#[derive(Debug, Clone, Serialize)]
+pub struct Clustering {
+    /// Cluster of each client (0-based, in order of first appearance).
+    pub assignment: Vec<usize>,
+    /// Number of clusters.
+    pub n_clusters: usize,
+    /// The full merge tree.
+    pub dendrogram: Dendrogram,
+    /// The height the tree was cut at (for `Clusters(k)`, the height of the last applied merge).
+    pub threshold: f64,
+    /// Linkage used.
+    pub linkage: Linkage,
+    /// Centroid of the members' signatures, per cluster (the partial weights kept for newcomers).
+    pub centroids: Vec<Vec<f32>>,
+}
+
+impl Clustering {
+    /// Members of cluster `c`.
+    pub fn members(&self, c: usize) -> Vec<usize> {
+        (0..self.assignment.len())
+            .filter(|&i| self.assignment[i] == c)
+            .collect()
+    }
+}
+
+/// Runs HC on the signatures (one per client) and cuts it. Returns the distances too, for plots.
+pub fn cluster(
+    signatures: &[Vec<f32>],
+    method: Linkage,
+    threshold: Threshold,
+) -> Result<(Clustering, CondensedMatrix), FedClustError> {
+    if signatures.is_empty() {
+        return Err(FedClustError::Empty);
+    }
+    let distances = CondensedMatrix::euclidean(signatures)?;
+    let dendrogram = linkage(&distances, method);
+    let (assignment, height) = match threshold {
+        Threshold::Distance(t) => (dendrogram.cut_distance(t), t),
+        Threshold::Auto => {
+            let t = dendrogram.auto_threshold();
+            (dendrogram.cut_distance(t), t)
+        }
+        Threshold::Clusters(k) => {
+            let k = k.clamp(1, signatures.len());
+            let applied = signatures.len() - k;
+            let h = applied
+                .checked_sub(1)
+                .map_or(0.0, |i| dendrogram.merges[i].height);
+            (dendrogram.cut_k(k), h)
+        }
+    };
+    let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
+    let centroids = centroids(signatures, &assignment, n_clusters);
+    Ok((
+        Clustering {
+            assignment,
+            n_clusters,
+            dendrogram,
+            threshold: height,
+            linkage: method,
+            centroids,
+        },
+        distances,
+    ))
+}
+
+/// Mean signature of each cluster's members.
+pub fn centroids(signatures: &[Vec<f32>], assignment: &[usize], k: usize) -> Vec<Vec<f32>> {
+    let dim = signatures.first().map_or(0, Vec::len);
+    let mut sums = vec![vec![0f64; dim]; k];
+    let mut counts = vec![0usize; k];
+    for (s, &c) in signatures.iter().zip(assignment) {
+        counts[c] += 1;
+        for (a, x) in sums[c].iter_mut().zip(s) {
+            *a += f64::from(*x);
+        }
+    }
+    sums.into_iter()
+        .zip(counts)
+        .map(|(s, n)| s.into_iter().map(|x| (x / n.max(1) as f64) as f32).collect())
+        .collect()
+}
+
+/// FedClust Algorithm 2: the cluster whose centroid is nearest (Euclidean) to `signature`.
+/// Ties go to the lower cluster index.
+pub fn assign_newcomer(signature: &[f32], centroids: &[Vec<f32>]) -> Result<usize, FedClustError> {
+    let mut best: Option<(usize, f64)> = None;
+    for (c, centroid) in centroids.iter().enumerate() {
+        if centroid.len() != signature.len() {
+            return Err(FedClustError::WrongDimension {
+                expected: centroid.len(),
+                got: signature.len(),
+            });
+        }
+        if let Some(i) = signature.iter().position(|v| !v.is_finite()) {
+            return Err(FedClustError::Distance(DistanceError::NotFinite { row: 0, col: i }));
+        }
+        let d: f64 = centroid
+            .iter()
+            .zip(signature)
+            .map(|(a, b)| (f64::from(*a) - f64::from(*b)).powi(2))
+            .sum();
+        if best.is_none_or(|(_, b)| d < b) {
+            best = Some((c, d));
+        }
+    }
+    best.map(|(c, _)| c).ok_or(FedClustError::Empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_parse() {
+        assert_eq!("auto".parse::<Threshold>().unwrap(), Threshold::Auto);
+        assert_eq!("1.5".parse::<Threshold>().unwrap(), Threshold::Distance(1.5));
+        assert_eq!("k=3".parse::<Threshold>().unwrap(), Threshold::Clusters(3));
+        for bad in ["-1", "k=0", "nan", "x", ""] {
+            assert!(bad.parse::<Threshold>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn two_obvious_groups() {
+        // Points on a line: {0, 0.1, 0.2} and {10, 10.1}; any λ in (0.1, 9.8) separates them.
+        let s: Vec<Vec<f32>> = [0.0, 10.0, 0.1, 10.1, 0.2].iter().map(|&x| vec![x]).collect();
+        for l in [Linkage::Single, Linkage::Complete, Linkage::Average, Linkage::Ward] {
+            let (c, _) = cluster(&s, l, Threshold::Distance(1.0)).unwrap();
+            assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l}");
+            let (c, _) = cluster(&s, l, Threshold::Auto).unwrap();
+            assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l} auto");
+        }
+        let (c, _) = cluster(&s, Linkage::Single, Threshold::Clusters(2)).unwrap();
+        assert_eq!(c.n_clusters, 2);
+        // Centroids by hand: mean(0, 0.1, 0.2) = 0.1, mean(10, 10.1) = 10.05.
+        assert!((c.centroids[0][0] - 0.1).abs() < 1e-6);
+        assert!((c.centroids[1][0] - 10.05).abs() < 1e-5);
+    }
+
+    #[test]
+    fn newcomer_goes_to_nearest_centroid() {
+        let centroids = vec![vec![0.0, 0.0], vec![3.0, 4.0]];
+        assert_eq!(assign_newcomer(&[1.0, 1.0], &centroids).unwrap(), 0);
+        assert_eq!(assign_newcomer(&[2.0, 3.0], &centroids).unwrap(), 1);
+        // Equidistant: lower index.
+        assert_eq!(assign_newcomer(&[1.5, 2.0], &centroids).unwrap(), 0);
+        assert!(assign_newcomer(&[1.0], &centroids).is_err());
+        assert!(assign_newcomer(&[f32::NAN, 0.0], &centroids).is_err());
+    }
+}

@@ -1,1 +1,539 @@
-//! model
+//! Models on burn and their flat, named parameter view.
+//!
+//! The federation never moves burn modules around: it moves [`Params`], a flat `Vec<f32>` laid out
+//! by the model's [`ParamLayout`] (named tensors in a fixed order). A burn [`Net`] is built from
+//! `Params` for training or evaluation and turned back into `Params` afterwards, so aggregation,
+//! clustering signatures and the wire format are plain slices of floats.
+//!
+//! | model | architecture (input 1×28×28) | parameters | final layer |
+//! | --- | --- | --- | --- |
+//! | [`ModelKind::LeNet5`] | conv 1→6 k5, ReLU, maxpool 2, conv 6→16 k5, ReLU, maxpool 2, fc 256→120 ReLU, 120→84 ReLU, 84→10 | 44 426 | 850 |
+//! | [`ModelKind::Mlp`] | fc 784→32 ReLU, 32→10 | 25 450 | 330 |
+//!
+//! LeNet-5 is NIID-Bench's / PACFL's `SimpleCNNMNIST`, the model of FedClust's FMNIST experiments;
+//! the MLP is MT-HFL's FMNIST model. Linear weights are stored in burn's `[d_input, d_output]`
+//! layout; convolution weights as `[out, in, kh, kw]`.
+//!
+//! Layer sets ([`LayerSet`]) select named tensors: FedClust's final layer, AdaCFL's smallest fully
+//! connected layer, MT-HFL's shared feature layers.
+
+use std::fmt;
+use std::ops::Range;
+use std::str::FromStr;
+
+use burn::module::Param;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Linear, Relu};
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// Errors from building a model out of flat parameters.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The flat vector does not have the model's parameter count.
+    #[error("model {model} has {expected} parameters, got {got}")]
+    WrongSize {
+        /// The model kind.
+        model: ModelKind,
+        /// Its parameter count.
+        expected: usize,
+        /// The length received.
+        got: usize,
+    },
+    /// A parameter is NaN or infinite.
+    #[error("parameter {index} ({name}) is not finite")]
+    NotFinite {
+        /// Index into the flat vector.
+        index: usize,
+        /// Name of the tensor holding it.
+        name: String,
+    },
+    /// An unknown model name.
+    #[error("unknown model {0:?} (expected lenet5 or mlp)")]
+    UnknownModel(String),
+    /// An unknown or empty layer-set description.
+    #[error("layer set {0:?} selects no tensor of this model")]
+    EmptyLayerSet(String),
+}
+
+/// The model architectures edgecfl trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// LeNet-5 for 28×28 grey images (NIID-Bench `SimpleCNNMNIST`).
+    LeNet5,
+    /// MLP 784→32→10 (MT-HFL's FMNIST model).
+    Mlp,
+}
+
+impl fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ModelKind::LeNet5 => "lenet5",
+            ModelKind::Mlp => "mlp",
+        })
+    }
+}
+
+impl FromStr for ModelKind {
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "lenet5" | "lenet-5" | "lenet" | "cnn" => Ok(ModelKind::LeNet5),
+            "mlp" => Ok(ModelKind::Mlp),
+            _ => Err(ModelError::UnknownModel(s.to_string())),
+        }
+    }
+}
+
+/// One named tensor in a [`ParamLayout`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParamEntry {
+    /// Dotted name, e.g. `fc3.weight`.
+    pub name: &'static str,
+    /// Shape in burn's layout.
+    pub shape: Vec<usize>,
+    /// Offset of the first element in the flat vector.
+    pub offset: usize,
+    /// Fan-in used for initialisation (PyTorch's default `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`).
+    pub fan_in: usize,
+}
+
+impl ParamEntry {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// True when the tensor has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Range in the flat vector.
+    pub fn range(&self) -> Range<usize> {
+        self.offset..self.offset + self.len()
+    }
+    /// The layer this tensor belongs to (`fc3` for `fc3.weight`).
+    pub fn layer(&self) -> &'static str {
+        self.name.split('.').next().unwrap_or(self.name)
+    }
+}
+
+/// The ordered, named tensors of a model: the meaning of every float in a [`Params`] vector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParamLayout {
+    /// The model it describes.
+    pub model: ModelKind,
+    /// Tensors in flattening order.
+    pub entries: Vec<ParamEntry>,
+}
+
+impl ParamLayout {
+    /// The layout of `model`.
+    pub fn of(model: ModelKind) -> Self {
+        // (name, shape, fan_in)
+        let spec: Vec<(&'static str, Vec<usize>, usize)> = match model {
+            ModelKind::LeNet5 => vec![
+                ("conv1.weight", vec![6, 1, 5, 5], 25),
+                ("conv1.bias", vec![6], 25),
+                ("conv2.weight", vec![16, 6, 5, 5], 150),
+                ("conv2.bias", vec![16], 150),
+                ("fc1.weight", vec![256, 120], 256),
+                ("fc1.bias", vec![120], 256),
+                ("fc2.weight", vec![120, 84], 120),
+                ("fc2.bias", vec![84], 120),
+                ("fc3.weight", vec![84, 10], 84),
+                ("fc3.bias", vec![10], 84),
+            ],
+            ModelKind::Mlp => vec![
+                ("fc1.weight", vec![784, 32], 784),
+                ("fc1.bias", vec![32], 784),
+                ("fc2.weight", vec![32, 10], 32),
+                ("fc2.bias", vec![10], 32),
+            ],
+        };
+        let mut offset = 0;
+        let entries = spec
+            .into_iter()
+            .map(|(name, shape, fan_in)| {
+                let e = ParamEntry {
+                    name,
+                    shape,
+                    offset,
+                    fan_in,
+                };
+                offset += e.len();
+                e
+            })
+            .collect();
+        ParamLayout { model, entries }
+    }
+
+    /// Total number of parameters.
+    pub fn len(&self) -> usize {
+        self.entries.last().map_or(0, |e| e.offset + e.len())
+    }
+
+    /// True for a layout without tensors.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The entry named `name`.
+    pub fn entry(&self, name: &str) -> Option<&ParamEntry> {
+        self.entries.iter().find(|e| e.name == name)
+    }
+
+    /// Distinct layer names in order (`conv1`, `conv2`, `fc1`, …).
+    pub fn layers(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for e in &self.entries {
+            if out.last() != Some(&e.layer()) {
+                out.push(e.layer());
+            }
+        }
+        out
+    }
+
+    /// The entries a [`LayerSet`] selects, in layout order.
+    pub fn select(&self, set: &LayerSet) -> Result<Selection, ModelError> {
+        let layers = self.layers();
+        let chosen: Vec<&'static str> = match set {
+            LayerSet::All => layers.clone(),
+            LayerSet::Final => layers.last().copied().into_iter().collect(),
+            LayerSet::SmallestFc => {
+                // AdaCFL: the fully connected layer with the fewest parameters.
+                let mut best: Option<(&'static str, usize)> = None;
+                for l in layers.iter().filter(|l| l.starts_with("fc")) {
+                    let n: usize = self
+                        .entries
+                        .iter()
+                        .filter(|e| e.layer() == *l)
+                        .map(ParamEntry::len)
+                        .sum();
+                    if best.is_none_or(|(_, b)| n < b) {
+                        best = Some((l, n));
+                    }
+                }
+                best.map(|(l, _)| l).into_iter().collect()
+            }
+            LayerSet::Named(names) => layers
+                .iter()
+                .copied()
+                .filter(|l| names.iter().any(|n| n == l))
+                .collect(),
+        };
+        let entries: Vec<ParamEntry> = self
+            .entries
+            .iter()
+            .filter(|e| chosen.contains(&e.layer()))
+            .cloned()
+            .collect();
+        if entries.is_empty() {
+            return Err(ModelError::EmptyLayerSet(set.to_string()));
+        }
+        Ok(Selection { entries })
+    }
+}
+
+/// Which layers of a model to take (for signatures, or for the layers shared across clusters).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum LayerSet {
+    /// Every layer.
+    All,
+    /// The last layer (FedClust's upload: 850 floats for LeNet-5).
+    Final,
+    /// The fully connected layer with the fewest parameters (AdaCFL).
+    SmallestFc,
+    /// Layers by name, e.g. `conv1,conv2` (MT-HFL's shared feature layers).
+    Named(Vec<String>),
+}
+
+impl fmt::Display for LayerSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayerSet::All => f.write_str("all"),
+            LayerSet::Final => f.write_str("final"),
+            LayerSet::SmallestFc => f.write_str("smallest-fc"),
+            LayerSet::Named(n) => f.write_str(&n.join(",")),
+        }
+    }
+}
+
+impl FromStr for LayerSet {
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "all" => LayerSet::All,
+            "final" => LayerSet::Final,
+            "smallest-fc" => LayerSet::SmallestFc,
+            _ => {
+                let names: Vec<String> = s
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect();
+                if names.is_empty() {
+                    return Err(ModelError::EmptyLayerSet(s.to_string()));
+                }
+                LayerSet::Named(names)
+            }
+        })
+    }
+}
+
+impl From<LayerSet> for String {
+    fn from(l: LayerSet) -> String {
+        l.to_string()
+    }
+}
+
+impl TryFrom<String> for LayerSet {
+    type Error = ModelError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// The tensors a [`LayerSet`] picked out of a layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// Selected entries in layout order.
+    pub entries: Vec<ParamEntry>,
+}
+
+impl Selection {
+    /// Number of selected floats.
+    pub fn len(&self) -> usize {
+        self.entries.iter().map(ParamEntry::len).sum()
+    }
+    /// True when nothing is selected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies the selected floats out of a full parameter vector.
+    pub fn extract(&self, params: &[f32]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.len());
+        for e in &self.entries {
+            out.extend_from_slice(&params[e.range()]);
+        }
+        out
+    }
+    /// Writes `part` (as made by [`Selection::extract`]) back into a full parameter vector.
+    pub fn insert(&self, params: &mut [f32], part: &[f32]) {
+        let mut at = 0;
+        for e in &self.entries {
+            let n = e.len();
+            params[e.range()].copy_from_slice(&part[at..at + n]);
+            at += n;
+        }
+    }
+}
+
+/// A model's parameters as one flat vector, laid out by [`ParamLayout::of`] its `model`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    /// The architecture.
+    pub model: ModelKind,
+    /// The values.
+    pub values: Vec<f32>,
+}
+
+impl Params {
+    /// Checks the length and that every value is finite.
+    pub fn new(model: ModelKind, values: Vec<f32>) -> Result<Self, ModelError> {
+        let layout = ParamLayout::of(model);
+        if values.len() != layout.len() {
+            return Err(ModelError::WrongSize {
+                model,
+                expected: layout.len(),
+                got: values.len(),
+            });
+        }
+        if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+            let name = layout
+                .entries
+                .iter()
+                .find(|e| e.range().contains(&index))
+                .map_or("?", |e| e.name)
+                .to_string();
+            return Err(ModelError::NotFinite { index, name });
+        }
+        Ok(Params { model, values })
+    }
+
+    /// Seeded initialisation as PyTorch's default for Conv2d/Linear: every weight and bias drawn from
+    /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`. Independent of the burn backend.
+    pub fn init(model: ModelKind, seed: u64) -> Self {
+        let layout = ParamLayout::of(model);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut values = Vec::with_capacity(layout.len());
+        for e in &layout.entries {
+            let bound = 1.0 / (e.fan_in as f32).sqrt();
+            values.extend((0..e.len()).map(|_| rng.random_range(-bound..bound)));
+        }
+        Params { model, values }
+    }
+
+    /// The layout of these parameters.
+    pub fn layout(&self) -> ParamLayout {
+        ParamLayout::of(self.model)
+    }
+}
+
+/// LeNet-5 (NIID-Bench `SimpleCNNMNIST`).
+#[derive(Module, Debug)]
+pub struct LeNet5 {
+    conv1: Conv2d,
+    conv2: Conv2d,
+    pool: MaxPool2d,
+    fc1: Linear,
+    fc2: Linear,
+    fc3: Linear,
+    relu: Relu,
+}
+
+/// MLP 784→32→10.
+#[derive(Module, Debug)]
+pub struct Mlp {
+    fc1: Linear,
+    fc2: Linear,
+    relu: Relu,
+}
+
+/// A burn network of one of the [`ModelKind`]s.
+#[derive(Module, Debug)]
+pub enum Net {
+    /// LeNet-5.
+    LeNet5(LeNet5),
+    /// The MLP.
+    Mlp(Mlp),
+}
+
+fn tensor<const D: usize>(values: &[f32], shape: &[usize], device: &Device) -> Param<Tensor<D>> {
+    Param::from_data(TensorData::new(values.to_vec(), shape.to_vec()), device)
+}
+
+fn conv(w: &[f32], b: &[f32], shape: &[usize], device: &Device) -> Conv2d {
+    let mut c = Conv2dConfig::new([shape[1], shape[0]], [shape[2], shape[3]]).init(device);
+    c.weight = tensor(w, shape, device);
+    c.bias = Some(tensor(b, &[shape[0]], device));
+    c
+}
+
+fn linear(w: &[f32], b: &[f32], shape: &[usize], device: &Device) -> Linear {
+    Linear {
+        weight: tensor(w, shape, device),
+        bias: Some(tensor(b, &[shape[1]], device)),
+    }
+}
+
+fn param_values<const D: usize>(p: &Param<Tensor<D>>, out: &mut Vec<f32>) {
+    let data = p.val().into_data();
+    out.extend(data.iter::<f32>());
+}
+
+impl Net {
+    /// Builds the burn network holding `params` on `device` (use `device.autodiff()` to train).
+    pub fn from_params(params: &Params, device: &Device) -> Self {
+        let layout = params.layout();
+        let v = &params.values;
+        let get = |name: &str| {
+            let e = layout.entry(name).expect("layout entry of own model");
+            (&v[e.range()], e.shape.as_slice())
+        };
+        let lin = |l: &str| {
+            let (w, shape) = get(&format!("{l}.weight"));
+            let (b, _) = get(&format!("{l}.bias"));
+            linear(w, b, shape, device)
+        };
+        match params.model {
+            ModelKind::LeNet5 => {
+                let cv = |l: &str| {
+                    let (w, shape) = get(&format!("{l}.weight"));
+                    let (b, _) = get(&format!("{l}.bias"));
+                    conv(w, b, shape, device)
+                };
+                Net::LeNet5(LeNet5 {
+                    conv1: cv("conv1"),
+                    conv2: cv("conv2"),
+                    pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+                    fc1: lin("fc1"),
+                    fc2: lin("fc2"),
+                    fc3: lin("fc3"),
+                    relu: Relu::new(),
+                })
+            }
+            ModelKind::Mlp => Net::Mlp(Mlp {
+                fc1: lin("fc1"),
+                fc2: lin("fc2"),
+                relu: Relu::new(),
+            }),
+        }
+    }
+
+    /// The architecture.
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            Net::LeNet5(_) => ModelKind::LeNet5,
+            Net::Mlp(_) => ModelKind::Mlp,
+        }
+    }
+
+    /// Reads the parameters back into the flat layout.
+    pub fn to_params(&self) -> Params {
+        let mut values = Vec::with_capacity(ParamLayout::of(self.kind()).len());
+        let linear_values = |l: &Linear, out: &mut Vec<f32>| {
+            param_values(&l.weight, out);
+            if let Some(b) = &l.bias {
+                param_values(b, out);
+            }
+        };
+        match self {
+            Net::LeNet5(m) => {
+                for c in [&m.conv1, &m.conv2] {
+                    param_values(&c.weight, &mut values);
+                    if let Some(b) = &c.bias {
+                        param_values(b, &mut values);
+                    }
+                }
+                for l in [&m.fc1, &m.fc2, &m.fc3] {
+                    linear_values(l, &mut values);
+                }
+            }
+            Net::Mlp(m) => {
+                linear_values(&m.fc1, &mut values);
+                linear_values(&m.fc2, &mut values);
+            }
+        }
+        Params {
+            model: self.kind(),
+            values,
+        }
+    }
+
+    /// Logits `[batch, 10]` for images `[batch, 1, 28, 28]`.
+    pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
+        match self {
+            Net::LeNet5(m) => {
+                let x = m.pool.forward(m.relu.forward(m.conv1.forward(images)));
+                let x = m.pool.forward(m.relu.forward(m.conv2.forward(x)));
+                let x: Tensor<2> = x.flatten(1, 3);
+                let x = m.relu.forward(m.fc1.forward(x));
+                let x = m.relu.forward(m.fc2.forward(x));
+                m.fc3.forward(x)
+            }
+            Net::Mlp(m) => {
+                let x: Tensor<2> = images.flatten(1, 3);
+                let x = m.relu.forward(m.fc1.forward(x));
+                m.fc2.forward(x)
+            }
+        }
+    }
+}

@@ -1,1 +1,167 @@
-//! sim
+//! The in-process client pool behind `coordinator simulate`: every client's data lives in this
+//! process and its local training runs here, one client after the other.
+//!
+//! Evaluation is shared between clients: a client's local test set is every test sample of its
+//! training labels (rotated like its training data), so the accuracy of a model on it follows
+//! exactly from the model's per-label counts on the test set. Each distinct model is therefore
+//! evaluated once per rotation, on the labels its clients need, and each client's report is cut
+//! out of that ([`EvalReport::restrict`]).
+
+use std::collections::HashMap;
+
+use crate::data::fmnist::{Dataset, FashionMnist};
+use crate::data::partition::Partition;
+use crate::federation::{
+    ClientInfo, ClientPool, FederationConfig, FederationError, Update, client_seed,
+};
+use crate::model::{LayerSet, Params};
+use crate::train::{
+    Backend, CLASSES, EvalReport, LocalData, TrainConfig, TrainError, evaluate, train_local,
+};
+use burn::prelude::Device;
+
+/// Batch size used for evaluation (no effect on the result).
+const EVAL_BATCH: usize = 500;
+
+/// Clients simulated in this process.
+pub struct SimPool {
+    infos: Vec<ClientInfo>,
+    train: Vec<LocalData>,
+    labels: Vec<Vec<u8>>,
+    rotation: Vec<u8>,
+    /// `test[r][l]`: the test samples of label `l`, rotated by `r` quarter turns (built lazily).
+    test: Vec<Vec<Option<LocalData>>>,
+    test_set: Dataset,
+    device: Device,
+}
+
+impl SimPool {
+    /// Builds the clients of `partition` over `data`, training on `backend`.
+    pub fn new(
+        data: &FashionMnist,
+        partition: &Partition,
+        backend: Backend,
+    ) -> Result<Self, TrainError> {
+        let device = backend.device()?;
+        let mut infos = Vec::new();
+        let mut train = Vec::new();
+        let mut labels = Vec::new();
+        let mut rotation = Vec::new();
+        for (i, shard) in partition.clients.iter().enumerate() {
+            infos.push(ClientInfo {
+                index: i,
+                id: format!("sim-{i:04}"),
+                samples: shard.train.len() as u64,
+            });
+            train.push(LocalData::from_dataset(
+                &data.train,
+                &shard.train,
+                shard.rotation,
+            ));
+            labels.push(shard.labels.clone());
+            rotation.push(shard.rotation % 4);
+        }
+        Ok(SimPool {
+            infos,
+            train,
+            labels,
+            rotation,
+            test: vec![vec![None; CLASSES]; 4],
+            test_set: data.test.clone(),
+            device,
+        })
+    }
+
+    fn test_data(&mut self, rotation: u8, label: u8) -> &LocalData {
+        let slot = &mut self.test[usize::from(rotation)][usize::from(label)];
+        let test_set = &self.test_set;
+        slot.get_or_insert_with(|| {
+            let idx: Vec<usize> = (0..test_set.len())
+                .filter(|&i| test_set.labels[i] == label)
+                .collect();
+            LocalData::from_dataset(test_set, &idx, rotation)
+        })
+    }
+
+    fn train_one(&self, client: usize, params: &Params, cfg: &TrainConfig) -> Result<Update, FederationError> {
+        let (params, report) = train_local(params, &self.train[client], cfg, &self.device)
+            .map_err(|e| FederationError::Pool(format!("client {client}: {e}")))?;
+        Ok(Update {
+            client,
+            params,
+            samples: self.infos[client].samples,
+            loss: report.last_epoch_loss,
+        })
+    }
+}
+
+impl ClientPool for SimPool {
+    fn clients(&self) -> Vec<ClientInfo> {
+        self.infos.clone()
+    }
+
+    fn signatures(
+        &mut self,
+        clients: &[usize],
+        initial: &Params,
+        layers: &LayerSet,
+        cfg: &FederationConfig,
+    ) -> Result<Vec<(usize, Vec<f32>)>, FederationError> {
+        let selection = initial.layout().select(layers)?;
+        let mut out = Vec::with_capacity(clients.len());
+        for &c in clients {
+            let mut tc = cfg.train_config(client_seed(cfg.seed, 0, c));
+            tc.epochs = cfg.warmup_epochs;
+            let update = self.train_one(c, initial, &tc)?;
+            out.push((c, selection.extract(&update.params.values)));
+        }
+        Ok(out)
+    }
+
+    fn train(
+        &mut self,
+        round: usize,
+        jobs: &[(usize, &Params)],
+        cfg: &FederationConfig,
+    ) -> Result<Vec<Update>, FederationError> {
+        jobs.iter()
+            .map(|&(c, p)| self.train_one(c, p, &cfg.train_config(client_seed(cfg.seed, round, c))))
+            .collect()
+    }
+
+    fn evaluate(
+        &mut self,
+        _round: usize,
+        jobs: &[(usize, &Params)],
+    ) -> Result<Vec<(usize, EvalReport)>, FederationError> {
+        // Group clients by (model, rotation); evaluate each group once on the union of its labels.
+        let mut groups: HashMap<(*const Params, u8), (&Params, [bool; CLASSES], Vec<usize>)> =
+            HashMap::new();
+        for &(c, p) in jobs {
+            let entry = groups
+                .entry((std::ptr::from_ref(p), self.rotation[c]))
+                .or_insert((p, [false; CLASSES], Vec::new()));
+            for &l in &self.labels[c] {
+                entry.1[usize::from(l)] = true;
+            }
+            entry.2.push(c);
+        }
+        let mut keys: Vec<_> = groups.keys().copied().collect();
+        keys.sort_by_key(|&(_, r)| r);
+        let mut out = Vec::with_capacity(jobs.len());
+        for key in keys {
+            let (params, needed, members) = &groups[&key];
+            let mut report = EvalReport::default();
+            for label in (0..CLASSES as u8).filter(|&l| needed[usize::from(l)]) {
+                let device = self.device.clone();
+                let data = self.test_data(key.1, label);
+                report.merge(&evaluate(params, data, EVAL_BATCH, &device));
+            }
+            for &c in members {
+                out.push((c, report.restrict(&self.labels[c])));
+            }
+        }
+        out.sort_by_key(|(c, _)| *c);
+        Ok(out)
+    }
+}

@@ -1,0 +1,188 @@
+//! Run configuration: a TOML file (the default is embedded and printed by
+//! `coordinator generate-config`), overridden by command-line flags, then validated.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::cluster::hc::Linkage;
+use edgecfl_shared::data::partition::PartitionSpec;
+use edgecfl_shared::federation::{Algorithm, FederationConfig};
+use edgecfl_shared::fedclust::Threshold;
+use edgecfl_shared::model::ModelKind;
+use edgecfl_shared::train::Backend;
+use serde::{Deserialize, Serialize};
+
+/// The default configuration file: FedClust's Fashion-MNIST settings.
+pub const DEFAULT_CONFIG: &str = include_str!("../default-config.toml");
+
+/// A whole experiment: data, partition, federation settings and where the results go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Directory with the Fashion-MNIST IDX files (None: `EDGECFL_FMNIST_DIR`, the Debian
+    /// package, then the bundled subset).
+    pub data: Option<PathBuf>,
+    /// How the training data are split over clients.
+    pub partition: PartitionSpec,
+    /// Number of clients.
+    pub clients: usize,
+    /// burn backend for local training.
+    pub backend: Backend,
+    /// Where results are written.
+    pub out: PathBuf,
+    /// The federation itself.
+    pub federation: FederationConfig,
+}
+
+impl RunConfig {
+    /// Reads a TOML file; `None` gives the embedded default.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let (text, name) = match path {
+            Some(p) => (
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read config file {}", p.display()))?,
+                p.display().to_string(),
+            ),
+            None => (DEFAULT_CONFIG.to_string(), "<default config>".to_string()),
+        };
+        toml::from_str(&text).with_context(|| format!("invalid config file {name}"))
+    }
+
+    /// Checks every field; the error names the bad one.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.clients >= 1, "clients must be ≥ 1");
+        self.federation.validate()?;
+        Ok(())
+    }
+}
+
+/// Flags shared by `simulate` (and later `serve`/`demo`) that override the config file.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunFlags {
+    /// TOML configuration file (see `coordinator generate-config`); flags override it.
+    #[arg(long, short = 'c')]
+    pub config: Option<PathBuf>,
+    /// fedclust | fedavg | local
+    #[arg(long)]
+    pub algorithm: Option<Algorithm>,
+    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G
+    #[arg(long)]
+    pub partition: Option<PartitionSpec>,
+    /// Number of clients.
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// Fraction of clients sampled per round.
+    #[arg(long)]
+    pub frac: Option<f64>,
+    /// Training rounds after the clustering round.
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Local epochs per round.
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Local epochs of the round-0 warm-up before the final layer is uploaded (FedClust).
+    #[arg(long)]
+    pub warmup_epochs: Option<usize>,
+    /// Mini-batch size.
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// SGD momentum.
+    #[arg(long)]
+    pub momentum: Option<f64>,
+    /// HC cut: a distance λ, `auto` (largest gap between merge heights) or `k=N` clusters.
+    #[arg(long = "lambda")]
+    pub lambda: Option<Threshold>,
+    /// single | complete | average | weighted | ward
+    #[arg(long)]
+    pub linkage: Option<Linkage>,
+    /// lenet5 | mlp
+    #[arg(long)]
+    pub model: Option<ModelKind>,
+    /// Evaluate every N rounds.
+    #[arg(long)]
+    pub eval_every: Option<usize>,
+    /// Master seed (partition, initial model, sampling, local shuffles).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Fashion-MNIST directory (IDX files, .gz or plain).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// flex | ndarray
+    #[arg(long)]
+    pub backend: Option<Backend>,
+    /// Output directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+impl RunFlags {
+    /// The config file (or default) with these flags applied, validated.
+    pub fn resolve(&self) -> anyhow::Result<RunConfig> {
+        let mut c = RunConfig::load(self.config.as_deref())?;
+        let f = &mut c.federation;
+        macro_rules! set {
+            ($flag:ident => $($field:tt)+) => {
+                if let Some(v) = self.$flag.clone() {
+                    $($field)+ = v;
+                }
+            };
+        }
+        set!(algorithm => f.algorithm);
+        set!(frac => f.frac);
+        set!(rounds => f.rounds);
+        set!(epochs => f.epochs);
+        set!(warmup_epochs => f.warmup_epochs);
+        set!(batch => f.batch_size);
+        set!(lr => f.lr);
+        set!(momentum => f.momentum);
+        set!(lambda => f.threshold);
+        set!(linkage => f.linkage);
+        set!(model => f.model);
+        set!(eval_every => f.eval_every);
+        set!(seed => f.seed);
+        set!(partition => c.partition);
+        set!(clients => c.clients);
+        set!(backend => c.backend);
+        set!(out => c.out);
+        if self.data.is_some() {
+            c.data = self.data.clone();
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_parses_and_is_valid() {
+        let c = RunConfig::load(None).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.clients, 100);
+        assert_eq!(c.federation.batch_size, 10);
+    }
+
+    #[test]
+    fn flags_override_and_validate() {
+        let flags = RunFlags {
+            rounds: Some(3),
+            frac: Some(0.5),
+            ..Default::default()
+        };
+        let c = flags.resolve().unwrap();
+        assert_eq!(c.federation.rounds, 3);
+        assert_eq!(c.federation.frac, 0.5);
+        let bad = RunFlags {
+            frac: Some(1.5),
+            ..Default::default()
+        };
+        let err = format!("{:#}", bad.resolve().unwrap_err());
+        assert!(err.contains("frac"), "{err}");
+    }
+}

@@ -1,0 +1,150 @@
+//! Result files of a run: `summary.json`, `rounds.csv`, `clusters.json`, and progress output.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use edgecfl_shared::fedclust::Clustering;
+use edgecfl_shared::federation::{Observer, RoundRecord, RunResult};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use crate::config::RunConfig;
+
+/// The `summary.json` of a run.
+pub fn summary(cfg: &RunConfig, result: &RunResult, data_source: &str) -> Value {
+    let accuracy_per_round: Vec<Option<f64>> = result.rounds.iter().map(|r| r.accuracy).collect();
+    json!({
+        "algorithm": cfg.federation.algorithm.to_string(),
+        "partition": cfg.partition.to_string(),
+        "model": cfg.federation.model.to_string(),
+        "n_clients": result.clients.len(),
+        "n_clusters": result.n_clusters,
+        "ari": result.ari,
+        "threshold": result.clustering.as_ref().map(|c| c.threshold),
+        "linkage": cfg.federation.linkage.to_string(),
+        "accuracy_per_round": accuracy_per_round,
+        "final_accuracy": result.final_accuracy(),
+        "upload_bytes_clustering_per_client": result.signature_len * 4,
+        "wall_seconds": result.wall_seconds,
+        "data": data_source,
+        "backend": cfg.backend.to_string(),
+        "assignment": result.assignment,
+        "config": cfg,
+    })
+}
+
+/// The per-round CSV: round, sampled, received, train loss, mean accuracy, per-cluster accuracy.
+pub fn rounds_csv(result: &RunResult) -> String {
+    let mut s = String::from("round,sampled,received,train_loss,accuracy,seconds");
+    for c in 0..result.n_clusters {
+        let _ = write!(s, ",cluster{c}_accuracy");
+    }
+    s.push('\n');
+    let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.6}"));
+    for r in &result.rounds {
+        let _ = write!(
+            s,
+            "{},{},{},{:.6},{},{:.3}",
+            r.round,
+            r.sampled,
+            r.received,
+            r.train_loss,
+            opt(r.accuracy),
+            r.seconds
+        );
+        for c in 0..result.n_clusters {
+            let v = r.cluster_accuracy.as_ref().and_then(|a| a.get(c).copied());
+            let _ = write!(s, ",{}", opt(v));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// `clusters.json`: assignment, members per cluster, the dendrogram and the cut.
+pub fn clusters_json(result: &RunResult) -> Value {
+    let members: Vec<Vec<usize>> = (0..result.n_clusters)
+        .map(|c| {
+            (0..result.assignment.len())
+                .filter(|&i| result.assignment[i] == c)
+                .collect()
+        })
+        .collect();
+    json!({
+        "assignment": result.assignment,
+        "members": members,
+        "client_ids": result.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        "ari": result.ari,
+        "clustering": result.clustering,
+    })
+}
+
+/// Writes every result file into `dir`.
+pub fn write_all(dir: &Path, cfg: &RunConfig, result: &RunResult, data_source: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))
+    };
+    write(
+        "summary.json",
+        serde_json::to_string_pretty(&summary(cfg, result, data_source))?,
+    )?;
+    write("rounds.csv", rounds_csv(result))?;
+    write("clusters.json", serde_json::to_string_pretty(&clusters_json(result))?)?;
+    Ok(())
+}
+
+/// Progress on stderr: a bar over rounds with the latest accuracy.
+pub struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    /// A bar of `rounds` steps (hidden when stderr is not a terminal).
+    pub fn new(rounds: usize) -> Self {
+        let bar = ProgressBar::new(rounds as u64);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} round {pos}/{len} [{bar:30}] {elapsed_precise} eta {eta} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        Progress { bar }
+    }
+
+    /// Finishes the bar.
+    pub fn finish(&self) {
+        self.bar.finish();
+    }
+}
+
+impl Observer for Progress {
+    fn clustered(&mut self, c: &Clustering, ari: Option<f64>) {
+        let ari = ari.map_or("n/a".to_string(), |a| format!("{a:.3}"));
+        self.bar.println(format!(
+            "round 0: {} clusters (linkage {}, cut at {:.4}), ARI vs truth {ari}",
+            c.n_clusters, c.linkage, c.threshold
+        ));
+    }
+
+    fn round(&mut self, r: &RoundRecord, _of: usize) {
+        self.bar.set_position(r.round as u64);
+        if let Some(a) = r.accuracy {
+            self.bar.set_message(format!("acc {:.2} %", 100.0 * a));
+            if !self.bar.is_hidden() {
+                return;
+            }
+            eprintln!(
+                "round {}: accuracy {:.2} %, train loss {:.4}, {:.1}s",
+                r.round,
+                100.0 * a,
+                r.train_loss,
+                r.seconds
+            );
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! `coordinator simulate`: the whole federation in this process (clients are [`SimPool`]s).
+
+use anyhow::Context;
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::partition::partition;
+use edgecfl_shared::federation::{self, RunResult};
+use edgecfl_shared::sim::SimPool;
+
+use crate::config::RunConfig;
+use crate::report::{self, Progress};
+
+/// Runs `cfg` in process, writes the result files into `cfg.out` and returns the result.
+pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
+    let data = FashionMnist::load(cfg.data.as_deref()).context("loading Fashion-MNIST")?;
+    eprintln!(
+        "data: {} ({} train / {} test images)",
+        data.source,
+        data.train.len(),
+        data.test.len()
+    );
+    let part = partition(&cfg.partition, &data.train.labels, cfg.clients, cfg.federation.seed)
+        .with_context(|| format!("partition {}", cfg.partition))?;
+    let mut pool = SimPool::new(&data, &part, cfg.backend)?;
+    eprintln!(
+        "{}: {} clients, partition {}, model {}, {} rounds",
+        cfg.federation.algorithm, cfg.clients, cfg.partition, cfg.federation.model, cfg.federation.rounds
+    );
+    let mut progress = Progress::new(cfg.federation.rounds);
+    let result = federation::run(&cfg.federation, &mut pool, part.truth.as_deref(), &mut progress)?;
+    progress.finish();
+    report::write_all(&cfg.out, cfg, &result, &data.source.to_string())?;
+    Ok(result)
+}

@@ -1,0 +1,72 @@
+//! A client's local data: one shard of a seeded partition of Fashion-MNIST (testbeds), or
+//! the whole of a directory of IDX files (a real device with its own data).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
+use edgecfl_shared::train::LocalData;
+
+/// Where the client's data come from.
+#[derive(Debug, Clone, Args)]
+pub struct ShardArgs {
+    /// Fashion-MNIST directory (IDX files). Without --partition, all of it is this client's data.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Take one shard of this partition (iid | label:K | dir:BETA | groups:… | rotate:G).
+    #[arg(long)]
+    pub partition: Option<PartitionSpec>,
+    /// Partition seed (must match the coordinator's for a shared split).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// This client's shard index, 0-based.
+    #[arg(long, default_value_t = 0)]
+    pub index: usize,
+    /// Number of shards (clients) in the partition.
+    #[arg(long, default_value_t = 1)]
+    pub of: usize,
+}
+
+/// A client's training data and local test set.
+pub struct Shard {
+    /// Training samples.
+    pub train: LocalData,
+    /// Local test set (every test sample of the training labels, rotated alike).
+    pub test: LocalData,
+    /// Where the images came from.
+    pub source: String,
+}
+
+impl ShardArgs {
+    /// Loads the data and cuts this client's shard.
+    pub fn load(&self) -> anyhow::Result<Shard> {
+        let data = FashionMnist::load(self.data.as_deref()).context("loading Fashion-MNIST")?;
+        let source = data.source.to_string();
+        let Some(spec) = &self.partition else {
+            let all: Vec<usize> = (0..data.train.len()).collect();
+            let test: Vec<usize> = (0..data.test.len()).collect();
+            return Ok(Shard {
+                train: LocalData::from_dataset(&data.train, &all, 0),
+                test: LocalData::from_dataset(&data.test, &test, 0),
+                source,
+            });
+        };
+        anyhow::ensure!(
+            self.index < self.of,
+            "--index {} must be below --of {}",
+            self.index,
+            self.of
+        );
+        let part = partition(spec, &data.train.labels, self.of, self.seed)
+            .with_context(|| format!("partition {spec}"))?;
+        let shard = &part.clients[self.index];
+        let test = local_test_indices(shard, &data.test.labels);
+        Ok(Shard {
+            train: LocalData::from_dataset(&data.train, &shard.train, shard.rotation),
+            test: LocalData::from_dataset(&data.test, &test, shard.rotation),
+            source: format!("{source}, {spec} shard {}/{}", self.index, self.of),
+        })
+    }
+}

@@ -1,0 +1,106 @@
+//! Models, the flat parameter view, local training and evaluation.
+
+use burn::prelude::Device;
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::model::{LayerSet, ModelKind, Net, ParamLayout, Params};
+use edgecfl_shared::train::{LocalData, TrainConfig, evaluate, train_local};
+
+#[test]
+fn lenet5_has_44426_parameters_and_850_final() {
+    let l = ParamLayout::of(ModelKind::LeNet5);
+    // conv1 6·25+6, conv2 16·150+16, fc1 256·120+120, fc2 120·84+84, fc3 84·10+10
+    assert_eq!(156 + 2416 + 30840 + 10164 + 850, 44426);
+    assert_eq!(l.len(), 44426);
+    assert_eq!(l.select(&LayerSet::Final).unwrap().len(), 850);
+    // AdaCFL's smallest fully connected layer is fc3 too.
+    assert_eq!(l.select(&LayerSet::SmallestFc).unwrap().len(), 850);
+    // MT-HFL's shared feature layers of LeNet-5: the two convolutions.
+    let conv = l.select(&"conv1,conv2".parse().unwrap()).unwrap();
+    assert_eq!(conv.len(), 156 + 2416);
+    assert!(l.select(&"nope".parse().unwrap()).is_err());
+    // The burn module agrees on the count.
+    let net = Net::from_params(&Params::init(ModelKind::LeNet5, 0), &Device::flex());
+    assert_eq!(burn::module::Module::num_params(&net), 44426);
+}
+
+#[test]
+fn mlp_layout() {
+    let l = ParamLayout::of(ModelKind::Mlp);
+    assert_eq!(l.len(), 784 * 32 + 32 + 32 * 10 + 10);
+    assert_eq!(l.select(&LayerSet::Final).unwrap().len(), 330);
+    assert_eq!(l.select(&"fc1".parse().unwrap()).unwrap().len(), 784 * 32 + 32);
+}
+
+#[test]
+fn params_round_trip_through_burn() {
+    for kind in [ModelKind::LeNet5, ModelKind::Mlp] {
+        let p = Params::init(kind, 42);
+        let back = Net::from_params(&p, &Device::flex()).to_params();
+        assert_eq!(p, back, "{kind}");
+        // Autodiff device too.
+        let back = Net::from_params(&p, &Device::flex().autodiff()).to_params();
+        assert_eq!(p, back, "{kind} autodiff");
+    }
+}
+
+#[test]
+fn selection_extract_insert_round_trip() {
+    let p = Params::init(ModelKind::LeNet5, 1);
+    let sel = p.layout().select(&LayerSet::Final).unwrap();
+    let part = sel.extract(&p.values);
+    // fc3.weight then fc3.bias, the last 850 floats of the layout.
+    assert_eq!(part, p.values[44426 - 850..]);
+    let mut zeros = vec![0.0; p.values.len()];
+    sel.insert(&mut zeros, &part);
+    assert_eq!(zeros[44426 - 850..], p.values[44426 - 850..]);
+    assert!(zeros[..44426 - 850].iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn params_reject_bad_input() {
+    assert!(Params::new(ModelKind::LeNet5, vec![0.0; 10]).is_err());
+    let mut v = vec![0.0; 44426];
+    v[100] = f32::NAN;
+    let err = Params::new(ModelKind::LeNet5, v).unwrap_err().to_string();
+    assert!(err.contains("conv2.weight"), "{err}");
+}
+
+#[test]
+fn init_is_seeded_and_bounded() {
+    let a = Params::init(ModelKind::LeNet5, 3);
+    assert_eq!(a, Params::init(ModelKind::LeNet5, 3));
+    assert_ne!(a, Params::init(ModelKind::LeNet5, 4));
+    // fc3 bound is 1/sqrt(84)
+    let fc3 = a.layout().select(&LayerSet::Final).unwrap().extract(&a.values);
+    let bound = 1.0 / 84f32.sqrt();
+    assert!(fc3.iter().all(|v| v.abs() <= bound));
+}
+
+#[test]
+fn training_lowers_loss_and_is_deterministic() {
+    let data = FashionMnist::bundled().unwrap();
+    let idx: Vec<usize> = (0..500).collect();
+    let local = LocalData::from_dataset(&data.train, &idx, 0);
+    let device = Device::flex();
+    let p0 = Params::init(ModelKind::LeNet5, 0);
+    let before = evaluate(&p0, &local, 100, &device);
+    let cfg = TrainConfig {
+        epochs: 2,
+        batch_size: 10,
+        lr: 0.01,
+        momentum: 0.5,
+        seed: 9,
+    };
+    let (p1, rep) = train_local(&p0, &local, &cfg, &device).unwrap();
+    assert_eq!(rep.steps, 100);
+    assert_eq!(rep.samples, 1000);
+    let after = evaluate(&p1, &local, 100, &device);
+    assert!(after.loss() < before.loss(), "{} → {}", before.loss(), after.loss());
+    assert!(after.accuracy() > before.accuracy());
+    let (p2, _) = train_local(&p0, &local, &cfg, &device).unwrap();
+    assert_eq!(p1, p2, "same seed, same result");
+    // Per-label counts add up.
+    assert_eq!(after.total_per_label.iter().sum::<usize>(), 500);
+    let sub = after.restrict(&[0, 1]);
+    assert_eq!(sub.total, after.total_per_label[0] + after.total_per_label[1]);
+}
