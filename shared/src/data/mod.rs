@@ -1,5 +1,33 @@
 //! Data: the Fashion-MNIST IDX reader, the bundled subset and the NIID-Bench partitions.
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`idx`] | reading IDX files (plain or gzip'd) with exact magic and length checks |
+//! | [`fmnist`] | [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class) |
+//! | [`partition`](mod@partition) | [`PartitionSpec`] (`iid`, `label:K`, `dir:BETA`, `groups:…`, `rotate:G`), [`partition()`](partition::partition), local test sets, image rotation |
+//!
+//! A typical use:
+//!
+//! ```no_run
+//! use edgecfl_shared::data::{FashionMnist, PartitionSpec, client_datasets, partition};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let data = FashionMnist::load(None)?;
+//! let spec: PartitionSpec = "label:2".parse()?;
+//! let parts = partition(&spec, &data.train.labels, 100, 42)?;
+//! let (train, local_test) = client_datasets(&data, &parts.clients[0])?;
+//! println!("client 0: {} train, {} test samples from {}", train.len(), local_test.len(), data.source);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod fmnist;
 pub mod idx;
 pub mod partition;
+
+pub use fmnist::{CLASS_NAMES, DataError, DataSource, Dataset, FashionMnist};
+pub use idx::IdxError;
+pub use partition::{
+    ClientShard, Partition, PartitionError, PartitionSpec, SpecError, client_datasets,
+    local_test_indices, partition, rotate_image,
+};

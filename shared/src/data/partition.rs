@@ -1,1 +1,828 @@
-//! partition
+//! Splitting a training set over federated clients: NIID-Bench's label-skew and Dirichlet
+//! partitions, StoCFL's pathological label groups and rotated groups, and the local test sets.
+//!
+//! A [`PartitionSpec`] is written as a short string (command line, config files, serde):
+//!
+//! | string | scheme |
+//! | --- | --- |
+//! | `iid` | shuffle all samples, cut into `n` near-equal parts |
+//! | `label:K` | NIID-Bench "#C=K" label skew: every client holds exactly `K` of the 10 labels |
+//! | `dir:BETA` | NIID-Bench Dirichlet(β) label skew, β > 0 |
+//! | `groups:012-34-56-789` | StoCFL "pathological" split: disjoint label groups, one cluster each |
+//! | `rotate:G` | iid split, client `i` in group `i % G`, images turned `i % G` quarter turns |
+//!
+//! All schemes draw from one [`ChaCha8Rng`] seeded with the caller's seed, in a fixed order, so a
+//! `(spec, labels, n_clients, seed)` gives the same partition on every run and every platform
+//! (rand 0.9 samples indices through `u32` when they fit, so 32- and 64-bit targets agree; `dir:`
+//! also depends on `f64` `ln`/`exp`, which agree in practice).
+//!
+//! ## The procedures
+//!
+//! `array_split(v, m)` below cuts `v` into `m` consecutive parts whose sizes differ by at most one,
+//! the earlier parts taking the extra samples (numpy's `array_split`).
+//!
+//! - **`iid`**: shuffle the indices `0..N`, `array_split` into `n` parts; client `i` gets part `i`.
+//! - **`label:K`** (NIID-Bench `partition_data`, `noniid-#label`): for each client `i` in order,
+//!   `current = [i % 10]`, then draw labels uniformly from `0..10` until `current` holds `K`
+//!   distinct ones; `times[l]` counts the clients owning label `l`. Then for each label `l` in
+//!   `0..10`, shuffle its sample indices and `array_split` them into `times[l]` parts, handed to
+//!   the owning clients in increasing id. With `K = 10` no labels are drawn and every label is split
+//!   over all clients. **A label no client owns is left unused** (its samples go to nobody); this
+//!   can happen for `K < 10` when `n` is small. Every owned label must have at least `times[l]`
+//!   samples, so that each client really holds `K` labels.
+//! - **`dir:BETA`** (NIID-Bench `noniid-labeldir`): repeat until every client holds at least
+//!   [`DIRICHLET_MIN_SIZE`] samples, at most [`DIRICHLET_MAX_TRIES`] times: start from empty
+//!   clients; for each label, shuffle its indices, draw `p ~ Dir(β·1ₙ)`, set `p_j = 0` for every
+//!   client already holding `≥ N/n` samples, renormalise, cut the label's indices at
+//!   `floor(cumsum(p)·len)` and append part `j` to client `j`. At the end shuffle each client's
+//!   list. `p` is drawn as normalised Gamma(β) variates computed in log space, so very small β
+//!   cannot underflow to `0/0`.
+//! - **`groups:…`** (StoCFL's "pathological" split, e.g. `{0,1,2},{3,4},{5,6},{7,8,9}`): client `i`
+//!   belongs to group `i % G`. For each label in `0..10`, its indices are shuffled and
+//!   `array_split` over the clients of its group in increasing id; labels in no group are unused.
+//!   The ground truth of client `i` is `i % G`.
+//! - **`rotate:G`** (StoCFL's rotated data, `1 ≤ G ≤ 4`): the `iid` split; client `i` belongs to
+//!   group `g = i % G` and sees every image (training and test) turned `g` quarter turns
+//!   counter-clockwise (0°, 90°, 180°, 270° for `G = 4`); see [`rotate_image`]. Ground truth `g`.
+//!
+//! ## Local test sets
+//!
+//! [`local_test_indices`] gives PACFL's "local view": a client is tested on every test sample whose
+//! label occurs in its training shard. [`client_datasets`] builds a client's training and local
+//! test [`Dataset`]s, rotation applied.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Gamma};
+use serde::{Deserialize, Serialize};
+
+use super::fmnist::{Dataset, FashionMnist, IMAGE_COLS, IMAGE_ROWS, NUM_CLASSES};
+
+/// The minimum number of samples every client must get from a `dir:` partition (NIID-Bench's
+/// `min_require_size`).
+pub const DIRICHLET_MIN_SIZE: usize = 10;
+
+/// How many times a `dir:` partition is redrawn before [`PartitionError::DirichletGaveUp`].
+pub const DIRICHLET_MAX_TRIES: usize = 1000;
+
+/// The most groups `rotate:G` allows (four quarter turns).
+pub const MAX_ROTATE_GROUPS: usize = 4;
+
+/// How the training set is split over clients; written and parsed as `iid`, `label:2`, `dir:0.1`,
+/// `groups:012-34-56-789` or `rotate:4` (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum PartitionSpec {
+    /// Uniformly random near-equal shards.
+    Iid,
+    /// NIID-Bench "#C=k": each client holds `k` labels (`1 ≤ k ≤ 10`).
+    Label {
+        /// Labels per client.
+        k: usize,
+    },
+    /// NIID-Bench Dirichlet label skew with concentration `beta` (`> 0`, finite; smaller = more
+    /// skewed).
+    Dirichlet {
+        /// The Dirichlet concentration β.
+        beta: f64,
+    },
+    /// StoCFL pathological split: disjoint, non-empty label groups; group `g` is one cluster.
+    Groups(Vec<Vec<u8>>),
+    /// Iid shards, client `i` in group `i % groups` with `i % groups` quarter turns of rotation
+    /// (`1 ≤ groups ≤ 4`).
+    Rotate {
+        /// Number of rotation groups.
+        groups: usize,
+    },
+}
+
+/// An invalid [`PartitionSpec`], from parsing a string or from [`PartitionSpec::validate`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    /// The string does not start with a known scheme.
+    #[error(
+        "unknown partition `{input}`: expected iid, label:K, dir:BETA, groups:012-34-… or rotate:G"
+    )]
+    UnknownScheme {
+        /// The whole input.
+        input: String,
+    },
+    /// The number after the colon does not parse.
+    #[error("partition `{input}`: `{value}` is not a valid number")]
+    BadNumber {
+        /// The whole input.
+        input: String,
+        /// The text that should have been a number.
+        value: String,
+    },
+    /// `label:K` with `K` outside `1..=10`.
+    #[error("label:{k}: the number of labels per client must be between 1 and 10")]
+    LabelCount {
+        /// The requested labels per client.
+        k: usize,
+    },
+    /// `dir:BETA` with β not positive and finite.
+    #[error("dir:{beta}: beta must be positive and finite")]
+    Beta {
+        /// The requested β.
+        beta: f64,
+    },
+    /// `rotate:G` with `G` outside `1..=4`.
+    #[error("rotate:{groups}: the number of rotation groups must be between 1 and 4")]
+    RotateGroups {
+        /// The requested number of groups.
+        groups: usize,
+    },
+    /// `groups:` with no group at all.
+    #[error("groups: at least one label group is needed, e.g. groups:012-34-56-789")]
+    NoGroups,
+    /// A label group is empty (e.g. `groups:01--23`).
+    #[error("label group {index} is empty")]
+    EmptyGroup {
+        /// The position of the empty group.
+        index: usize,
+    },
+    /// A group holds something that is not a digit `0`–`9`.
+    #[error("partition `{input}`: `{found}` is not a label digit 0-9")]
+    BadGroupChar {
+        /// The whole input.
+        input: String,
+        /// The offending character.
+        found: char,
+    },
+    /// A group holds a label outside `0..10`.
+    #[error("label {label} in group {group} is not in 0..10")]
+    LabelOutOfRange {
+        /// The group index.
+        group: usize,
+        /// The offending label.
+        label: u8,
+    },
+    /// A label appears twice (in one group or in two).
+    #[error("label {label} appears in more than one place; label groups must be disjoint")]
+    DuplicateLabel {
+        /// The repeated label.
+        label: u8,
+    },
+}
+
+impl PartitionSpec {
+    /// Checks the parameters: `1 ≤ k ≤ 10`, β positive and finite, groups non-empty, disjoint,
+    /// labels in `0..10`, `1 ≤ G ≤ 4`. Parsing validates already; this is for specs built in code.
+    ///
+    /// # Errors
+    ///
+    /// The [`SpecError`] describing the first problem found.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        match self {
+            PartitionSpec::Iid => Ok(()),
+            PartitionSpec::Label { k } => {
+                if (1..=NUM_CLASSES).contains(k) {
+                    Ok(())
+                } else {
+                    Err(SpecError::LabelCount { k: *k })
+                }
+            }
+            PartitionSpec::Dirichlet { beta } => {
+                if beta.is_finite() && *beta > 0.0 {
+                    Ok(())
+                } else {
+                    Err(SpecError::Beta { beta: *beta })
+                }
+            }
+            PartitionSpec::Groups(groups) => {
+                if groups.is_empty() {
+                    return Err(SpecError::NoGroups);
+                }
+                let mut seen = [false; NUM_CLASSES];
+                for (g, group) in groups.iter().enumerate() {
+                    if group.is_empty() {
+                        return Err(SpecError::EmptyGroup { index: g });
+                    }
+                    for &label in group {
+                        let slot = seen
+                            .get_mut(label as usize)
+                            .ok_or(SpecError::LabelOutOfRange { group: g, label })?;
+                        if *slot {
+                            return Err(SpecError::DuplicateLabel { label });
+                        }
+                        *slot = true;
+                    }
+                }
+                Ok(())
+            }
+            PartitionSpec::Rotate { groups } => {
+                if (1..=MAX_ROTATE_GROUPS).contains(groups) {
+                    Ok(())
+                } else {
+                    Err(SpecError::RotateGroups { groups: *groups })
+                }
+            }
+        }
+    }
+
+    /// The number of ground-truth groups (`Some` for `groups:` and `rotate:`, else `None`).
+    pub fn num_groups(&self) -> Option<usize> {
+        match self {
+            PartitionSpec::Groups(g) => Some(g.len()),
+            PartitionSpec::Rotate { groups } => Some(*groups),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PartitionSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PartitionSpec::Iid => f.write_str("iid"),
+            PartitionSpec::Label { k } => write!(f, "label:{k}"),
+            PartitionSpec::Dirichlet { beta } => write!(f, "dir:{beta}"),
+            PartitionSpec::Groups(groups) => {
+                f.write_str("groups:")?;
+                for (i, group) in groups.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("-")?;
+                    }
+                    for label in group {
+                        write!(f, "{label}")?;
+                    }
+                }
+                Ok(())
+            }
+            PartitionSpec::Rotate { groups } => write!(f, "rotate:{groups}"),
+        }
+    }
+}
+
+impl FromStr for PartitionSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let input = s.trim();
+        let number = |value: &str| -> Result<usize, SpecError> {
+            value.parse().map_err(|_| SpecError::BadNumber {
+                input: input.to_string(),
+                value: value.to_string(),
+            })
+        };
+        let spec = if input == "iid" {
+            PartitionSpec::Iid
+        } else if let Some(v) = input.strip_prefix("label:") {
+            PartitionSpec::Label { k: number(v)? }
+        } else if let Some(v) = input.strip_prefix("dir:") {
+            let beta = v.parse::<f64>().map_err(|_| SpecError::BadNumber {
+                input: input.to_string(),
+                value: v.to_string(),
+            })?;
+            PartitionSpec::Dirichlet { beta }
+        } else if let Some(v) = input.strip_prefix("rotate:") {
+            PartitionSpec::Rotate { groups: number(v)? }
+        } else if let Some(v) = input.strip_prefix("groups:") {
+            let mut groups = Vec::new();
+            if !v.is_empty() {
+                for part in v.split('-') {
+                    let mut group = Vec::with_capacity(part.len());
+                    for c in part.chars() {
+                        let d = c.to_digit(10).ok_or_else(|| SpecError::BadGroupChar {
+                            input: input.to_string(),
+                            found: c,
+                        })?;
+                        group.push(d as u8);
+                    }
+                    groups.push(group);
+                }
+            }
+            PartitionSpec::Groups(groups)
+        } else {
+            return Err(SpecError::UnknownScheme {
+                input: input.to_string(),
+            });
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+impl TryFrom<String> for PartitionSpec {
+    type Error = SpecError;
+
+    fn try_from(s: String) -> Result<Self, SpecError> {
+        s.parse()
+    }
+}
+
+impl From<PartitionSpec> for String {
+    fn from(spec: PartitionSpec) -> String {
+        spec.to_string()
+    }
+}
+
+/// One client's share of the training set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientShard {
+    /// Indices into the training set.
+    pub train: Vec<usize>,
+    /// The distinct labels present in `train`, sorted.
+    pub labels: Vec<u8>,
+    /// Quarter turns (counter-clockwise, `0..4`) applied to this client's images; non-zero only
+    /// for `rotate:`.
+    pub rotation: u8,
+}
+
+/// A partition of the training set over clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Partition {
+    /// The scheme that produced it.
+    pub spec: PartitionSpec,
+    /// One shard per client, client `i` at index `i`.
+    pub clients: Vec<ClientShard>,
+    /// The ground-truth group of each client, for `groups:` and `rotate:`; `None` otherwise.
+    pub truth: Option<Vec<usize>>,
+}
+
+/// Errors from [`partition`] and [`client_datasets`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PartitionError {
+    /// The spec is invalid.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// `n_clients` is zero.
+    #[error("the number of clients must be at least 1")]
+    NoClients,
+    /// A training label is not in `0..10`.
+    #[error("training label {label} of sample {index} is not in 0..10")]
+    LabelOutOfRange {
+        /// The sample index.
+        index: usize,
+        /// The offending label.
+        label: u8,
+    },
+    /// Too few training samples for the number of clients.
+    #[error(
+        "{spec} over {clients} clients needs at least {needed} training samples, there are {available}"
+    )]
+    TooFewSamples {
+        /// The scheme, as a string.
+        spec: String,
+        /// The number of clients.
+        clients: usize,
+        /// Samples needed.
+        needed: usize,
+        /// Samples available.
+        available: usize,
+    },
+    /// A label has fewer samples than the clients it must be split over.
+    #[error(
+        "label {label} must be split over {needed} clients but has only {available} training samples"
+    )]
+    TooFewLabelSamples {
+        /// The label.
+        label: u8,
+        /// The number of clients sharing it.
+        needed: usize,
+        /// Its number of samples.
+        available: usize,
+    },
+    /// `groups:` with fewer clients than groups (some group would get no client).
+    #[error("{groups} label groups need at least {groups} clients, got {clients}")]
+    TooFewClients {
+        /// The number of clients.
+        clients: usize,
+        /// The number of groups.
+        groups: usize,
+    },
+    /// `dir:` did not give every client [`DIRICHLET_MIN_SIZE`] samples within
+    /// [`DIRICHLET_MAX_TRIES`] draws.
+    #[error(
+        "dir:{beta}: no draw in {tries} gave every client at least {DIRICHLET_MIN_SIZE} samples \
+         (best smallest client: {best_min_size}); use a larger beta or fewer clients"
+    )]
+    DirichletGaveUp {
+        /// The β used.
+        beta: f64,
+        /// Draws tried.
+        tries: usize,
+        /// The largest smallest-client size seen over all draws.
+        best_min_size: usize,
+    },
+    /// A shard index is outside the training set ([`client_datasets`] with a partition of another
+    /// dataset).
+    #[error("sample index {index} is out of range for a set of {len} samples")]
+    IndexOutOfRange {
+        /// The offending index.
+        index: usize,
+        /// The size of the set.
+        len: usize,
+    },
+}
+
+/// Splits the training set with labels `train_labels` over `n_clients` clients by `spec`, drawing
+/// from `ChaCha8Rng::seed_from_u64(seed)`; see the [module docs](self) for each procedure.
+///
+/// Every training sample goes to at most one client; for `iid`, `label:10`, `groups:` covering all
+/// labels and `rotate:`, to exactly one.
+///
+/// # Errors
+///
+/// [`PartitionError::Spec`] for an invalid spec, [`PartitionError::NoClients`],
+/// [`PartitionError::LabelOutOfRange`] for a label outside `0..10`, [`PartitionError::TooFewSamples`]
+/// / [`PartitionError::TooFewLabelSamples`] / [`PartitionError::TooFewClients`] when the data cannot
+/// give every client what the scheme promises, [`PartitionError::DirichletGaveUp`].
+pub fn partition(
+    spec: &PartitionSpec,
+    train_labels: &[u8],
+    n_clients: usize,
+    seed: u64,
+) -> Result<Partition, PartitionError> {
+    spec.validate()?;
+    if n_clients == 0 {
+        return Err(PartitionError::NoClients);
+    }
+    if let Some((index, &label)) = train_labels
+        .iter()
+        .enumerate()
+        .find(|&(_, &l)| l as usize >= NUM_CLASSES)
+    {
+        return Err(PartitionError::LabelOutOfRange { index, label });
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n = n_clients;
+    let too_few = |needed: usize| PartitionError::TooFewSamples {
+        spec: spec.to_string(),
+        clients: n,
+        needed,
+        available: train_labels.len(),
+    };
+
+    let (shards, rotation, truth): (Vec<Vec<usize>>, Vec<u8>, Option<Vec<usize>>) = match spec {
+        PartitionSpec::Iid => {
+            if train_labels.len() < n {
+                return Err(too_few(n));
+            }
+            (iid(train_labels.len(), n, &mut rng), vec![0; n], None)
+        }
+        PartitionSpec::Rotate { groups } => {
+            if train_labels.len() < n {
+                return Err(too_few(n));
+            }
+            let truth: Vec<usize> = (0..n).map(|i| i % groups).collect();
+            // `validate` keeps `groups` ≤ 4, so the group fits in a u8.
+            let rotation = truth.iter().map(|&g| g as u8).collect();
+            (iid(train_labels.len(), n, &mut rng), rotation, Some(truth))
+        }
+        PartitionSpec::Label { k } => {
+            (label_skew(*k, train_labels, n, &mut rng)?, vec![0; n], None)
+        }
+        PartitionSpec::Dirichlet { beta } => {
+            let needed = DIRICHLET_MIN_SIZE.saturating_mul(n);
+            if train_labels.len() < needed {
+                return Err(too_few(needed));
+            }
+            (
+                dirichlet(*beta, train_labels, n, &mut rng)?,
+                vec![0; n],
+                None,
+            )
+        }
+        PartitionSpec::Groups(groups) => {
+            if n < groups.len() {
+                return Err(PartitionError::TooFewClients {
+                    clients: n,
+                    groups: groups.len(),
+                });
+            }
+            let truth: Vec<usize> = (0..n).map(|i| i % groups.len()).collect();
+            (
+                label_groups(groups, train_labels, n, &mut rng)?,
+                vec![0; n],
+                Some(truth),
+            )
+        }
+    };
+
+    let clients = shards
+        .into_iter()
+        .zip(rotation)
+        .map(|(train, rotation)| {
+            let mut present = [false; NUM_CLASSES];
+            for &i in &train {
+                present[train_labels[i] as usize] = true;
+            }
+            let labels = (0..NUM_CLASSES as u8)
+                .filter(|&l| present[l as usize])
+                .collect();
+            ClientShard {
+                train,
+                labels,
+                rotation,
+            }
+        })
+        .collect();
+    Ok(Partition {
+        spec: spec.clone(),
+        clients,
+        truth,
+    })
+}
+
+/// numpy `array_split` boundaries: part `j` of `len` items cut into `parts` is
+/// `start(j)..start(j + 1)`, earlier parts one longer when `len % parts != 0`.
+fn array_split<T: Clone>(items: &[T], parts: usize) -> Vec<Vec<T>> {
+    let (q, r) = (items.len() / parts, items.len() % parts);
+    let mut out = Vec::with_capacity(parts);
+    let mut start = 0;
+    for j in 0..parts {
+        let len = q + usize::from(j < r);
+        out.push(items[start..start + len].to_vec());
+        start += len;
+    }
+    out
+}
+
+/// Sample indices of each label, in index order.
+fn indices_by_label(train_labels: &[u8]) -> [Vec<usize>; NUM_CLASSES] {
+    let mut by_label: [Vec<usize>; NUM_CLASSES] = Default::default();
+    for (i, &l) in train_labels.iter().enumerate() {
+        by_label[l as usize].push(i);
+    }
+    by_label
+}
+
+fn iid(len: usize, n: usize, rng: &mut ChaCha8Rng) -> Vec<Vec<usize>> {
+    let mut idx: Vec<usize> = (0..len).collect();
+    idx.shuffle(rng);
+    array_split(&idx, n)
+}
+
+fn label_skew(
+    k: usize,
+    train_labels: &[u8],
+    n: usize,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Vec<usize>>, PartitionError> {
+    // Which labels each client owns (NIID-Bench `contain`), and how many clients own each label.
+    let mut owns = vec![[false; NUM_CLASSES]; n];
+    let mut times = [0usize; NUM_CLASSES];
+    for (i, own) in owns.iter_mut().enumerate() {
+        if k == NUM_CLASSES {
+            // NIID-Bench's k = 10 branch draws nothing: every client owns every label.
+            *own = [true; NUM_CLASSES];
+        } else {
+            own[i % NUM_CLASSES] = true;
+            let mut distinct = 1;
+            while distinct < k {
+                let l = rng.random_range(0..NUM_CLASSES);
+                if !own[l] {
+                    own[l] = true;
+                    distinct += 1;
+                }
+            }
+        }
+        for (t, &o) in times.iter_mut().zip(own.iter()) {
+            *t += usize::from(o);
+        }
+    }
+    let mut by_label = indices_by_label(train_labels);
+    for (l, idx) in by_label.iter().enumerate() {
+        if times[l] > idx.len() {
+            return Err(PartitionError::TooFewLabelSamples {
+                label: l as u8,
+                needed: times[l],
+                available: idx.len(),
+            });
+        }
+    }
+    let mut shards = vec![Vec::new(); n];
+    for (l, idx) in by_label.iter_mut().enumerate() {
+        if times[l] == 0 {
+            continue; // owned by nobody: unused
+        }
+        idx.shuffle(rng);
+        let mut parts = array_split(idx, times[l]).into_iter();
+        for (shard, own) in shards.iter_mut().zip(&owns) {
+            if own[l]
+                && let Some(part) = parts.next()
+            {
+                shard.extend(part);
+            }
+        }
+    }
+    Ok(shards)
+}
+
+/// `ln` of a Gamma(β, 1) variate. For β < 1 it uses Gamma(β) = Gamma(β + 1) · U^(1/β), whose
+/// logarithm stays finite where the variate itself would underflow to zero.
+fn ln_gamma_variate(gamma: &Gamma<f64>, beta: f64, rng: &mut ChaCha8Rng) -> f64 {
+    let g = gamma.sample(rng);
+    if beta < 1.0 {
+        // 1 - U lies in (0, 1], so its logarithm is finite.
+        let u: f64 = rng.random();
+        g.ln() + (1.0 - u).ln() / beta
+    } else {
+        g.ln()
+    }
+}
+
+fn dirichlet(
+    beta: f64,
+    train_labels: &[u8],
+    n: usize,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Vec<usize>>, PartitionError> {
+    let spec_err = || PartitionError::Spec(SpecError::Beta { beta });
+    let shape = if beta < 1.0 { beta + 1.0 } else { beta };
+    let gamma = Gamma::new(shape, 1.0).map_err(|_| spec_err())?;
+    let by_label = indices_by_label(train_labels);
+    let cap = train_labels.len() as f64 / n as f64;
+    let mut best_min_size = 0;
+    let mut log_p = vec![0.0f64; n];
+    let mut p = vec![0.0f64; n];
+    for _ in 0..DIRICHLET_MAX_TRIES {
+        let mut shards: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut degenerate = false;
+        for idx in &by_label {
+            let mut idx = idx.clone();
+            idx.shuffle(rng);
+            for lp in log_p.iter_mut() {
+                *lp = ln_gamma_variate(&gamma, beta, rng);
+            }
+            // Zero full clients, then normalise (softmax over the others).
+            let open = |j: usize| (shards[j].len() as f64) < cap;
+            let max = (0..n)
+                .filter(|&j| open(j))
+                .map(|j| log_p[j])
+                .fold(f64::NEG_INFINITY, f64::max);
+            if !max.is_finite() {
+                degenerate = true;
+                break;
+            }
+            let mut sum = 0.0;
+            for j in 0..n {
+                p[j] = if open(j) { (log_p[j] - max).exp() } else { 0.0 };
+                sum += p[j];
+            }
+            // Cut at floor(cumsum(p) * len), dropping the last cut (numpy `split`).
+            let len = idx.len();
+            let mut start = 0;
+            let mut cum = 0.0;
+            for j in 0..n {
+                let end = if j + 1 == n {
+                    len
+                } else {
+                    cum += p[j] / sum;
+                    ((cum * len as f64) as usize).clamp(start, len)
+                };
+                shards[j].extend_from_slice(&idx[start..end]);
+                start = end;
+            }
+        }
+        if degenerate {
+            continue;
+        }
+        let min_size = shards.iter().map(Vec::len).min().unwrap_or(0);
+        best_min_size = best_min_size.max(min_size);
+        if min_size >= DIRICHLET_MIN_SIZE {
+            for shard in &mut shards {
+                shard.shuffle(rng);
+            }
+            return Ok(shards);
+        }
+    }
+    Err(PartitionError::DirichletGaveUp {
+        beta,
+        tries: DIRICHLET_MAX_TRIES,
+        best_min_size,
+    })
+}
+
+fn label_groups(
+    groups: &[Vec<u8>],
+    train_labels: &[u8],
+    n: usize,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Vec<usize>>, PartitionError> {
+    let g_count = groups.len();
+    let mut group_of = [None; NUM_CLASSES];
+    for (g, group) in groups.iter().enumerate() {
+        for &l in group {
+            group_of[l as usize] = Some(g);
+        }
+    }
+    let mut by_label = indices_by_label(train_labels);
+    for (l, idx) in by_label.iter().enumerate() {
+        if let Some(g) = group_of[l] {
+            let members = (g..n).step_by(g_count).count();
+            if idx.len() < members {
+                return Err(PartitionError::TooFewLabelSamples {
+                    label: l as u8,
+                    needed: members,
+                    available: idx.len(),
+                });
+            }
+        }
+    }
+    let mut shards = vec![Vec::new(); n];
+    for (l, idx) in by_label.iter_mut().enumerate() {
+        let Some(g) = group_of[l] else { continue };
+        idx.shuffle(rng);
+        let members: Vec<usize> = (g..n).step_by(g_count).collect();
+        for (&client, part) in members.iter().zip(array_split(idx, members.len())) {
+            shards[client].extend(part);
+        }
+    }
+    Ok(shards)
+}
+
+/// The local test set of a client (PACFL's "local view"): the indices of every test sample whose
+/// label is among the client's training labels, in increasing order.
+pub fn local_test_indices(shard: &ClientShard, test_labels: &[u8]) -> Vec<usize> {
+    let mut wanted = [false; 256];
+    for &l in &shard.labels {
+        wanted[l as usize] = true;
+    }
+    test_labels
+        .iter()
+        .enumerate()
+        .filter(|&(_, &l)| wanted[l as usize])
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Turns a square image `quarter_turns` quarter turns **counter-clockwise** (`quarter_turns` is
+/// taken modulo 4). One turn moves the top-right pixel to the top-left corner: pixel `(r, c)` of a
+/// `s × s` image goes to `(s − 1 − c, r)`.
+///
+/// Meant for 28 × 28 Fashion-MNIST images but works for any square image; a slice whose length is
+/// not a perfect square is returned unchanged.
+pub fn rotate_image(img: &[u8], quarter_turns: u8) -> Vec<u8> {
+    let s = img.len().isqrt();
+    let turns = quarter_turns % 4;
+    if s * s != img.len() || turns == 0 {
+        return img.to_vec();
+    }
+    let mut out = vec![0u8; img.len()];
+    for r in 0..s {
+        for c in 0..s {
+            let (nr, nc) = match turns {
+                1 => (s - 1 - c, r),
+                2 => (s - 1 - r, s - 1 - c),
+                _ => (c, s - 1 - r),
+            };
+            out[nr * s + nc] = img[r * s + c];
+        }
+    }
+    out
+}
+
+/// A client's training set and local test set ([`local_test_indices`]), with the shard's
+/// rotation applied to every image.
+///
+/// # Errors
+///
+/// [`PartitionError::IndexOutOfRange`] if the shard was made for a different (larger) training
+/// set.
+pub fn client_datasets(
+    data: &FashionMnist,
+    shard: &ClientShard,
+) -> Result<(Dataset, Dataset), PartitionError> {
+    let len = data.train.len();
+    if let Some(&index) = shard.train.iter().find(|&&i| i >= len) {
+        return Err(PartitionError::IndexOutOfRange { index, len });
+    }
+    let mut train = data.train.select(&shard.train);
+    let mut test = data
+        .test
+        .select(&local_test_indices(shard, &data.test.labels));
+    if !shard.rotation.is_multiple_of(4) {
+        for set in [&mut train, &mut test] {
+            let size = IMAGE_ROWS * IMAGE_COLS;
+            let rotated: Vec<u8> = set
+                .images
+                .chunks_exact(size)
+                .flat_map(|img| rotate_image(img, shard.rotation))
+                .collect();
+            set.images = rotated;
+        }
+    }
+    Ok((train, test))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn array_split_matches_numpy() {
+        let v: Vec<usize> = (0..10).collect();
+        let parts = array_split(&v, 3);
+        assert_eq!(parts, vec![vec![0, 1, 2, 3], vec![4, 5, 6], vec![7, 8, 9]]);
+        let parts = array_split(&v[..2], 4);
+        assert_eq!(parts.iter().map(Vec::len).collect::<Vec<_>>(), [1, 1, 0, 0]);
+    }
+}
