@@ -150,7 +150,7 @@ pub fn cluster(
             let applied = signatures.len() - k;
             let h = applied
                 .checked_sub(1)
-                .map_or(0.0, |i| dendrogram.merges[i].height);
+                .map_or(0.0, |i| dendrogram.merges()[i].height);
             (dendrogram.cut_k(k), h)
         }
     };

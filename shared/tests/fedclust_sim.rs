@@ -30,7 +30,8 @@ fn fedclust_recovers_label_groups_and_learns() {
     let part = partition(&spec, &data.train.labels, 12, 7).unwrap();
     let truth = part.truth.clone().unwrap();
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
-    let cfg = config(Algorithm::FedClust);
+    let mut cfg = config(Algorithm::FedClust);
+    cfg.epochs = 5;
     let r = federation::run(&cfg, &mut pool, Some(&truth), &mut Quiet).unwrap();
     assert_eq!(r.n_clusters, 4, "assignment {:?} truth {truth:?}", r.assignment);
     assert_eq!(r.ari, Some(1.0));
@@ -38,6 +39,7 @@ fn fedclust_recovers_label_groups_and_learns() {
     assert_eq!(r.rounds.len(), 2);
     // Clients see 2–4 labels each; chance would be ≤ 50 %.
     let acc = r.final_accuracy().unwrap();
+    eprintln!("accuracy {acc}");
     assert!(acc > 0.6, "accuracy {acc}");
 }
 
