@@ -1,5 +1,27 @@
 //! Clustering: agglomerative hierarchical clustering, distances and scoring.
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`distance`] | [`CondensedMatrix`] (scipy's condensed layout), Euclidean and cosine distances |
+//! | [`hc`] | [`linkage`] equal to `scipy.cluster.hierarchy.linkage` (single, complete, average, weighted, ward), [`Dendrogram`] cuts |
+//! | [`metrics`] | [`adjusted_rand_index`] and [`rand_index`] equal to scikit-learn's |
+//!
+//! ```
+//! use edgecfl_shared::cluster::{CondensedMatrix, Linkage, adjusted_rand_index, linkage};
+//!
+//! let points = vec![vec![0.0f32, 0.0], vec![0.0, 1.0], vec![10.0, 0.0], vec![10.0, 1.5]];
+//! let d = CondensedMatrix::euclidean(&points).unwrap();
+//! let tree = linkage(&d, Linkage::Average);
+//! let labels = tree.cut_distance(tree.auto_threshold());
+//! assert_eq!(labels, vec![0, 0, 1, 1]);
+//! assert_eq!(tree.cut_k(2), labels);
+//! assert_eq!(adjusted_rand_index(&labels, &[7, 7, 3, 3]), 1.0);
+//! ```
 
 pub mod distance;
 pub mod hc;
 pub mod metrics;
+
+pub use distance::{CondensedMatrix, DistanceError};
+pub use hc::{Dendrogram, HcError, Linkage, Merge, ParseLinkageError, linkage};
+pub use metrics::{MetricsError, adjusted_rand_index, rand_index, try_adjusted_rand_index};
