@@ -9,6 +9,20 @@
 //! Gaussian centres plus per-client noise, from a fixed-seed generator. Each measurement is
 //! repeated `--reps` times (default 3 for n ≤ 2000, else 1) and the median is printed, one JSON
 //! object per line, with the machine's available parallelism.
+//!
+//! Measured with the first command on the 2-core development VM (AMD EPYC, SSE2 baseline
+//! build, other builds running: expect ±30 % noise), next to scipy 1.17.1 on similar data
+//! (`pdist` single-threaded, `linkage` on its output) run right after it:
+//!
+//! | n × 850 | euclidean | single | complete | average | weighted | ward |
+//! | --- | --- | --- | --- | --- | --- | --- |
+//! | 1 000 (this crate) | 0.14 s | 0.005 s | 0.012 s | 0.012 s | 0.013 s | 0.019 s |
+//! | 1 000 (scipy) | 0.17 s | 0.003 s | 0.010 s | 0.010 s | 0.011 s | 0.012 s |
+//! | 10 000 (this crate) | 13.7 s | 1.3 s | 3.1 s | 3.1 s | 3.0 s | 3.3 s |
+//! | 10 000 (scipy) | 25.5 s | 1.3 s | 4.1 s | 4.7 s | 5.6 s | 5.2 s |
+//!
+//! Linkage at 10 000 needs about 1.2 GB (the 400 MB condensed input plus an 800 MB square
+//! working copy for the nn-chain methods).
 
 use std::time::Instant;
 

@@ -242,7 +242,9 @@ where
     while bounds.len() <= threads {
         bounds.push(n);
     }
-    *bounds.last_mut().unwrap_or(&mut 0) = n;
+    if let Some(last) = bounds.last_mut() {
+        *last = n;
+    }
 
     let row = |i: usize| &rows[i * dim..(i + 1) * dim];
     // Computes rows [r0, r1) into `out`, which starts at condensed_index(n, r0, r0 + 1).
