@@ -81,7 +81,12 @@ pub fn clusters_json(result: &RunResult) -> Value {
 }
 
 /// Writes every result file into `dir`.
-pub fn write_all(dir: &Path, cfg: &RunConfig, result: &RunResult, data_source: &str) -> anyhow::Result<()> {
+pub fn write_all(
+    dir: &Path,
+    cfg: &RunConfig,
+    result: &RunResult,
+    data_source: &str,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create output directory {}", dir.display()))?;
     let write = |name: &str, text: String| {
@@ -93,7 +98,10 @@ pub fn write_all(dir: &Path, cfg: &RunConfig, result: &RunResult, data_source: &
         serde_json::to_string_pretty(&summary(cfg, result, data_source))?,
     )?;
     write("rounds.csv", rounds_csv(result))?;
-    write("clusters.json", serde_json::to_string_pretty(&clusters_json(result))?)?;
+    write(
+        "clusters.json",
+        serde_json::to_string_pretty(&clusters_json(result))?,
+    )?;
     Ok(())
 }
 

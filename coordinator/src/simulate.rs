@@ -7,6 +7,7 @@ use edgecfl_shared::federation::{self, RunResult};
 use edgecfl_shared::sim::SimPool;
 
 use crate::config::RunConfig;
+use crate::plots;
 use crate::report::{self, Progress};
 
 /// Runs `cfg` in process, writes the result files into `cfg.out` and returns the result.
@@ -18,16 +19,34 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
         data.train.len(),
         data.test.len()
     );
-    let part = partition(&cfg.partition, &data.train.labels, cfg.clients, cfg.federation.seed)
-        .with_context(|| format!("partition {}", cfg.partition))?;
+    let part = partition(
+        &cfg.partition,
+        &data.train.labels,
+        cfg.clients,
+        cfg.federation.seed,
+    )
+    .with_context(|| format!("partition {}", cfg.partition))?;
     let mut pool = SimPool::new(&data, &part, cfg.backend)?;
     eprintln!(
         "{}: {} clients, partition {}, model {}, {} rounds",
-        cfg.federation.algorithm, cfg.clients, cfg.partition, cfg.federation.model, cfg.federation.rounds
+        cfg.federation.algorithm,
+        cfg.clients,
+        cfg.partition,
+        cfg.federation.model,
+        cfg.federation.rounds
     );
     let mut progress = Progress::new(cfg.federation.rounds);
-    let result = federation::run(&cfg.federation, &mut pool, part.truth.as_deref(), &mut progress)?;
+    let result = federation::run(
+        &cfg.federation,
+        &mut pool,
+        part.truth.as_deref(),
+        &mut progress,
+    )?;
     progress.finish();
     report::write_all(&cfg.out, cfg, &result, &data.source.to_string())?;
+    let plots = plots::write_all(&cfg.out, &result)?;
+    for p in plots {
+        eprintln!("plot: {}", p.display());
+    }
     Ok(result)
 }

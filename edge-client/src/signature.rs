@@ -51,7 +51,10 @@ pub struct SignatureArgs {
 /// Computes the signature; returns the floats.
 pub fn run(args: &SignatureArgs) -> anyhow::Result<Vec<f32>> {
     let shard = args.shard.load()?;
-    anyhow::ensure!(!shard.train.is_empty(), "this client has no training sample");
+    anyhow::ensure!(
+        !shard.train.is_empty(),
+        "this client has no training sample"
+    );
     let initial = Params::init(args.model, args.model_seed);
     let cfg = TrainConfig {
         epochs: args.warmup_epochs,
@@ -61,7 +64,10 @@ pub fn run(args: &SignatureArgs) -> anyhow::Result<Vec<f32>> {
         seed: client_seed(args.model_seed, 0, args.shard.index),
     };
     let (trained, report) = train_local(&initial, &shard.train, &cfg, &args.backend.device()?)?;
-    let sig = trained.layout().select(&args.layers)?.extract(&trained.values);
+    let sig = trained
+        .layout()
+        .select(&args.layers)?
+        .extract(&trained.values);
     eprintln!(
         "{}: {} samples, {} epochs in {:.1}s (loss {:.4}); {} floats ({} bytes) to upload",
         shard.source,

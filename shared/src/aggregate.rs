@@ -80,7 +80,10 @@ mod tests {
         // (1·[1,2] + 3·[5,6]) / 4 = [4, 5]
         let a = [1.0f32, 2.0];
         let b = [5.0f32, 6.0];
-        assert_eq!(weighted_average(&[(&a, 1), (&b, 3)]).unwrap(), vec![4.0, 5.0]);
+        assert_eq!(
+            weighted_average(&[(&a, 1), (&b, 3)]).unwrap(),
+            vec![4.0, 5.0]
+        );
     }
 
     #[test]
@@ -92,6 +95,9 @@ mod tests {
             weighted_average(&[(&a, 1), (&b, 1)]),
             Err(AggregateError::Mismatch { index: 1, .. })
         ));
-        assert_eq!(weighted_average(&[(&a, 0)]), Err(AggregateError::ZeroWeight));
+        assert_eq!(
+            weighted_average(&[(&a, 0)]),
+            Err(AggregateError::ZeroWeight)
+        );
     }
 }

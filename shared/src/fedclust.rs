@@ -182,7 +182,11 @@ pub fn centroids(signatures: &[Vec<f32>], assignment: &[usize], k: usize) -> Vec
     }
     sums.into_iter()
         .zip(counts)
-        .map(|(s, n)| s.into_iter().map(|x| (x / n.max(1) as f64) as f32).collect())
+        .map(|(s, n)| {
+            s.into_iter()
+                .map(|x| (x / n.max(1) as f64) as f32)
+                .collect()
+        })
         .collect()
 }
 
@@ -198,7 +202,10 @@ pub fn assign_newcomer(signature: &[f32], centroids: &[Vec<f32>]) -> Result<usiz
             });
         }
         if let Some(i) = signature.iter().position(|v| !v.is_finite()) {
-            return Err(FedClustError::Distance(DistanceError::NotFinite { row: 0, col: i }));
+            return Err(FedClustError::Distance(DistanceError::NotFinite {
+                row: 0,
+                col: i,
+            }));
         }
         let d: f64 = centroid
             .iter()
@@ -219,7 +226,10 @@ mod tests {
     #[test]
     fn threshold_parse() {
         assert_eq!("auto".parse::<Threshold>().unwrap(), Threshold::Auto);
-        assert_eq!("1.5".parse::<Threshold>().unwrap(), Threshold::Distance(1.5));
+        assert_eq!(
+            "1.5".parse::<Threshold>().unwrap(),
+            Threshold::Distance(1.5)
+        );
         assert_eq!("k=3".parse::<Threshold>().unwrap(), Threshold::Clusters(3));
         for bad in ["-1", "k=0", "nan", "x", ""] {
             assert!(bad.parse::<Threshold>().is_err(), "{bad}");
@@ -229,8 +239,16 @@ mod tests {
     #[test]
     fn two_obvious_groups() {
         // Points on a line: {0, 0.1, 0.2} and {10, 10.1}; any λ in (0.1, 9.8) separates them.
-        let s: Vec<Vec<f32>> = [0.0, 10.0, 0.1, 10.1, 0.2].iter().map(|&x| vec![x]).collect();
-        for l in [Linkage::Single, Linkage::Complete, Linkage::Average, Linkage::Ward] {
+        let s: Vec<Vec<f32>> = [0.0, 10.0, 0.1, 10.1, 0.2]
+            .iter()
+            .map(|&x| vec![x])
+            .collect();
+        for l in [
+            Linkage::Single,
+            Linkage::Complete,
+            Linkage::Average,
+            Linkage::Ward,
+        ] {
             let (c, _) = cluster(&s, l, Threshold::Distance(1.0)).unwrap();
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l}");
             let (c, _) = cluster(&s, l, Threshold::Auto).unwrap();

@@ -77,6 +77,7 @@ impl FromStr for Algorithm {
 
 /// Everything the round loop needs to know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FederationConfig {
     /// Which algorithm.
     pub algorithm: Algorithm,

@@ -20,8 +20,8 @@
 pub mod aggregate;
 pub mod cluster;
 pub mod data;
-pub mod federation;
 pub mod fedclust;
+pub mod federation;
 pub mod model;
 pub mod sim;
 pub mod train;

@@ -23,6 +23,39 @@ use burn::prelude::Device;
 /// Batch size used for evaluation (no effect on the result).
 const EVAL_BATCH: usize = 500;
 
+/// Maps `f` over `items` on all cores (clients train independently, so the result does not depend
+/// on the number of threads). Keeps the order of `items`.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        mine.push((i, f(item)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a training thread panicked"))
+            .collect()
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
 /// Clients simulated in this process.
 pub struct SimPool {
     infos: Vec<ClientInfo>,
@@ -83,7 +116,12 @@ impl SimPool {
         })
     }
 
-    fn train_one(&self, client: usize, params: &Params, cfg: &TrainConfig) -> Result<Update, FederationError> {
+    fn train_one(
+        &self,
+        client: usize,
+        params: &Params,
+        cfg: &TrainConfig,
+    ) -> Result<Update, FederationError> {
         let (params, report) = train_local(params, &self.train[client], cfg, &self.device)
             .map_err(|e| FederationError::Pool(format!("client {client}: {e}")))?;
         Ok(Update {
@@ -108,14 +146,14 @@ impl ClientPool for SimPool {
         cfg: &FederationConfig,
     ) -> Result<Vec<(usize, Vec<f32>)>, FederationError> {
         let selection = initial.layout().select(layers)?;
-        let mut out = Vec::with_capacity(clients.len());
-        for &c in clients {
+        par_map(clients, |&c| {
             let mut tc = cfg.train_config(client_seed(cfg.seed, 0, c));
             tc.epochs = cfg.warmup_epochs;
             let update = self.train_one(c, initial, &tc)?;
-            out.push((c, selection.extract(&update.params.values)));
-        }
-        Ok(out)
+            Ok((c, selection.extract(&update.params.values)))
+        })
+        .into_iter()
+        .collect()
     }
 
     fn train(
@@ -124,9 +162,11 @@ impl ClientPool for SimPool {
         jobs: &[(usize, &Params)],
         cfg: &FederationConfig,
     ) -> Result<Vec<Update>, FederationError> {
-        jobs.iter()
-            .map(|&(c, p)| self.train_one(c, p, &cfg.train_config(client_seed(cfg.seed, round, c))))
-            .collect()
+        par_map(jobs, |&(c, p)| {
+            self.train_one(c, p, &cfg.train_config(client_seed(cfg.seed, round, c)))
+        })
+        .into_iter()
+        .collect()
     }
 
     fn evaluate(

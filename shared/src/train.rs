@@ -321,7 +321,12 @@ impl EvalReport {
 }
 
 /// Evaluates `params` on `data` in batches of `batch_size`.
-pub fn evaluate(params: &Params, data: &LocalData, batch_size: usize, device: &Device) -> EvalReport {
+pub fn evaluate(
+    params: &Params,
+    data: &LocalData,
+    batch_size: usize,
+    device: &Device,
+) -> EvalReport {
     let net = Net::from_params(params, device);
     let mut rep = EvalReport::default();
     let idx: Vec<usize> = (0..data.len()).collect();

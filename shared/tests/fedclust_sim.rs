@@ -4,8 +4,8 @@
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
-use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet};
 use edgecfl_shared::fedclust::Threshold;
+use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet};
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
@@ -33,7 +33,11 @@ fn fedclust_recovers_label_groups_and_learns() {
     let mut cfg = config(Algorithm::FedClust);
     cfg.epochs = 5;
     let r = federation::run(&cfg, &mut pool, Some(&truth), &mut Quiet).unwrap();
-    assert_eq!(r.n_clusters, 4, "assignment {:?} truth {truth:?}", r.assignment);
+    assert_eq!(
+        r.n_clusters, 4,
+        "assignment {:?} truth {truth:?}",
+        r.assignment
+    );
     assert_eq!(r.ari, Some(1.0));
     assert_eq!(r.signature_len, 850);
     assert_eq!(r.rounds.len(), 2);

@@ -28,7 +28,10 @@ fn mlp_layout() {
     let l = ParamLayout::of(ModelKind::Mlp);
     assert_eq!(l.len(), 784 * 32 + 32 + 32 * 10 + 10);
     assert_eq!(l.select(&LayerSet::Final).unwrap().len(), 330);
-    assert_eq!(l.select(&"fc1".parse().unwrap()).unwrap().len(), 784 * 32 + 32);
+    assert_eq!(
+        l.select(&"fc1".parse().unwrap()).unwrap().len(),
+        784 * 32 + 32
+    );
 }
 
 #[test]
@@ -71,7 +74,11 @@ fn init_is_seeded_and_bounded() {
     assert_eq!(a, Params::init(ModelKind::LeNet5, 3));
     assert_ne!(a, Params::init(ModelKind::LeNet5, 4));
     // fc3 bound is 1/sqrt(84)
-    let fc3 = a.layout().select(&LayerSet::Final).unwrap().extract(&a.values);
+    let fc3 = a
+        .layout()
+        .select(&LayerSet::Final)
+        .unwrap()
+        .extract(&a.values);
     let bound = 1.0 / 84f32.sqrt();
     assert!(fc3.iter().all(|v| v.abs() <= bound));
 }
@@ -95,12 +102,20 @@ fn training_lowers_loss_and_is_deterministic() {
     assert_eq!(rep.steps, 100);
     assert_eq!(rep.samples, 1000);
     let after = evaluate(&p1, &local, 100, &device);
-    assert!(after.loss() < before.loss(), "{} → {}", before.loss(), after.loss());
+    assert!(
+        after.loss() < before.loss(),
+        "{} → {}",
+        before.loss(),
+        after.loss()
+    );
     assert!(after.accuracy() > before.accuracy());
     let (p2, _) = train_local(&p0, &local, &cfg, &device).unwrap();
     assert_eq!(p1, p2, "same seed, same result");
     // Per-label counts add up.
     assert_eq!(after.total_per_label.iter().sum::<usize>(), 500);
     let sub = after.restrict(&[0, 1]);
-    assert_eq!(sub.total, after.total_per_label[0] + after.total_per_label[1]);
+    assert_eq!(
+        sub.total,
+        after.total_per_label[0] + after.total_per_label[1]
+    );
 }

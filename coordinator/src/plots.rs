@@ -1,0 +1,266 @@
+//! SVG plots of a run: accuracy per round (mean and per cluster), the dendrogram with the cut,
+//! and the clients' distance matrix as a heatmap ordered by cluster.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use edgecfl_shared::cluster::distance::CondensedMatrix;
+use edgecfl_shared::cluster::hc::Dendrogram;
+use edgecfl_shared::federation::RunResult;
+use plotters::prelude::*;
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Writes every plot the run allows into `dir`; returns the paths written.
+pub fn write_all(dir: &Path, result: &RunResult) -> anyhow::Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let mut emit = |name: &str, draw: &dyn Fn(&Path) -> DrawResult| -> anyhow::Result<()> {
+        let p = dir.join(name);
+        draw(&p)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("cannot draw {}", p.display()))?;
+        written.push(p);
+        Ok(())
+    };
+    if result.rounds.iter().any(|r| r.accuracy.is_some()) {
+        emit("accuracy.svg", &|p| accuracy(p, result))?;
+    }
+    if let Some(c) = &result.clustering {
+        emit("dendrogram.svg", &|p| {
+            dendrogram(p, &c.dendrogram, c.threshold)
+        })?;
+    }
+    if let Some(d) = &result.distances {
+        emit("distances.svg", &|p| heatmap(p, d, &result.assignment))?;
+    }
+    Ok(written)
+}
+
+/// Mean local test accuracy per round, and each cluster's mean (thin lines).
+fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let last = result.rounds.last().map_or(1, |r| r.round).max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{} — mean local test accuracy ({} clusters)",
+                result.config.algorithm, result.n_clusters
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..last as f64, 0f64..100f64)?;
+    chart
+        .configure_mesh()
+        .x_desc("round")
+        .y_desc("accuracy (%)")
+        .draw()?;
+    let show_clusters = result.n_clusters > 1 && result.n_clusters <= 20;
+    if show_clusters {
+        for c in 0..result.n_clusters {
+            let pts = result.rounds.iter().filter_map(|r| {
+                let a = r.cluster_accuracy.as_ref()?.get(c)?;
+                Some((r.round as f64, 100.0 * a))
+            });
+            let color = Palette99::pick(c).mix(0.7);
+            chart
+                .draw_series(LineSeries::new(pts, color.stroke_width(1)))?
+                .label(format!("cluster {c}"))
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
+        }
+    }
+    let mean = result
+        .rounds
+        .iter()
+        .filter_map(|r| r.accuracy.map(|a| (r.round as f64, 100.0 * a)));
+    chart
+        .draw_series(LineSeries::new(mean, BLACK.stroke_width(3)))?
+        .label("mean over clients")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], BLACK.stroke_width(3)));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Leaf order of a dendrogram (left child first, as scipy draws it) and each node's x position.
+fn dendrogram_layout(d: &Dendrogram) -> (Vec<usize>, Vec<f64>) {
+    let n = d.n();
+    let merges = d.merges();
+    let mut order = Vec::with_capacity(n);
+    if n == 0 {
+        return (order, Vec::new());
+    }
+    // Iterative depth-first walk from the root (node 2n-2).
+    let mut stack = vec![2 * n - 2];
+    while let Some(node) = stack.pop() {
+        if node < n {
+            order.push(node);
+        } else {
+            let m = &merges[node - n];
+            stack.push(m.b);
+            stack.push(m.a);
+        }
+    }
+    let mut x = vec![0.0; 2 * n - 1];
+    for (pos, &leaf) in order.iter().enumerate() {
+        x[leaf] = pos as f64;
+    }
+    for (k, m) in merges.iter().enumerate() {
+        x[n + k] = (x[m.a] + x[m.b]) / 2.0;
+    }
+    (order, x)
+}
+
+/// The merge tree with a dashed line at the cut height.
+fn dendrogram(path: &Path, d: &Dendrogram, cut: f64) -> DrawResult {
+    let n = d.n();
+    if n < 2 {
+        return Ok(());
+    }
+    let (_, x) = dendrogram_layout(d);
+    let merges = d.merges();
+    let top = merges
+        .iter()
+        .map(|m| m.height)
+        .fold(cut, f64::max)
+        .max(1e-9)
+        * 1.05;
+    let height = |node: usize| {
+        if node < n {
+            0.0
+        } else {
+            merges[node - n].height
+        }
+    };
+    let root = SVGBackend::new(path, (1000, 520)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("dendrogram of {n} clients, cut at {cut:.4}"),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-1f64..n as f64, 0f64..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .disable_x_axis()
+        .y_desc("merge height")
+        .draw()?;
+    chart.draw_series(merges.iter().enumerate().map(|(k, m)| {
+        let h = m.height;
+        let color = if h <= cut {
+            BLUE
+        } else {
+            RGBColor(150, 150, 150)
+        };
+        PathElement::new(
+            vec![
+                (x[m.a], height(m.a)),
+                (x[m.a], h),
+                (x[m.b], h),
+                (x[m.b], height(m.b)),
+            ],
+            color.stroke_width(if k + 1 == merges.len() { 2 } else { 1 }),
+        )
+    }))?;
+    chart.draw_series(DashedLineSeries::new(
+        vec![(-1.0, cut), (n as f64, cut)],
+        6,
+        4,
+        RED.stroke_width(2),
+    ))?;
+    root.present()?;
+    Ok(())
+}
+
+/// Distance matrix with clients sorted by cluster, then index; white lines separate clusters.
+fn heatmap(path: &Path, d: &CondensedMatrix, assignment: &[usize]) -> DrawResult {
+    let n = d.n();
+    if n < 2 || assignment.len() != n {
+        return Ok(());
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| (assignment[i], i));
+    let max = d.as_slice().iter().copied().fold(0.0, f64::max).max(1e-12);
+    let root = SVGBackend::new(path, (760, 720)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("client distances (max {max:.3}), ordered by cluster"),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(40)
+        .build_cartesian_2d(0f64..n as f64, 0f64..n as f64)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("client (by cluster)")
+        .draw()?;
+    let cells = (0..n).flat_map(|r| (0..n).map(move |c| (r, c)));
+    chart.draw_series(cells.map(|(r, c)| {
+        let v = if r == c {
+            0.0
+        } else {
+            d.get(order[r], order[c]).unwrap_or(0.0) / max
+        };
+        let color = ViridisRGB::get_color(v);
+        Rectangle::new(
+            [
+                (c as f64, (n - r) as f64),
+                (c as f64 + 1.0, (n - r - 1) as f64),
+            ],
+            color.filled(),
+        )
+    }))?;
+    // Cluster boundaries.
+    for k in 1..n {
+        if assignment[order[k]] != assignment[order[k - 1]] {
+            let at = k as f64;
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(at, 0.0), (at, n as f64)],
+                WHITE.stroke_width(2),
+            )))?;
+            let y = (n - k) as f64;
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(0.0, y), (n as f64, y)],
+                WHITE.stroke_width(2),
+            )))?;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgecfl_shared::cluster::hc::{Linkage, linkage};
+
+    #[test]
+    fn leaf_order_follows_the_tree() {
+        // Points 0, 10, 1, 11 on a line: merges (0,2) and (1,3), then the two pairs.
+        let pts: Vec<Vec<f32>> = [0.0, 10.0, 1.0, 11.0].iter().map(|&v| vec![v]).collect();
+        let d = linkage(&CondensedMatrix::euclidean(&pts).unwrap(), Linkage::Single);
+        let (order, x) = dendrogram_layout(&d);
+        assert_eq!(order.len(), 4);
+        // Members of a pair sit next to each other.
+        let pos = |leaf: usize| order.iter().position(|&l| l == leaf).unwrap() as i64;
+        assert_eq!((pos(0) - pos(2)).abs(), 1);
+        assert_eq!((pos(1) - pos(3)).abs(), 1);
+        // The root sits in the middle of the leaves.
+        assert_eq!(x[6], 1.5);
+    }
+}

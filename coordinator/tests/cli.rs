@@ -1,0 +1,127 @@
+//! The `coordinator` binary end to end: `simulate` writes its result files; bad input gives a
+//! clear error and a failure exit code, never a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn coordinator(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .args(args)
+        .output()
+        .expect("run coordinator")
+}
+
+fn subset() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/fmnist-subset")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("edgecfl-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn simulate_writes_summary_csv_clusters_and_plots() {
+    let out = temp_dir("simulate");
+    let data = subset();
+    let o = coordinator(&[
+        "simulate",
+        "--partition",
+        "groups:01234-56789",
+        "--clients",
+        "6",
+        "--rounds",
+        "2",
+        "--epochs",
+        "1",
+        "--frac",
+        "0.5",
+        "--seed",
+        "3",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    for key in [
+        "algorithm",
+        "partition",
+        "n_clients",
+        "n_clusters",
+        "ari",
+        "accuracy_per_round",
+        "final_accuracy",
+        "upload_bytes_clustering_per_client",
+        "wall_seconds",
+    ] {
+        assert!(summary.get(key).is_some(), "summary.json lacks {key}");
+    }
+    assert_eq!(summary["algorithm"], "fedclust");
+    assert_eq!(summary["partition"], "groups:01234-56789");
+    assert_eq!(summary["n_clients"], 6);
+    assert_eq!(summary["upload_bytes_clustering_per_client"], 850 * 4);
+    assert_eq!(summary["accuracy_per_round"].as_array().unwrap().len(), 2);
+    let csv = std::fs::read_to_string(out.join("rounds.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(csv.starts_with("round,sampled,received,train_loss,accuracy"));
+    for f in [
+        "clusters.json",
+        "accuracy.svg",
+        "dendrogram.svg",
+        "distances.svg",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bad_flags_and_missing_data_fail_cleanly() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["simulate", "--frac", "1.5"], "frac"),
+        (&["simulate", "--partition", "label:0"], "label"),
+        (&["simulate", "--lambda", "-3"], "threshold"),
+        (
+            &["simulate", "--data", "/nonexistent/fmnist", "--rounds", "1"],
+            "/nonexistent/fmnist",
+        ),
+        (
+            &["simulate", "--config", "/nonexistent/run.toml"],
+            "/nonexistent/run.toml",
+        ),
+    ];
+    for (args, needle) in cases {
+        let o = coordinator(args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn generate_config_round_trips() {
+    let o = coordinator(&["generate-config"]);
+    assert!(o.status.success());
+    let dir = temp_dir("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.toml");
+    std::fs::write(&path, &o.stdout).unwrap();
+    // A config with an unknown key is rejected with the file name.
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!("{}\nbogus = 1\n", String::from_utf8_lossy(&o.stdout)),
+    )
+    .unwrap();
+    let o = coordinator(&["simulate", "--config", bad.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(stderr.contains("bad.toml"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
