@@ -9,7 +9,7 @@ use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::fedclust::Threshold;
 use edgecfl_shared::federation::{Algorithm, FederationConfig};
-use edgecfl_shared::model::ModelKind;
+use edgecfl_shared::model::{LayerSet, ModelKind};
 use edgecfl_shared::train::Backend;
 use serde::{Deserialize, Serialize};
 
@@ -102,6 +102,9 @@ pub struct RunFlags {
     /// lenet5 | mlp
     #[arg(long)]
     pub model: Option<ModelKind>,
+    /// Layers uploaded in round 0: final | smallest-fc | all | names (conv1,conv2).
+    #[arg(long)]
+    pub signature_layers: Option<LayerSet>,
     /// Evaluate every N rounds.
     #[arg(long)]
     pub eval_every: Option<usize>,
@@ -142,6 +145,7 @@ impl RunFlags {
         set!(lambda => f.threshold);
         set!(linkage => f.linkage);
         set!(model => f.model);
+        set!(signature_layers => f.signature_layers);
         set!(eval_every => f.eval_every);
         set!(seed => f.seed);
         set!(partition => c.partition);

@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run FedClust, FedAvg or Local with every client in this process.
-    Simulate(RunFlags),
+    Simulate(Box<RunFlags>),
     /// Cluster signatures from a .npy or .csv file (rows = clients) and print labels and merges as JSON.
     Cluster(offline::ClusterArgs),
     /// Print the default configuration file (TOML).
@@ -30,8 +30,12 @@ fn main() -> ExitCode {
         Command::Simulate(flags) => flags.resolve().and_then(|cfg| {
             let r = simulate::run(&cfg)?;
             println!(
-                "final accuracy {:.2} %, {} clusters, ARI {}; results in {}",
-                100.0 * r.final_accuracy().unwrap_or(0.0),
+                "final accuracy {}, {} clusters, ARI {}; results in {}",
+                r.final_accuracy()
+                    .map_or("n/a (no training round)".into(), |a| format!(
+                        "{:.2} %",
+                        100.0 * a
+                    )),
                 r.n_clusters,
                 r.ari.map_or("n/a".into(), |a| format!("{a:.3}")),
                 cfg.out.display()

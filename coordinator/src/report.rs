@@ -30,6 +30,7 @@ pub fn summary(cfg: &RunConfig, result: &RunResult, data_source: &str) -> Value 
         "data": data_source,
         "backend": cfg.backend.to_string(),
         "assignment": result.assignment,
+        "client_accuracy": result.final_client_accuracy,
         "config": cfg,
     })
 }

@@ -85,7 +85,7 @@ fn bad_flags_and_missing_data_fail_cleanly() {
     let cases: [(&[&str], &str); 5] = [
         (&["simulate", "--frac", "1.5"], "frac"),
         (&["simulate", "--partition", "label:0"], "label"),
-        (&["simulate", "--lambda", "-3"], "threshold"),
+        (&["simulate", "--lambda=-3"], "threshold"),
         (
             &["simulate", "--data", "/nonexistent/fmnist", "--rounds", "1"],
             "/nonexistent/fmnist",

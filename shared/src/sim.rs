@@ -175,8 +175,9 @@ impl ClientPool for SimPool {
         jobs: &[(usize, &Params)],
     ) -> Result<Vec<(usize, EvalReport)>, FederationError> {
         // Group clients by (model, rotation); evaluate each group once on the union of its labels.
-        let mut groups: HashMap<(*const Params, u8), (&Params, [bool; CLASSES], Vec<usize>)> =
-            HashMap::new();
+        // (model, rotation) → (model, labels needed, clients)
+        type Group<'a> = (&'a Params, [bool; CLASSES], Vec<usize>);
+        let mut groups: HashMap<(*const Params, u8), Group> = HashMap::new();
         for &(c, p) in jobs {
             let entry = groups
                 .entry((std::ptr::from_ref(p), self.rotation[c]))

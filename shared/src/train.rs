@@ -151,7 +151,7 @@ impl LocalData {
         let mut labels = Vec::with_capacity(indices.len());
         for &i in indices {
             let img = data.image(i);
-            if quarter_turns % 4 == 0 {
+            if quarter_turns.is_multiple_of(4) {
                 pixels.extend(img.iter().map(|&p| f32::from(p) / 255.0));
             } else {
                 let r = rotate_image(img, quarter_turns);
@@ -212,7 +212,7 @@ pub fn train_local(
     let start = Instant::now();
     let ad = device.clone().autodiff();
     let mut net = Net::from_params(params, &ad);
-    let momentum = (cfg.momentum > 0.0).then(|| MomentumConfig {
+    let momentum = (cfg.momentum > 0.0).then_some(MomentumConfig {
         momentum: cfg.momentum,
         dampening: 0.0,
         nesterov: false,
