@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Benchmark 2 of BENCHMARKS.md: ARI of FedClust's one-shot clustering (round 0 only) with 100
 # clients on partitions with a ground truth, for each linkage and λ rule.
-# Usage: scripts/bench-ari.sh [WARMUP_EPOCHS]   Results: bench-results/ari/ari.csv
+# Usage: [LINKAGES="average complete ward single"] scripts/bench-ari.sh [WARMUP_EPOCHS] [PARTITIONS...]
+# Results: one row per run appended to bench-results/ari/ari.csv
 set -euo pipefail
 cd "$(dirname "$0")/.."
-warm=${1:-1}
+warm=${1:-1}; shift || true
+parts=("$@"); [ ${#parts[@]} -gt 0 ] || parts=(groups:012-34-56-789 rotate:4)
 cargo build --release -q -p edgecfl-coordinator
 mkdir -p bench-results/ari
 csv=bench-results/ari/ari.csv
-echo "partition,linkage,lambda,warmup_epochs,n_clusters,ari,threshold,wall_seconds" > "$csv"
-for p in groups:012-34-56-789 rotate:4; do
-  for l in average complete ward single; do
+[ -f "$csv" ] || echo "partition,linkage,lambda,warmup_epochs,n_clusters,ari,threshold,wall_seconds" > "$csv"
+for p in "${parts[@]}"; do
+  for l in ${LINKAGES:-average complete ward single}; do
     for lam in auto k=4; do
-      out="bench-results/ari/${p/:/-}-$l-${lam/=/}"
+      out="bench-results/ari/${p/:/-}-$l-${lam/=/}-w$warm"
       target/release/coordinator simulate --algorithm fedclust --partition "$p" --clients 100 \
         --rounds 0 --warmup-epochs "$warm" --linkage "$l" --lambda "$lam" --seed 0 --out "$out" >/dev/null
       python3 - "$out/summary.json" "$p" "$l" "$lam" "$warm" >> "$csv" <<'PY'
