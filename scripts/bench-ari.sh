@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 warm=${1:-1}; shift || true
 parts=("$@"); [ ${#parts[@]} -gt 0 ] || parts=(groups:012-34-56-789 rotate:4)
-cargo build --release -q -p edgecfl-coordinator
+cargo build --release -q -p coordinator
 mkdir -p bench-results/ari
 csv=bench-results/ari/ari.csv
 [ -f "$csv" ] || echo "partition,linkage,lambda,warmup_epochs,n_clusters,ari,threshold,wall_seconds" > "$csv"

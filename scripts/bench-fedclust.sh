@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-50}; shift || true
 parts=("$@"); [ ${#parts[@]} -gt 0 ] || parts=(label:2 label:3 dir:0.1)
-cargo build --release -q -p edgecfl-coordinator
+cargo build --release -q -p coordinator
 for p in "${parts[@]}"; do
   for a in ${ALGS:-fedclust fedavg local}; do
     out="bench-results/fedclust/${p/:/-}-$a"

@@ -1,4 +1,4 @@
-//! # edgecfl-coordinator
+//! # coordinator
 //!
 //! The coordinator runtime. `main.rs` only parses arguments; each subcommand lives in a module:
 //!

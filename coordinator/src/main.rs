@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use edgecfl_coordinator::config::{DEFAULT_CONFIG, RunFlags};
-use edgecfl_coordinator::{offline, simulate};
+use coordinator::config::{DEFAULT_CONFIG, RunFlags};
+use coordinator::{offline, simulate};
 
 /// Coordinator of edgecfl: one-shot clustering of edge clients and cluster-wise federated training.
 #[derive(Parser)]

@@ -1,5 +1,5 @@
 //! `coordinator cluster` end to end: write small `.npy` / `.csv` files, run
-//! [`edgecfl_coordinator::offline::run`], check the JSON.
+//! [`coordinator::offline::run`], check the JSON.
 //!
 //! Expected merges come from scipy (`scipy.cluster.hierarchy.linkage` on the same points, values
 //! quoted in the comments), not from this crate.
@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use edgecfl_coordinator::offline::{ClusterArgs, Metric, Threshold, run};
+use coordinator::offline::{ClusterArgs, Metric, Threshold, run};
 use edgecfl_shared::cluster::Linkage;
 use serde_json::Value;
 

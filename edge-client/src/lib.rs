@@ -1,4 +1,4 @@
-//! # edgecfl-edge-client
+//! # edge-client
 //!
 //! The edge-client runtime: what runs on a Raspberry Pi or a Jetson. `main.rs` only parses
 //! arguments. Today the client works offline:

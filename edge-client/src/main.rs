@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use edgecfl_edge_client::{bench, signature};
+use edge_client::{bench, signature};
 
 /// Edge client of edgecfl: local training on a Raspberry Pi / Jetson class device.
 #[derive(Parser)]
