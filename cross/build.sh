@@ -10,7 +10,8 @@
 #   all                             the three above
 #
 # With `cross` and a working Docker/Podman engine it runs
-#   CROSS_CONFIG=cross/Cross.toml cross build --target T -p edge-client --release
+#   CROSS_CONFIG=cross/Cross.toml cross +TOOLCHAIN build --target T -p edge-client --release
+# (TOOLCHAIN: $CROSS_TOOLCHAIN, default the workspace rust-version, e.g. 1.95.0; see below)
 # Otherwise (no container engine, as on the project's development machines and CI) it builds the
 # same targets with `cargo` + `rustup` targets + Debian's cross gcc (linkers in .cargo/config.toml).
 # It never installs anything without saying so first: missing rustup targets are added with
@@ -130,6 +131,16 @@ case "$MODE" in
     native) ;;
 esac
 
+# cross 0.2.5 misreads `rustup toolchain list` from rustup >= 1.28 (the default toolchain is listed
+# as "stable-... (active, default)"), concludes the toolchain is missing and runs
+# `rustup toolchain add stable` on every call, which updates stable (cross-rs/cross#1678). Naming
+# the toolchain explicitly avoids that; default: the workspace's rust-version (1.95 -> 1.95.0).
+if [[ $USE_CROSS -eq 1 && -z "${CROSS_TOOLCHAIN:-}" ]]; then
+    rv="$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -1)"
+    [[ "$rv" =~ ^[0-9]+\.[0-9]+$ ]] && rv="$rv.0"
+    CROSS_TOOLCHAIN="${rv:-stable}"
+fi
+
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 # cross and cargo both resolve a relative CARGO_TARGET_DIR against the current directory ($ROOT).
 [[ "$TARGET_DIR" = /* ]] || TARGET_DIR="$ROOT/$TARGET_DIR"
@@ -181,8 +192,8 @@ status=0
 for t in "${TARGETS[@]}"; do
     start=$(date +%s)
     if [[ $USE_CROSS -eq 1 ]]; then
-        say "CROSS_CONFIG=cross/Cross.toml cross ${cargo_args[*]} --target $t ${EXTRA[*]:-}"
-        CROSS_CONFIG="${CROSS_CONFIG:-$ROOT/cross/Cross.toml}" cross "${cargo_args[@]}" --target "$t" "${EXTRA[@]}"
+        say "CROSS_CONFIG=cross/Cross.toml cross +$CROSS_TOOLCHAIN ${cargo_args[*]} --target $t ${EXTRA[*]:-}"
+        CROSS_CONFIG="${CROSS_CONFIG:-$ROOT/cross/Cross.toml}" cross "+$CROSS_TOOLCHAIN" "${cargo_args[@]}" --target "$t" "${EXTRA[@]}"
     else
         # C build dependencies (cc crate): the musl target would look for aarch64-linux-musl-gcc,
         # which Debian does not ship; the glibc cross gcc compiles freestanding C fine.

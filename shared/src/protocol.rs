@@ -1,0 +1,575 @@
+//! The wire protocol between the coordinator and edge clients: messages, their postcard encoding,
+//! tensors on the wire, and the MQTT topic scheme.
+//!
+//! This module builds without `std` (`no_std` + `alloc`, with [`heapless`] strings for ids), so a
+//! microcontroller-class client can reuse it: `cargo build -p edgecfl-shared --no-default-features`.
+//! It knows topics as strings but nothing of any MQTT library.
+//!
+//! ## Messages
+//!
+//! Every payload is an [`Envelope`]: protocol [`VERSION`], run id, round, and a body, encoded with
+//! postcard. The coordinator sends [`ToClient`], clients send [`ToCoordinator`]. A decode of any
+//! byte string gives a message or a typed [`ProtocolError`], never a panic (property-tested).
+//!
+//! ```text
+//!  client                                   coordinator
+//!    │ ── status: Hello (retained) ───────────▶ │  (last will: Gone, retained)
+//!    │ ◀── down: Signature{job, layers} ─────── │  round 0: warm-up, upload the layers
+//!    │ ── up: Signature{values} ──────────────▶ │  → one-shot clustering
+//!    │ ◀── down: Train{job} ─────────────────── │  round t ≥ 1, sampled clients only
+//!    │ ── up: Update{params, samples, loss} ──▶ │  → cluster-wise FedAvg
+//!    │ ◀── down: Evaluate{params} ───────────── │
+//!    │ ── up: Evaluation{per_label} ──────────▶ │
+//!    │ ◀── down: Finish ─────────────────────── │
+//! ```
+//!
+//! ## Topics
+//!
+//! All topics live under a prefix, `edgecfl/<fleet>` by default `edgecfl/default`
+//! (see [`Topics`]). QoS 1 everywhere.
+//!
+//! | topic | direction | retained | payload |
+//! | --- | --- | --- | --- |
+//! | `<prefix>/clients/<id>/status` | client → coordinator | yes | `Hello` on connect, `Gone` as last will and on exit |
+//! | `<prefix>/clients/<id>/up` | client → coordinator | no | `Signature`, `Update`, `Evaluation`, `Failed` |
+//! | `<prefix>/clients/<id>/down` | coordinator → client | no | `ToClient` |
+//!
+//! Status messages are retained so a coordinator that starts after its clients still learns of
+//! them; the last will tells it at once when a client dies. A client that reconnects publishes
+//! `Hello` again and the coordinator re-sends the job it is waiting for.
+//!
+//! ## Tensors
+//!
+//! A [`Tensor`] is raw little-endian `f32` by default, or `f16` ([`Encoding::F16`]) to halve the
+//! bytes of uploads.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Protocol version carried by every envelope. A peer with another version is refused.
+pub const VERSION: u16 = 1;
+
+/// Longest client or run id, in bytes.
+pub const MAX_ID_LEN: usize = 32;
+
+/// Largest payload either side accepts: a LeNet-5 in f32 is 178 KB; this leaves room for larger
+/// models while refusing absurd sizes before decoding. MQTT packet limits are set to this plus
+/// headroom for the topic.
+pub const MAX_PAYLOAD: usize = 4 << 20;
+
+/// A client or run id: 1 to 32 bytes of `A-Z a-z 0-9 - _ .` (safe as an MQTT topic level).
+pub type Id = heapless::String<MAX_ID_LEN>;
+
+/// Free text in a message (backend names, failure reasons), cut to 64 bytes.
+pub type Text = heapless::String<64>;
+
+/// The model architectures edgecfl trains (see `model` for their layouts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// LeNet-5 for 28×28 grey images (NIID-Bench `SimpleCNNMNIST`).
+    LeNet5,
+    /// MLP 784→32→10 (MT-HFL's FMNIST model).
+    Mlp,
+}
+
+/// Errors of decoding or validating a message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// The payload is larger than [`MAX_PAYLOAD`].
+    #[error("payload of {len} bytes exceeds the limit of {max}")]
+    Oversized {
+        /// Payload length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload ended before the message did.
+    #[error("truncated message")]
+    Truncated,
+    /// The payload is not a message of this protocol.
+    #[error("malformed message: {0}")]
+    Malformed(postcard::Error),
+    /// Bytes left over after the message.
+    #[error("{0} trailing bytes after the message")]
+    TrailingBytes(usize),
+    /// The sender speaks another protocol version.
+    #[error("protocol version {got}, expected {expected}")]
+    Version {
+        /// Version in the message.
+        got: u16,
+        /// Ours.
+        expected: u16,
+    },
+    /// A tensor's byte length is not a whole number of elements.
+    #[error("tensor of {bytes} bytes is not a whole number of {encoding} elements")]
+    TensorBytes {
+        /// Byte length.
+        bytes: usize,
+        /// Its encoding.
+        encoding: Encoding,
+    },
+    /// A tensor has the wrong number of elements.
+    #[error("tensor has {got} elements, expected {expected}")]
+    TensorLength {
+        /// Expected elements.
+        expected: usize,
+        /// Elements received.
+        got: usize,
+    },
+    /// A tensor holds NaN or an infinity.
+    #[error("tensor element {0} is not finite")]
+    NotFinite(usize),
+    /// An id that is empty, too long, or not safe as a topic level.
+    #[error("invalid id {0:?} (1-32 characters of A-Z a-z 0-9 - _ .)")]
+    BadId(String),
+}
+
+impl From<postcard::Error> for ProtocolError {
+    fn from(e: postcard::Error) -> Self {
+        match e {
+            postcard::Error::DeserializeUnexpectedEnd => ProtocolError::Truncated,
+            e => ProtocolError::Malformed(e),
+        }
+    }
+}
+
+/// Checks an id and makes an [`Id`] of it.
+pub fn id(s: &str) -> Result<Id, ProtocolError> {
+    let ok = !s.is_empty()
+        && s.len() <= MAX_ID_LEN
+        && s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !ok {
+        return Err(ProtocolError::BadId(s.into()));
+    }
+    let mut out = Id::new();
+    out.push_str(s)
+        .map_err(|_| ProtocolError::BadId(s.into()))?;
+    Ok(out)
+}
+
+/// Makes a [`Text`] of `s`, cut at a character boundary to fit.
+pub fn text(s: &str) -> Text {
+    let mut out = Text::new();
+    for c in s.chars() {
+        if out.push(c).is_err() {
+            break;
+        }
+    }
+    out
+}
+
+/// How a tensor's elements are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// IEEE 754 binary32, little-endian (4 bytes per element).
+    F32,
+    /// IEEE 754 binary16, little-endian (2 bytes per element; uploads only).
+    F16,
+}
+
+impl Encoding {
+    /// Bytes per element.
+    pub fn width(self) -> usize {
+        match self {
+            Encoding::F32 => 4,
+            Encoding::F16 => 2,
+        }
+    }
+}
+
+impl fmt::Display for Encoding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Encoding::F32 => "f32",
+            Encoding::F16 => "f16",
+        })
+    }
+}
+
+impl core::str::FromStr for Encoding {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "f32" => Ok(Encoding::F32),
+            "f16" => Ok(Encoding::F16),
+            _ => Err(format!("unknown encoding {s:?} (expected f32 or f16)")),
+        }
+    }
+}
+
+/// A flat vector of floats on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tensor {
+    /// Element encoding.
+    pub encoding: Encoding,
+    /// The elements, little-endian.
+    pub bytes: Vec<u8>,
+}
+
+impl Tensor {
+    /// Encodes `values` (f16 rounds to nearest).
+    pub fn encode(values: &[f32], encoding: Encoding) -> Tensor {
+        let mut bytes = Vec::with_capacity(values.len() * encoding.width());
+        for &v in values {
+            match encoding {
+                Encoding::F32 => bytes.extend_from_slice(&v.to_le_bytes()),
+                Encoding::F16 => bytes.extend_from_slice(&half::f16::from_f32(v).to_le_bytes()),
+            }
+        }
+        Tensor { encoding, bytes }
+    }
+
+    /// Number of elements (rounded down).
+    pub fn len(&self) -> usize {
+        self.bytes.len() / self.encoding.width()
+    }
+
+    /// True without elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Decodes to f32, checking the element count (when `expected` is given) and that every
+    /// value is finite.
+    pub fn decode(&self, expected: Option<usize>) -> Result<Vec<f32>, ProtocolError> {
+        let w = self.encoding.width();
+        if !self.bytes.len().is_multiple_of(w) {
+            return Err(ProtocolError::TensorBytes {
+                bytes: self.bytes.len(),
+                encoding: self.encoding,
+            });
+        }
+        if let Some(expected) = expected
+            && expected != self.len()
+        {
+            return Err(ProtocolError::TensorLength {
+                expected,
+                got: self.len(),
+            });
+        }
+        let mut out = Vec::with_capacity(self.len());
+        for (i, c) in self.bytes.chunks_exact(w).enumerate() {
+            let v = match self.encoding {
+                Encoding::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                Encoding::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
+            };
+            if !v.is_finite() {
+                return Err(ProtocolError::NotFinite(i));
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
+}
+
+/// A training job: the model to start from and the local-training settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainJob {
+    /// Architecture of `params`.
+    pub model: ModelKind,
+    /// The starting parameters (f32).
+    pub params: Tensor,
+    /// Local epochs.
+    pub epochs: u32,
+    /// Mini-batch size.
+    pub batch_size: u32,
+    /// Learning rate.
+    pub lr: f64,
+    /// SGD momentum.
+    pub momentum: f64,
+    /// Seed of the sample order (the coordinator derives it per client and round).
+    pub seed: u64,
+    /// Encoding the client uses for its upload.
+    pub upload: Encoding,
+}
+
+/// Coordinator → client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToClient {
+    /// Round 0: train for the warm-up and upload the `layers` (`final`, `smallest-fc`, `all` or
+    /// names such as `conv1,conv2`) of the result.
+    Signature {
+        /// Warm-up training.
+        job: TrainJob,
+        /// Which layers to upload.
+        layers: Text,
+    },
+    /// Train the cluster model and upload the result.
+    Train(TrainJob),
+    /// Evaluate a model on the local test set.
+    Evaluate {
+        /// Architecture.
+        model: ModelKind,
+        /// Parameters.
+        params: Tensor,
+    },
+    /// The run is over.
+    Finish,
+}
+
+/// Accuracy counts of one label on a client's test set.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LabelEval {
+    /// The label.
+    pub label: u8,
+    /// Correct predictions.
+    pub correct: u32,
+    /// Samples.
+    pub total: u32,
+    /// Summed cross-entropy.
+    pub loss_sum: f64,
+}
+
+/// Where a testbed client's data came from: shard `index` of `of` of a seeded partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// The partition (`label:2`, `groups:012-34-56-789`, ...).
+    pub partition: Text,
+    /// Its seed.
+    pub seed: u64,
+    /// Shard index.
+    pub index: u32,
+    /// Number of shards.
+    pub of: u32,
+    /// Ground-truth group of the shard, when the partition has one (`groups:`, `rotate:`); used
+    /// only to score the clustering.
+    pub group: Option<u32>,
+}
+
+/// A client's announcement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Training samples.
+    pub samples: u64,
+    /// Local test samples.
+    pub test_samples: u64,
+    /// Training backend (`flex`, `ndarray`, ...).
+    pub backend: Text,
+    /// Set by testbed clients that hold a shard of a known partition.
+    pub shard: Option<ShardInfo>,
+}
+
+/// Client → coordinator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToCoordinator {
+    /// "I am here" (retained status message).
+    Hello(Hello),
+    /// Round-0 upload: the selected layers after the warm-up.
+    Signature {
+        /// The layers' values.
+        values: Tensor,
+    },
+    /// A trained model.
+    Update {
+        /// Architecture.
+        model: ModelKind,
+        /// The parameters.
+        params: Tensor,
+        /// Samples trained on (the FedAvg weight).
+        samples: u64,
+        /// Mean training loss of the last epoch.
+        loss: f64,
+    },
+    /// Evaluation counts per label.
+    Evaluation {
+        /// Labels present in the test set.
+        per_label: Vec<LabelEval>,
+    },
+    /// The job could not be done (the reason is for the log).
+    Failed {
+        /// Why.
+        reason: Text,
+    },
+    /// The client is gone (last will, or a clean exit).
+    Gone,
+}
+
+/// What every payload carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope<B> {
+    /// Protocol version ([`VERSION`]).
+    pub version: u16,
+    /// The run this message belongs to (empty in `Hello` and `Gone`).
+    pub run: Id,
+    /// The round (0 is the clustering round).
+    pub round: u32,
+    /// The message.
+    pub body: B,
+}
+
+impl<B: Serialize + DeserializeOwned> Envelope<B> {
+    /// An envelope of the current version.
+    pub fn new(run: Id, round: u32, body: B) -> Self {
+        Envelope {
+            version: VERSION,
+            run,
+            round,
+            body,
+        }
+    }
+
+    /// Encodes with postcard.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).expect("postcard cannot fail on these types")
+    }
+
+    /// Decodes a payload: size limit, version (read first, so a future version is reported as
+    /// such rather than as garbage), the message, and no trailing bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, ProtocolError> {
+        if bytes.len() > MAX_PAYLOAD {
+            return Err(ProtocolError::Oversized {
+                len: bytes.len(),
+                max: MAX_PAYLOAD,
+            });
+        }
+        let (version, _) = postcard::take_from_bytes::<u16>(bytes)?;
+        if version != VERSION {
+            return Err(ProtocolError::Version {
+                got: version,
+                expected: VERSION,
+            });
+        }
+        let (env, rest) = postcard::take_from_bytes::<Self>(bytes)?;
+        if !rest.is_empty() {
+            return Err(ProtocolError::TrailingBytes(rest.len()));
+        }
+        // heapless checks the capacity; the character set is ours to check.
+        if !env.run.is_empty() {
+            id(&env.run)?;
+        }
+        Ok(env)
+    }
+}
+
+/// The topic scheme under a prefix (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topics {
+    prefix: String,
+}
+
+impl Topics {
+    /// Default prefix.
+    pub const DEFAULT_PREFIX: &'static str = "edgecfl/default";
+
+    /// Topics under `prefix` (no trailing slash, no wildcard).
+    pub fn new(prefix: &str) -> Result<Self, ProtocolError> {
+        let p = prefix.trim_end_matches('/');
+        if p.is_empty() || p.contains(['+', '#']) {
+            return Err(ProtocolError::BadId(prefix.into()));
+        }
+        Ok(Topics { prefix: p.into() })
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A client's retained status (`Hello` / `Gone`).
+    pub fn status(&self, client: &str) -> String {
+        format!("{}/clients/{client}/status", self.prefix)
+    }
+
+    /// A client's uploads.
+    pub fn up(&self, client: &str) -> String {
+        format!("{}/clients/{client}/up", self.prefix)
+    }
+
+    /// A client's commands.
+    pub fn down(&self, client: &str) -> String {
+        format!("{}/clients/{client}/down", self.prefix)
+    }
+
+    /// Filter matching every client's status.
+    pub fn all_status(&self) -> String {
+        self.status("+")
+    }
+
+    /// Filter matching every client's uploads.
+    pub fn all_up(&self) -> String {
+        self.up("+")
+    }
+
+    /// Splits a client topic into (client id, kind), or `None` for a topic outside the scheme.
+    pub fn parse<'t>(&self, topic: &'t str) -> Option<(&'t str, TopicKind)> {
+        let rest = topic.strip_prefix(self.prefix.as_str())?;
+        let rest = rest.strip_prefix("/clients/")?;
+        let (client, kind) = rest.split_once('/')?;
+        let kind = match kind {
+            "status" => TopicKind::Status,
+            "up" => TopicKind::Up,
+            "down" => TopicKind::Down,
+            _ => return None,
+        };
+        Some((client, kind))
+    }
+}
+
+/// The kind of a client topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicKind {
+    /// `…/status`
+    Status,
+    /// `…/up`
+    Up,
+    /// `…/down`
+    Down,
+}
+
+/// A broker address, `mqtt://host:port`, `tcp://host:port` or `host[:port]` (port 1883 by
+/// default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerAddr {
+    /// Host name or IP.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl core::str::FromStr for BrokerAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let rest = s
+            .strip_prefix("mqtt://")
+            .or_else(|| s.strip_prefix("tcp://"))
+            .unwrap_or(s)
+            .trim_end_matches('/');
+        if rest.contains("://") {
+            return Err(format!(
+                "unsupported broker URL {s:?} (expected mqtt://HOST:PORT)"
+            ));
+        }
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(':') => (
+                h,
+                p.parse::<u16>()
+                    .map_err(|_| format!("bad port {p:?} in broker URL {s:?}"))?,
+            ),
+            _ => (rest, 1883),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(format!("no host in broker URL {s:?}"));
+        }
+        Ok(BrokerAddr {
+            host: host.into(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for BrokerAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "mqtt://{}:{}", self.host, self.port)
+    }
+}
