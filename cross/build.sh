@@ -157,6 +157,11 @@ if [[ $USE_CROSS -eq 0 ]]; then
         fi
         lb="$(linker_bin "$t")"
         command -v "$lb" >/dev/null || apt_install "linker $lb for $t" "$(linker_pkg "$t")"
+        # The target's C library (crt1.o, libc.so) is only a Recommends of the gcc package.
+        case "$t" in
+            aarch64-unknown-linux-gnu) [[ -e /usr/aarch64-linux-gnu/lib/crt1.o ]] || apt_install "glibc for linking $t" libc6-dev-arm64-cross ;;
+            armv7-unknown-linux-gnueabihf) [[ -e /usr/arm-linux-gnueabihf/lib/crt1.o ]] || apt_install "glibc for linking $t" libc6-dev-armhf-cross ;;
+        esac
     done
 fi
 if [[ $QEMU -eq 1 ]]; then

@@ -3,12 +3,13 @@
 # time per local epoch while training LeNet-5 on 600 Fashion-MNIST samples, natively on the x86-64
 # host and under qemu-user for the ARM targets.
 #
-#   cross/footprint.sh [--no-build] [--out DIR] [--repeats N] [TARGET...]
+#   cross/footprint.sh [--no-build] [--out DIR] [--repeats N] [--note TEXT] [TARGET...]
 #
 # TARGET: host (the x86-64 build) and/or ARM targets as in cross/build.sh; default: host and the
 # three ARM targets. --no-build measures the binaries already in $CARGO_TARGET_DIR (default
 # <workspace>/target). Results go to DIR (default cross/results): footprint.json, footprint.md, and
-# the raw `/usr/bin/time -v` and bench outputs under DIR/raw/.
+# the raw `/usr/bin/time -v` and bench outputs under DIR/raw/. --note TEXT is recorded with them
+# (e.g. which source tree was measured when it is not a git checkout).
 #
 # What runs, per binary:
 #   /usr/bin/time -v [QEMU] edge-client --help                        (baseline: process/emulator alone)
@@ -35,11 +36,13 @@ REPEATS=3
 SAMPLES=600
 BATCH=10
 TARGETS=()
+NOTE=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --no-build) BUILD=0; shift ;;
         --out) OUT="${2:?}"; shift 2 ;;
         --repeats) REPEATS="${2:?}"; shift 2 ;;
+        --note) NOTE="${2:?}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "unknown option $1" >&2; exit 2 ;;
         *) TARGETS+=("$1"); shift ;;
@@ -142,6 +145,7 @@ done
     echo "loadavg before report: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "rustc: $(rustc -V)"
     echo "qemu: $(qemu-aarch64 --version | head -1)"
+    [[ -z "$NOTE" ]] || echo "note: $NOTE"
 } >"$OUT/raw/env.txt"
 
 python3 - "$OUT" "$SAMPLES" "$REPEATS" "$TARGET_DIR" "${TARGETS[@]}" <<'EOF'
