@@ -3,4 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo clippy --workspace --all-targets -- -D warnings
+# The protocol module without std, on a bare-metal target when it is installed.
+if rustup target list --installed 2>/dev/null | grep -q thumbv7em-none-eabihf; then
+  cargo build -q -p edgecfl-shared --no-default-features --target thumbv7em-none-eabihf
+else
+  cargo build -q -p edgecfl-shared --no-default-features
+fi
 cargo test --workspace --no-fail-fast 2>&1

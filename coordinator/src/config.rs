@@ -38,15 +38,19 @@ pub struct RunConfig {
 impl RunConfig {
     /// Reads a TOML file; `None` gives the embedded default.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
-        let (text, name) = match path {
-            Some(p) => (
-                std::fs::read_to_string(p)
+        match path {
+            Some(p) => Self::parse(
+                &std::fs::read_to_string(p)
                     .with_context(|| format!("cannot read config file {}", p.display()))?,
-                p.display().to_string(),
+                &p.display().to_string(),
             ),
-            None => (DEFAULT_CONFIG.to_string(), "<default config>".to_string()),
-        };
-        toml::from_str(&text).with_context(|| format!("invalid config file {name}"))
+            None => Self::parse(DEFAULT_CONFIG, "<default config>"),
+        }
+    }
+
+    /// Parses TOML text (`name` is for the error message).
+    pub fn parse(text: &str, name: &str) -> anyhow::Result<Self> {
+        toml::from_str(text).with_context(|| format!("invalid config file {name}"))
     }
 
     /// Checks every field; the error names the bad one.
@@ -125,7 +129,15 @@ pub struct RunFlags {
 impl RunFlags {
     /// The config file (or default) with these flags applied, validated.
     pub fn resolve(&self) -> anyhow::Result<RunConfig> {
-        let mut c = RunConfig::load(self.config.as_deref())?;
+        self.apply(RunConfig::load(self.config.as_deref())?)
+    }
+
+    /// `text` (a TOML configuration, e.g. the demo's) with these flags applied, validated.
+    pub fn resolve_from(&self, text: &str, name: &str) -> anyhow::Result<RunConfig> {
+        self.apply(RunConfig::parse(text, name)?)
+    }
+
+    fn apply(&self, mut c: RunConfig) -> anyhow::Result<RunConfig> {
         let f = &mut c.federation;
         macro_rules! set {
             ($flag:ident => $($field:tt)+) => {

@@ -5,13 +5,21 @@
 //! | module | subcommand |
 //! | --- | --- |
 //! | [`simulate`] | `coordinator simulate`: FedClust / FedAvg / Local with in-process clients |
+//! | [`serve`] | `coordinator serve`: the same round loop over MQTT with edge clients |
+//! | [`rounds`] | the phases of `serve` as a state machine; which messages count and which are ignored |
+//! | [`broker`] | the embedded MQTT broker (rumqttd) |
+//! | [`demo`] | `coordinator demo`: broker, coordinator and edge-client processes on one machine |
 //! | [`offline`] | `coordinator cluster`: HC on signatures from a `.npy`/`.csv` file |
 //! | [`config`] | the TOML configuration and the flags that override it |
 //! | [`plots`] | SVG plots: accuracy per round, dendrogram with the cut, distance heatmap |
 //! | [`report`] | `summary.json`, `rounds.csv`, `clusters.json`, progress bars |
 
+pub mod broker;
 pub mod config;
+pub mod demo;
 pub mod offline;
 pub mod plots;
 pub mod report;
+pub mod rounds;
+pub mod serve;
 pub mod simulate;

@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
-use coordinator::{offline, simulate};
+use coordinator::serve::{self, NetFlags};
+use coordinator::{demo, offline, simulate};
 
 /// Coordinator of edgecfl: one-shot clustering of edge clients and cluster-wise federated training.
 #[derive(Parser)]
@@ -16,6 +17,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The main job: embedded broker, coordinator and N edge-client processes on this machine.
+    Demo(Box<demo::DemoArgs>),
+    /// Run the federation over MQTT with edge clients (embedded broker unless --broker).
+    Serve(Box<ServeArgs>),
     /// Run FedClust, FedAvg or Local with every client in this process.
     Simulate(Box<RunFlags>),
     /// Cluster signatures from a .npy or .csv file (rows = clients) and print labels and merges as JSON.
@@ -24,22 +29,45 @@ enum Command {
     GenerateConfig,
 }
 
+/// Arguments of `coordinator serve`.
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    run: RunFlags,
+    #[command(flatten)]
+    net: NetFlags,
+}
+
+fn final_line(r: &edgecfl_shared::federation::RunResult, out: &std::path::Path) {
+    println!(
+        "final accuracy {}, {} clusters, ARI {}; results in {}",
+        r.final_accuracy()
+            .map_or("n/a (no training round)".into(), |a| format!(
+                "{:.2} %",
+                100.0 * a
+            )),
+        r.n_clusters,
+        r.ari.map_or("n/a".into(), |a| format!("{a:.3}")),
+        out.display()
+    );
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => demo::run(&args).map(|s| final_line(&s.result, &s.out)),
+        Command::Serve(args) => args.run.resolve().and_then(|cfg| {
+            let broker = serve::broker_for(&args.net)?;
+            let s = serve::run(&cfg, &args.net, &broker, None)?;
+            for p in &s.plots {
+                eprintln!("plot: {}", p.display());
+            }
+            final_line(&s.result, &s.out);
+            Ok(())
+        }),
         Command::Simulate(flags) => flags.resolve().and_then(|cfg| {
             let r = simulate::run(&cfg)?;
-            println!(
-                "final accuracy {}, {} clusters, ARI {}; results in {}",
-                r.final_accuracy()
-                    .map_or("n/a (no training round)".into(), |a| format!(
-                        "{:.2} %",
-                        100.0 * a
-                    )),
-                r.n_clusters,
-                r.ari.map_or("n/a".into(), |a| format!("{a:.3}")),
-                cfg.out.display()
-            );
+            final_line(&r, &cfg.out);
             Ok(())
         }),
         Command::Cluster(args) => offline::run(&args).and_then(|v| {

@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 
 use crate::config::RunConfig;
 
-/// The `summary.json` of a run.
-pub fn summary(cfg: &RunConfig, result: &RunResult, data_source: &str) -> Value {
+/// The `summary.json` of a run; `extra` (an object) adds runtime-specific keys.
+pub fn summary(cfg: &RunConfig, result: &RunResult, data_source: &str, extra: Option<Value>) -> Value {
     let accuracy_per_round: Vec<Option<f64>> = result.rounds.iter().map(|r| r.accuracy).collect();
-    json!({
+    let mut v = json!({
         "algorithm": cfg.federation.algorithm.to_string(),
         "partition": cfg.partition.to_string(),
         "model": cfg.federation.model.to_string(),
@@ -32,7 +32,11 @@ pub fn summary(cfg: &RunConfig, result: &RunResult, data_source: &str) -> Value 
         "assignment": result.assignment,
         "client_accuracy": result.final_client_accuracy,
         "config": cfg,
-    })
+    });
+    if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut v) {
+        map.extend(extra);
+    }
+    v
 }
 
 /// The per-round CSV: round, sampled, received, train loss, mean accuracy, per-cluster accuracy.
@@ -87,6 +91,7 @@ pub fn write_all(
     cfg: &RunConfig,
     result: &RunResult,
     data_source: &str,
+    extra: Option<Value>,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create output directory {}", dir.display()))?;
@@ -96,7 +101,7 @@ pub fn write_all(
     };
     write(
         "summary.json",
-        serde_json::to_string_pretty(&summary(cfg, result, data_source))?,
+        serde_json::to_string_pretty(&summary(cfg, result, data_source, extra))?,
     )?;
     write("rounds.csv", rounds_csv(result))?;
     write(
@@ -134,10 +139,15 @@ impl Progress {
 impl Observer for Progress {
     fn clustered(&mut self, c: &Clustering, ari: Option<f64>) {
         let ari = ari.map_or("n/a".to_string(), |a| format!("{a:.3}"));
-        self.bar.println(format!(
+        let line = format!(
             "round 0: {} clusters (linkage {}, cut at {:.4}), ARI vs truth {ari}",
             c.n_clusters, c.linkage, c.threshold
-        ));
+        );
+        if self.bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.bar.println(line);
+        }
     }
 
     fn round(&mut self, r: &RoundRecord, _of: usize) {

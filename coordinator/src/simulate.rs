@@ -43,7 +43,7 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
         &mut progress,
     )?;
     progress.finish();
-    report::write_all(&cfg.out, cfg, &result, &data.source.to_string())?;
+    report::write_all(&cfg.out, cfg, &result, &data.source.to_string(), None)?;
     let plots = plots::write_all(&cfg.out, &result)?;
     for p in plots {
         eprintln!("plot: {}", p.display());

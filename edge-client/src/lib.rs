@@ -1,14 +1,16 @@
 //! # edge-client
 //!
 //! The edge-client runtime: what runs on a Raspberry Pi or a Jetson. `main.rs` only parses
-//! arguments. Today the client works offline:
+//! arguments.
 //!
 //! | module | subcommand |
 //! | --- | --- |
+//! | [`run`] | `edge-client run`: join a federation over MQTT and answer the coordinator |
 //! | [`shard`] | where a client's data come from (its own IDX files, or one shard of a partition) |
 //! | [`signature`] | `edge-client signature`: the round-0 upload (final-layer weights) written to a file |
 //! | [`bench`] | `edge-client bench`: local training throughput of this device |
 
 pub mod bench;
+pub mod run;
 pub mod shard;
 pub mod signature;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use edge_client::{bench, signature};
+use edge_client::{bench, run, signature};
 
 /// Edge client of edgecfl: local training on a Raspberry Pi / Jetson class device.
 #[derive(Parser)]
@@ -15,6 +15,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Join a federation over MQTT: announce, then answer the coordinator until the run ends.
+    Run(Box<run::RunArgs>),
     /// Compute FedClust's round-0 upload (final-layer weights after warm-up) as a CSV row.
     Signature(signature::SignatureArgs),
     /// Measure local training throughput (samples/s) per backend and batch size, as JSON.
@@ -23,6 +25,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
+        Command::Run(a) => run::run(&a).map(|s| {
+            eprintln!(
+                "{} jobs ({} failed), {} commands ignored; {} bytes up, {} bytes down",
+                s.jobs, s.failed, s.ignored, s.bytes_up, s.bytes_down
+            );
+        }),
         Command::Signature(a) => signature::run(&a).map(|_| ()),
         Command::Bench(a) => bench::run(&a).and_then(|r| {
             println!("{}", serde_json::to_string_pretty(&r)?);

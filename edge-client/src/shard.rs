@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
+use edgecfl_shared::protocol::{ShardInfo, text};
 use edgecfl_shared::train::LocalData;
 
 /// Where the client's data come from.
@@ -37,6 +38,8 @@ pub struct Shard {
     pub test: LocalData,
     /// Where the images came from.
     pub source: String,
+    /// Which shard of which partition (testbeds), for the client's announcement.
+    pub info: Option<ShardInfo>,
 }
 
 impl ShardArgs {
@@ -51,6 +54,7 @@ impl ShardArgs {
                 train: LocalData::from_dataset(&data.train, &all, 0),
                 test: LocalData::from_dataset(&data.test, &test, 0),
                 source,
+                info: None,
             });
         };
         anyhow::ensure!(
@@ -67,6 +71,16 @@ impl ShardArgs {
             train: LocalData::from_dataset(&data.train, &shard.train, shard.rotation),
             test: LocalData::from_dataset(&data.test, &test, shard.rotation),
             source: format!("{source}, {spec} shard {}/{}", self.index, self.of),
+            info: Some(ShardInfo {
+                partition: text(&spec.to_string()),
+                seed: self.seed,
+                index: self.index as u32,
+                of: self.of as u32,
+                group: part
+                    .truth
+                    .as_ref()
+                    .map(|t| t[self.index] as u32),
+            }),
         })
     }
 }

@@ -286,7 +286,8 @@ pub struct RoundRecord {
     pub received: usize,
     /// Mean training loss of the received updates' last epoch (NaN-free; 0 when none).
     pub train_loss: f64,
-    /// Mean local test accuracy over clients (None when not evaluated this round).
+    /// Mean local test accuracy over the clients with an evaluation (None when not evaluated
+    /// this round).
     pub accuracy: Option<f64>,
     /// Mean local test accuracy per cluster (same rounds as `accuracy`).
     pub cluster_accuracy: Option<Vec<f64>>,
@@ -316,7 +317,7 @@ pub struct RunResult {
     pub signature_len: usize,
     /// Per-round records.
     pub rounds: Vec<RoundRecord>,
-    /// Last evaluation: per-client accuracy.
+    /// Last evaluation: per-client accuracy (NaN for a client that never answered one).
     pub final_client_accuracy: Vec<f64>,
     /// The cluster models at the end.
     #[serde(skip)]
@@ -429,16 +430,22 @@ pub fn run(
                 last_eval[i] = Some(rep);
             }
             stale.iter_mut().for_each(|s| *s = false);
-            let acc: Vec<f64> = last_eval
+            // Means over the clients with an evaluation (on a fleet, a client that never
+            // answered has none; in process every client has one).
+            let acc: Vec<Option<f64>> = last_eval
                 .iter()
-                .map(|e| e.as_ref().map_or(0.0, EvalReport::accuracy))
+                .map(|e| e.as_ref().map(EvalReport::accuracy))
                 .collect();
             let mut per_cluster = vec![(0.0, 0usize); n_clusters];
             for (i, a) in acc.iter().enumerate() {
-                per_cluster[assignment[i]].0 += a;
-                per_cluster[assignment[i]].1 += 1;
+                if let Some(a) = a {
+                    per_cluster[assignment[i]].0 += a;
+                    per_cluster[assignment[i]].1 += 1;
+                }
             }
-            let mean = acc.iter().sum::<f64>() / n as f64;
+            let evaluated = acc.iter().flatten().count();
+            let mean = acc.iter().flatten().sum::<f64>() / evaluated.max(1) as f64;
+            let acc: Vec<f64> = acc.into_iter().map(|a| a.unwrap_or(f64::NAN)).collect();
             final_client_accuracy = acc;
             (
                 Some(mean),

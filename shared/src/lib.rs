@@ -16,12 +16,33 @@
 //! | [`aggregate`] | sample-weighted FedAvg |
 //! | [`federation`] | the round loop of FedClust / FedAvg / Local over an abstract pool of clients |
 //! | [`sim`] | the in-process client pool used by `coordinator simulate` |
+//! | [`protocol`] | the wire protocol: postcard messages, tensors, MQTT topic scheme (`no_std`) |
+//!
+//! | [`mqtt`] | (feature `mqtt`) the MQTT link of the runtimes: an event loop task and a channel |
+//!
+//! Without the default `std` feature only [`protocol`] is built, with `no_std` + `alloc`.
 
+#![cfg_attr(not(feature = "std"), no_std)]
+
+extern crate alloc;
+
+pub mod protocol;
+
+#[cfg(feature = "std")]
 pub mod aggregate;
+#[cfg(feature = "std")]
 pub mod cluster;
+#[cfg(feature = "std")]
 pub mod data;
+#[cfg(feature = "std")]
 pub mod fedclust;
+#[cfg(feature = "std")]
 pub mod federation;
+#[cfg(feature = "std")]
 pub mod model;
+#[cfg(feature = "mqtt")]
+pub mod mqtt;
+#[cfg(feature = "std")]
 pub mod sim;
+#[cfg(feature = "std")]
 pub mod train;

@@ -61,15 +61,7 @@ pub enum ModelError {
     EmptyLayerSet(String),
 }
 
-/// The model architectures edgecfl trains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ModelKind {
-    /// LeNet-5 for 28×28 grey images (NIID-Bench `SimpleCNNMNIST`).
-    LeNet5,
-    /// MLP 784→32→10 (MT-HFL's FMNIST model).
-    Mlp,
-}
+pub use crate::protocol::ModelKind;
 
 impl fmt::Display for ModelKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -14,6 +14,9 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, SgdConfig};
 use burn::prelude::*;
 use burn::tensor::TensorData;
+
+/// The burn device training runs on (re-exported so the runtimes need not depend on burn).
+pub use burn::prelude::Device;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;

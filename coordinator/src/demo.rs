@@ -1,0 +1,218 @@
+//! `coordinator demo`: the whole system on one machine. Starts the embedded broker, N
+//! `edge-client run` processes (each with its shard of the partition) and the coordinator, runs
+//! the federation over MQTT, and prints the clusters found against the partition's truth.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::protocol::{BrokerAddr, Encoding};
+
+use crate::config::{RunConfig, RunFlags};
+use crate::serve::{self, NetFlags, Served};
+
+/// The demo's default configuration: a `groups:` partition (4 label groups) over 8 clients,
+/// 5 short rounds; a few minutes on 2 cores.
+pub const DEMO_CONFIG: &str = include_str!("../demo-config.toml");
+
+/// Arguments of `coordinator demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Settings (the demo's defaults unless --config is given).
+    #[command(flatten)]
+    pub run: RunFlags,
+    /// Port of the embedded broker (default: a free port).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The edge-client binary (default: `edge-client` next to this executable).
+    #[arg(long)]
+    pub client_bin: Option<PathBuf>,
+    /// Seconds each phase waits for the clients.
+    #[arg(long, default_value_t = 600.0)]
+    pub phase_timeout: f64,
+    /// Encoding of client uploads: f32 | f16.
+    #[arg(long, default_value = "f32")]
+    pub upload: Encoding,
+}
+
+/// Edge-client processes, killed when dropped (so an error never leaves them behind).
+struct Fleet(Vec<Child>);
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Fleet {
+    /// Waits up to `timeout` for every client to exit by itself.
+    fn wait(&mut self, timeout: Duration) -> usize {
+        let start = Instant::now();
+        loop {
+            let mut running = 0;
+            for c in &mut self.0 {
+                if matches!(c.try_wait(), Ok(None)) {
+                    running += 1;
+                }
+            }
+            if running == 0 || start.elapsed() > timeout {
+                return running;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn client_bin(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .context("cannot locate the coordinator executable")?
+            .with_file_name(format!("edge-client{}", std::env::consts::EXE_SUFFIX)),
+    };
+    anyhow::ensure!(
+        path.is_file(),
+        "edge-client binary not found at {} (build the workspace: `cargo build --release`, or pass --client-bin)",
+        path.display()
+    );
+    Ok(path)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")
+        .context("cannot find a free port")?
+        .local_addr()?
+        .port())
+}
+
+/// Runs the demo; returns what `serve` produced.
+pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
+    let cfg = if args.run.config.is_some() {
+        args.run.resolve()?
+    } else {
+        args.run.resolve_from(DEMO_CONFIG, "<demo config>")?
+    };
+    let bin = client_bin(args.client_bin.as_deref())?;
+    let port = match args.port {
+        Some(p) => p,
+        None => free_port()?,
+    };
+    let net = NetFlags {
+        broker: None,
+        port,
+        listen: [127, 0, 0, 1].into(),
+        prefix: "edgecfl/demo".into(),
+        run_id: None,
+        min_clients: Some(cfg.clients),
+        join_timeout: 120.0,
+        phase_timeout: args.phase_timeout,
+        upload: args.upload,
+    };
+    let broker = serve::broker_for(&net)?;
+    let logs = cfg.out.join("logs");
+    std::fs::create_dir_all(&logs)
+        .with_context(|| format!("cannot create {}", logs.display()))?;
+    let fleet = spawn_fleet(&bin, &cfg, &broker, &net.prefix, &logs)?;
+    eprintln!(
+        "started {} edge-client processes ({}; logs in {})",
+        fleet.0.len(),
+        bin.display(),
+        logs.display()
+    );
+    let mut fleet = fleet;
+    let served = serve::run(
+        &cfg,
+        &NetFlags {
+            broker: Some(broker.clone()),
+            ..net
+        },
+        &broker,
+        None,
+    )?;
+    let left = fleet.wait(Duration::from_secs(10));
+    if left > 0 {
+        eprintln!("warn: {left} edge clients did not exit after the run; stopping them");
+    }
+    drop(fleet);
+    print_clusters(&served);
+    Ok(served)
+}
+
+fn spawn_fleet(
+    bin: &Path,
+    cfg: &RunConfig,
+    broker: &BrokerAddr,
+    prefix: &str,
+    logs: &Path,
+) -> anyhow::Result<Fleet> {
+    let mut fleet = Fleet(Vec::with_capacity(cfg.clients));
+    for i in 0..cfg.clients {
+        let id = format!("client-{i:03}");
+        let log = File::create(logs.join(format!("{id}.log")))
+            .with_context(|| format!("cannot create the log of {id}"))?;
+        let mut cmd = Command::new(bin);
+        cmd.args(["run", "--broker", &broker.to_string(), "--id", &id])
+            .args(["--prefix", prefix])
+            .args(["--partition", &cfg.partition.to_string()])
+            .args(["--seed", &cfg.federation.seed.to_string()])
+            .args(["--index", &i.to_string(), "--of", &cfg.clients.to_string()])
+            .args(["--backend", &cfg.backend.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if let Some(d) = &cfg.data {
+            cmd.arg("--data").arg(d);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        fleet.0.push(child);
+    }
+    Ok(fleet)
+}
+
+/// Prints each cluster's members with their ground-truth group.
+fn print_clusters(served: &Served) {
+    let r = &served.result;
+    let truth = &served.truth;
+    println!(
+        "\n{} clusters found{}",
+        r.n_clusters,
+        match (truth, r.ari) {
+            (Some(t), Some(ari)) => format!(
+                " (truth: {} groups; adjusted Rand index {ari:.3})",
+                t.iter().max().map_or(0, |m| m + 1)
+            ),
+            _ => String::new(),
+        }
+    );
+    for c in 0..r.n_clusters {
+        let members: Vec<String> = (0..r.assignment.len())
+            .filter(|&i| r.assignment[i] == c)
+            .map(|i| match truth {
+                Some(t) => format!("{} (group {})", r.clients[i].id, t[i]),
+                None => r.clients[i].id.clone(),
+            })
+            .collect();
+        println!("  cluster {c}: {}", members.join(", "));
+    }
+    println!("accuracy per round (mean local test accuracy):");
+    for rec in &r.rounds {
+        if let Some(a) = rec.accuracy {
+            println!("  round {:>3}: {:6.2} %", rec.round, 100.0 * a);
+        }
+    }
+    println!("results: {}", served.out.display());
+    for p in &served.plots {
+        println!("plot:    {}", p.display());
+    }
+}

@@ -1,0 +1,409 @@
+//! The phases of `coordinator serve` as an explicit state machine, and the rules that decide
+//! whether an inbound message answers the phase or is ignored (and why).
+//!
+//! ```text
+//!  Joining ──(min clients joined, or join timeout)──▶ Clustering (round 0)
+//!                                                        │ all signatures, or phase timeout
+//!                                                        ▼
+//!          ┌──────────────────────────────────▶ Training (round t) ── sampled clients
+//!          │                                             │ all updates, or phase timeout
+//!          │                                             ▼
+//!          └──────── t < T ◀──────────────────── Evaluating (round t) ── clients of changed clusters
+//!                                                        │ t = T
+//!                                                        ▼
+//!                                                     Finished
+//! ```
+//!
+//! An awaiting phase ([`Awaiting`]) holds the clients it asked. It ends when each of them has
+//! answered, failed, or dropped out (its last will arrived), or when the phase timeout fires; the
+//! round loop then goes on with the answers it has. Everything else that arrives is a
+//! [`Rejection`]: counted, logged with its reason, and otherwise ignored, so it cannot change the
+//! run's result.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use edgecfl_shared::model::{ModelError, ModelKind, Params};
+use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, ToCoordinator};
+use edgecfl_shared::train::{CLASSES, EvalReport};
+use serde::Serialize;
+
+/// Where the run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for clients to announce themselves.
+    Joining,
+    /// Round 0: waiting for signatures.
+    Clustering,
+    /// Waiting for the updates of round t.
+    Training(u32),
+    /// Waiting for the evaluations of round t.
+    Evaluating(u32),
+    /// Done.
+    Finished,
+}
+
+impl Phase {
+    /// The round messages of this phase carry.
+    pub fn round(self) -> u32 {
+        match self {
+            Phase::Joining | Phase::Clustering => 0,
+            Phase::Training(t) | Phase::Evaluating(t) => t,
+            Phase::Finished => u32::MAX,
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Phase::Joining => f.write_str("joining"),
+            Phase::Clustering => f.write_str("clustering (round 0)"),
+            Phase::Training(t) => write!(f, "training (round {t})"),
+            Phase::Evaluating(t) => write!(f, "evaluation (round {t})"),
+            Phase::Finished => f.write_str("finished"),
+        }
+    }
+}
+
+/// Why a message was ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rejection {
+    /// Not a message of this protocol (random bytes, unknown variant, trailing bytes).
+    Malformed,
+    /// The payload ended early.
+    Truncated,
+    /// Larger than the protocol's limit.
+    Oversized,
+    /// Another protocol version.
+    WrongVersion,
+    /// From a client id that is not in this run.
+    UnknownClient,
+    /// For another run.
+    WrongRun,
+    /// For another round (late, or from the future).
+    WrongRound,
+    /// From a client that was not asked in this phase.
+    NotAsked,
+    /// A second answer from a client that already answered.
+    Duplicate,
+    /// A message of the wrong kind for the phase.
+    Unexpected,
+    /// A tensor of the wrong size (or the wrong model).
+    WrongSize,
+    /// NaN or infinite values.
+    NotFinite,
+    /// The client reported that it could not do the job.
+    ClientFailed,
+    /// A client announced itself after the clients were fixed.
+    LateJoiner,
+}
+
+impl Rejection {
+    fn of(e: &ProtocolError) -> Rejection {
+        match e {
+            ProtocolError::Oversized { .. } => Rejection::Oversized,
+            ProtocolError::Truncated => Rejection::Truncated,
+            ProtocolError::Version { .. } => Rejection::WrongVersion,
+            ProtocolError::TensorLength { .. } | ProtocolError::TensorBytes { .. } => {
+                Rejection::WrongSize
+            }
+            ProtocolError::NotFinite(_) => Rejection::NotFinite,
+            _ => Rejection::Malformed,
+        }
+    }
+}
+
+/// A rejection with its details, for the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    /// The reason.
+    pub reason: Rejection,
+    /// Details.
+    pub detail: String,
+}
+
+impl Rejected {
+    fn new(reason: Rejection, detail: impl Into<String>) -> Self {
+        Rejected {
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl From<ProtocolError> for Rejected {
+    fn from(e: ProtocolError) -> Self {
+        Rejected::new(Rejection::of(&e), e.to_string())
+    }
+}
+
+/// Counts of ignored messages by reason (written to `summary.json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Tally(pub BTreeMap<Rejection, u64>);
+
+impl Tally {
+    /// Counts one.
+    pub fn add(&mut self, r: Rejection) {
+        *self.0.entry(r).or_default() += 1;
+    }
+    /// All counted.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+    /// Count of one reason.
+    pub fn get(&self, r: Rejection) -> u64 {
+        self.0.get(&r).copied().unwrap_or(0)
+    }
+}
+
+/// What the phase waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Signatures of this many floats.
+    Signature(usize),
+    /// Models of this kind.
+    Update(ModelKind),
+    /// Evaluations.
+    Evaluation,
+}
+
+/// A valid answer.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// Round-0 signature.
+    Signature(Vec<f32>),
+    /// Trained model.
+    Update {
+        /// Parameters.
+        params: Params,
+        /// Samples.
+        samples: u64,
+        /// Last-epoch loss.
+        loss: f64,
+    },
+    /// Evaluation counts.
+    Evaluation(EvalReport),
+}
+
+/// An awaiting phase: which clients were asked, which answered.
+#[derive(Debug)]
+pub struct Awaiting {
+    /// The phase.
+    pub phase: Phase,
+    run: Id,
+    expect: Expect,
+    pending: BTreeSet<usize>,
+    answered: BTreeSet<usize>,
+}
+
+impl Awaiting {
+    /// Waits for `asked` in `phase`.
+    pub fn new(phase: Phase, run: Id, expect: Expect, asked: impl IntoIterator<Item = usize>) -> Self {
+        Awaiting {
+            phase,
+            run,
+            expect,
+            pending: asked.into_iter().collect(),
+            answered: BTreeSet::new(),
+        }
+    }
+
+    /// True when nobody is pending.
+    pub fn done(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Clients still pending.
+    pub fn pending(&self) -> &BTreeSet<usize> {
+        &self.pending
+    }
+
+    /// True when `client` is pending.
+    pub fn is_pending(&self, client: usize) -> bool {
+        self.pending.contains(&client)
+    }
+
+    /// Stops waiting for `client` (it dropped out).
+    pub fn give_up(&mut self, client: usize) -> bool {
+        self.pending.remove(&client)
+    }
+
+    /// Judges an upload from `client` (already decoded from the payload, or the decode error).
+    /// `Ok` answers remove the client from the pending set.
+    pub fn accept(
+        &mut self,
+        client: usize,
+        msg: Result<Envelope<ToCoordinator>, ProtocolError>,
+    ) -> Result<Answer, Rejected> {
+        let env = msg?;
+        if env.run != self.run {
+            return Err(Rejected::new(
+                Rejection::WrongRun,
+                format!("run {:?}, this run is {:?}", env.run.as_str(), self.run.as_str()),
+            ));
+        }
+        if env.round != self.phase.round() {
+            return Err(Rejected::new(
+                Rejection::WrongRound,
+                format!("round {}, now in {}", env.round, self.phase),
+            ));
+        }
+        if self.answered.contains(&client) {
+            return Err(Rejected::new(Rejection::Duplicate, "already answered"));
+        }
+        if !self.pending.contains(&client) {
+            return Err(Rejected::new(Rejection::NotAsked, format!("not asked in {}", self.phase)));
+        }
+        let answer = match (self.expect, env.body) {
+            (_, ToCoordinator::Failed { reason }) => {
+                self.pending.remove(&client);
+                return Err(Rejected::new(Rejection::ClientFailed, reason.as_str()));
+            }
+            (Expect::Signature(len), ToCoordinator::Signature { values }) => {
+                Answer::Signature(values.decode(Some(len))?)
+            }
+            (
+                Expect::Update(kind),
+                ToCoordinator::Update {
+                    model,
+                    params,
+                    samples,
+                    loss,
+                },
+            ) => {
+                if model != kind {
+                    return Err(Rejected::new(
+                        Rejection::WrongSize,
+                        format!("model {model}, the run trains {kind}"),
+                    ));
+                }
+                if samples == 0 || !loss.is_finite() {
+                    return Err(Rejected::new(
+                        Rejection::NotFinite,
+                        format!("samples {samples}, loss {loss}"),
+                    ));
+                }
+                let values = params.decode(None)?;
+                let params = Params::new(model, values).map_err(|e| match e {
+                    ModelError::NotFinite { .. } => Rejected::new(Rejection::NotFinite, e.to_string()),
+                    e => Rejected::new(Rejection::WrongSize, e.to_string()),
+                })?;
+                Answer::Update {
+                    params,
+                    samples,
+                    loss,
+                }
+            }
+            (Expect::Evaluation, ToCoordinator::Evaluation { per_label }) => {
+                let mut r = EvalReport::default();
+                for l in per_label {
+                    let i = usize::from(l.label);
+                    if i >= CLASSES || l.correct > l.total || !l.loss_sum.is_finite() {
+                        return Err(Rejected::new(
+                            Rejection::Malformed,
+                            format!("evaluation entry {l:?}"),
+                        ));
+                    }
+                    r.correct_per_label[i] += l.correct as usize;
+                    r.total_per_label[i] += l.total as usize;
+                    r.loss_per_label[i] += l.loss_sum;
+                }
+                r.correct = r.correct_per_label.iter().sum();
+                r.total = r.total_per_label.iter().sum();
+                r.loss_sum = r.loss_per_label.iter().sum();
+                Answer::Evaluation(r)
+            }
+            (_, other) => {
+                return Err(Rejected::new(
+                    Rejection::Unexpected,
+                    format!("{} during {}", kind_name(&other), self.phase),
+                ));
+            }
+        };
+        self.pending.remove(&client);
+        self.answered.insert(client);
+        Ok(answer)
+    }
+}
+
+fn kind_name(m: &ToCoordinator) -> &'static str {
+    match m {
+        ToCoordinator::Hello(_) => "hello",
+        ToCoordinator::Signature { .. } => "signature",
+        ToCoordinator::Update { .. } => "update",
+        ToCoordinator::Evaluation { .. } => "evaluation",
+        ToCoordinator::Failed { .. } => "failure",
+        ToCoordinator::Gone => "gone",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgecfl_shared::protocol::{Encoding, LabelEval, Tensor, id, text};
+
+    fn env(run: &str, round: u32, body: ToCoordinator) -> Result<Envelope<ToCoordinator>, ProtocolError> {
+        Ok(Envelope::new(id(run).unwrap(), round, body))
+    }
+
+    fn update(values: &[f32]) -> ToCoordinator {
+        ToCoordinator::Update {
+            model: ModelKind::Mlp,
+            params: Tensor::encode(values, Encoding::F32),
+            samples: 10,
+            loss: 0.5,
+        }
+    }
+
+    #[test]
+    fn training_phase_rules() {
+        let good = Params::init(ModelKind::Mlp, 1).values;
+        let mut aw = Awaiting::new(Phase::Training(2), id("r").unwrap(), Expect::Update(ModelKind::Mlp), [0, 1]);
+        let reason = |r: Result<Answer, Rejected>| r.unwrap_err().reason;
+        let mut aw_accept = |c, m| reason(aw.accept(c, m));
+        assert_eq!(aw_accept(0, env("other", 2, update(&good))), Rejection::WrongRun);
+        assert_eq!(aw_accept(0, env("r", 1, update(&good))), Rejection::WrongRound);
+        assert_eq!(aw_accept(5, env("r", 2, update(&good))), Rejection::NotAsked);
+        assert_eq!(aw_accept(0, env("r", 2, update(&good[1..]))), Rejection::WrongSize);
+        let mut nan = good.clone();
+        nan[7] = f32::NAN;
+        assert_eq!(aw_accept(0, env("r", 2, update(&nan))), Rejection::NotFinite);
+        assert_eq!(
+            aw_accept(0, env("r", 2, ToCoordinator::Evaluation { per_label: vec![] })),
+            Rejection::Unexpected
+        );
+        assert_eq!(aw_accept(0, Err(ProtocolError::Truncated)), Rejection::Truncated);
+        // None of that moved the phase on.
+        assert_eq!(aw.pending().len(), 2);
+        assert!(matches!(aw.accept(0, env("r", 2, update(&good))), Ok(Answer::Update { samples: 10, .. })));
+        assert_eq!(reason(aw.accept(0, env("r", 2, update(&good)))), Rejection::Duplicate);
+        assert!(!aw.done());
+        assert_eq!(
+            reason(aw.accept(1, env("r", 2, ToCoordinator::Failed { reason: text("oom") }))),
+            Rejection::ClientFailed
+        );
+        assert!(aw.done());
+    }
+
+    #[test]
+    fn evaluation_is_rebuilt_from_label_counts() {
+        let mut aw = Awaiting::new(Phase::Evaluating(1), id("r").unwrap(), Expect::Evaluation, [3]);
+        let per_label = vec![
+            LabelEval { label: 1, correct: 8, total: 10, loss_sum: 1.0 },
+            LabelEval { label: 4, correct: 1, total: 10, loss_sum: 3.0 },
+        ];
+        let Ok(Answer::Evaluation(r)) = aw.accept(3, env("r", 1, ToCoordinator::Evaluation { per_label })) else {
+            panic!("evaluation refused");
+        };
+        assert_eq!((r.correct, r.total), (9, 20));
+        assert!((r.accuracy() - 0.45).abs() < 1e-12 && (r.loss() - 0.2).abs() < 1e-12);
+        let mut aw = Awaiting::new(Phase::Evaluating(1), id("r").unwrap(), Expect::Evaluation, [3]);
+        let bad = vec![LabelEval { label: 10, correct: 1, total: 1, loss_sum: 0.0 }];
+        assert_eq!(
+            aw.accept(3, env("r", 1, ToCoordinator::Evaluation { per_label: bad })).unwrap_err().reason,
+            Rejection::Malformed
+        );
+    }
+}

@@ -1,0 +1,607 @@
+//! `coordinator serve`: the federation over MQTT. Edge clients announce themselves on the broker;
+//! the coordinator runs the same round loop as `simulate` ([`federation::run`]) over an
+//! [`MqttPool`], whose calls are the awaiting phases of [`crate::rounds`].
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::data::partition::PartitionSpec;
+use edgecfl_shared::federation::{
+    self, ClientInfo, ClientPool, FederationConfig, FederationError, Observer, RunResult, Update,
+    client_seed,
+};
+use edgecfl_shared::model::{LayerSet, ParamLayout, Params};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::protocol::{
+    self, BrokerAddr, Encoding, Envelope, Hello, Id, Tensor, ToClient, ToCoordinator, TopicKind,
+    Topics, TrainJob,
+};
+use edgecfl_shared::train::EvalReport;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::config::RunConfig;
+use crate::rounds::{Answer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
+use crate::report::{self, Progress};
+use crate::{broker, plots};
+
+/// Network settings of `serve` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct NetFlags {
+    /// External broker, mqtt://HOST:PORT. Without it the coordinator starts its embedded broker.
+    #[arg(long)]
+    pub broker: Option<BrokerAddr>,
+    /// Port of the embedded broker.
+    #[arg(long, default_value_t = 1883)]
+    pub port: u16,
+    /// Address the embedded broker listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub listen: IpAddr,
+    /// Topic prefix (fleet), e.g. edgecfl/lab1.
+    #[arg(long, default_value = Topics::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// Run id carried by every message (default: from the clock).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Clients to wait for before round 0 (default: `clients` of the config).
+    #[arg(long)]
+    pub min_clients: Option<usize>,
+    /// Seconds to wait for clients to join; after it the run starts with those that joined (≥ 2).
+    #[arg(long, default_value_t = 300.0)]
+    pub join_timeout: f64,
+    /// Seconds each phase (signatures, training, evaluation) waits for answers.
+    #[arg(long, default_value_t = 600.0)]
+    pub phase_timeout: f64,
+    /// Encoding of client uploads: f32 | f16 (half the bytes).
+    #[arg(long, default_value = "f32")]
+    pub upload: Encoding,
+}
+
+impl Default for NetFlags {
+    fn default() -> Self {
+        NetFlags {
+            broker: None,
+            port: 1883,
+            listen: [0, 0, 0, 0].into(),
+            prefix: Topics::DEFAULT_PREFIX.into(),
+            run_id: None,
+            min_clients: None,
+            join_timeout: 300.0,
+            phase_timeout: 600.0,
+            upload: Encoding::F32,
+        }
+    }
+}
+
+/// Byte counts of MQTT payloads (topic and MQTT headers not included).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WireStats {
+    /// Payload bytes of round-0 signature uploads.
+    pub signature_up: u64,
+    /// Payload bytes of model uploads.
+    pub update_up: u64,
+    /// Updates received.
+    pub updates: u64,
+    /// Payload bytes of evaluation uploads.
+    pub evaluation_up: u64,
+    /// Payload bytes sent to clients.
+    pub down: u64,
+}
+
+/// A client of the run.
+#[derive(Debug, Clone)]
+struct Member {
+    id: Id,
+    hello: Hello,
+    alive: bool,
+}
+
+/// The clients behind the broker, as a [`ClientPool`].
+pub struct MqttPool {
+    link: Link,
+    topics: Topics,
+    run: Id,
+    members: Vec<Member>,
+    index: BTreeMap<String, usize>,
+    phase_timeout: Duration,
+    upload: Encoding,
+    /// Ignored messages by reason.
+    pub tally: Tally,
+    /// Bytes moved.
+    pub wire: WireStats,
+    /// Phases that ended by their timeout.
+    pub timeouts: u64,
+}
+
+fn warn(msg: impl std::fmt::Display) {
+    eprintln!("warn: {msg}");
+}
+
+impl MqttPool {
+    /// Connects and waits (Joining) until `min_clients` announced themselves or `join_timeout`
+    /// passed.
+    pub fn join(
+        link: Link,
+        topics: Topics,
+        run: Id,
+        net: &NetFlags,
+        min_clients: usize,
+    ) -> anyhow::Result<Self> {
+        let mut joined: BTreeMap<String, Hello> = BTreeMap::new();
+        let mut tally = Tally::default();
+        let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
+        eprintln!(
+            "waiting for {min_clients} clients on {}/clients/+/status (timeout {:.0}s)",
+            topics.prefix(),
+            net.join_timeout
+        );
+        while joined.len() < min_clients {
+            let Some(ev) = link.recv_until(deadline) else {
+                break;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            match topics.parse(&topic) {
+                Some((id, TopicKind::Status)) => {
+                    match Envelope::<ToCoordinator>::from_bytes(&payload) {
+                        Ok(Envelope {
+                            body: ToCoordinator::Hello(h),
+                            ..
+                        }) => {
+                            if joined.insert(id.to_string(), h).is_none() {
+                                eprintln!("joined: {id} ({}/{min_clients})", joined.len());
+                            }
+                        }
+                        Ok(Envelope {
+                            body: ToCoordinator::Gone,
+                            ..
+                        }) => {
+                            joined.remove(id);
+                        }
+                        Ok(_) => tally.add(Rejection::Unexpected),
+                        Err(e) => {
+                            let r = Rejected::from(e);
+                            warn(format!("ignored status of {id}: {}", r.detail));
+                            tally.add(r.reason);
+                        }
+                    }
+                }
+                _ => tally.add(Rejection::NotAsked),
+            }
+        }
+        anyhow::ensure!(
+            joined.len() >= 2,
+            "only {} client(s) joined within {:.0}s; clustering needs at least 2",
+            joined.len(),
+            net.join_timeout
+        );
+        if joined.len() < min_clients {
+            warn(format!(
+                "join timeout: starting with {} of {min_clients} clients",
+                joined.len()
+            ));
+        }
+        let mut members: Vec<Member> = joined
+            .into_iter()
+            .map(|(id, hello)| -> anyhow::Result<Member> {
+                Ok(Member {
+                    id: protocol::id(&id)?,
+                    hello,
+                    alive: true,
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        // Testbed clients holding shards of one partition take their shard index as their
+        // index, so a run reproduces `simulate` with the same seed.
+        if members.iter().all(|m| m.hello.shard.is_some()) {
+            members.sort_by_key(|m| m.hello.shard.as_ref().map(|s| s.index));
+        }
+        let index = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.id.to_string(), i))
+            .collect();
+        Ok(MqttPool {
+            link,
+            topics,
+            run,
+            members,
+            index,
+            phase_timeout: Duration::from_secs_f64(net.phase_timeout),
+            upload: net.upload,
+            tally,
+            wire: WireStats::default(),
+            timeouts: 0,
+        })
+    }
+
+    /// Ground-truth groups, when every client holds a shard of a partition that has them.
+    pub fn truth(&self) -> Option<Vec<usize>> {
+        self.members
+            .iter()
+            .map(|m| m.hello.shard.as_ref()?.group.map(|g| g as usize))
+            .collect()
+    }
+
+    /// The partition every client's shard comes from, when they agree.
+    pub fn partition(&self) -> Option<(PartitionSpec, u64)> {
+        let first = self.members.first()?.hello.shard.as_ref()?;
+        let same = self.members.iter().all(|m| {
+            m.hello.shard.as_ref().is_some_and(|s| {
+                s.partition == first.partition && s.seed == first.seed && s.of == first.of
+            })
+        });
+        if !same {
+            return None;
+        }
+        Some((first.partition.parse().ok()?, first.seed))
+    }
+
+    fn send(&mut self, client: usize, round: u32, msg: ToClient) -> Result<(), FederationError> {
+        let bytes = Envelope::new(self.run.clone(), round, msg).to_bytes();
+        self.wire.down += bytes.len() as u64;
+        self.link
+            .publish(&self.topics.down(&self.members[client].id), bytes, false)
+            .map_err(|e| FederationError::Pool(e.to_string()))
+    }
+
+    /// One awaiting phase: sends each job, then collects answers until everyone asked has
+    /// answered, failed or dropped out, or the phase timeout fires.
+    fn exchange(
+        &mut self,
+        phase: Phase,
+        expect: Expect,
+        jobs: Vec<(usize, ToClient)>,
+    ) -> Result<Vec<(usize, Answer)>, FederationError> {
+        let mut aw = Awaiting::new(phase, self.run.clone(), expect, jobs.iter().map(|j| j.0));
+        let round = phase.round();
+        for (c, msg) in &jobs {
+            if self.members[*c].alive {
+                self.send(*c, round, msg.clone())?;
+            } else {
+                aw.give_up(*c);
+            }
+        }
+        let mut answers = Vec::with_capacity(jobs.len());
+        let deadline = Instant::now() + self.phase_timeout;
+        while !aw.done() {
+            let Some(ev) = self.link.recv_until(deadline) else {
+                self.timeouts += 1;
+                let ids: Vec<&str> = aw
+                    .pending()
+                    .iter()
+                    .map(|&c| self.members[c].id.as_str())
+                    .collect();
+                warn(format!(
+                    "{phase}: timeout after {:.0}s, going on without {}",
+                    self.phase_timeout.as_secs_f64(),
+                    ids.join(", ")
+                ));
+                break;
+            };
+            match ev {
+                Inbound::Message { topic, payload, .. } => {
+                    if let Some(answer) = self.on_message(&mut aw, &jobs, &topic, &payload)? {
+                        answers.push(answer);
+                    }
+                }
+                Inbound::Disconnected(e) => warn(format!("broker connection: {e}")),
+                Inbound::Connected => {}
+            }
+        }
+        Ok(answers)
+    }
+
+    fn on_message(
+        &mut self,
+        aw: &mut Awaiting,
+        jobs: &[(usize, ToClient)],
+        topic: &str,
+        payload: &[u8],
+    ) -> Result<Option<(usize, Answer)>, FederationError> {
+        let Some((id, kind)) = self.topics.parse(topic) else {
+            return Ok(None);
+        };
+        let msg = Envelope::<ToCoordinator>::from_bytes(payload);
+        let client = self.index.get(id).copied();
+        let phase = aw.phase;
+        let reject = |tally: &mut Tally, r: Rejected| {
+            warn(format!(
+                "{phase}: ignored message from {id}: {:?}: {}",
+                r.reason, r.detail
+            ));
+            tally.add(r.reason);
+        };
+        match (kind, client) {
+            (TopicKind::Status, Some(c)) => match msg {
+                Ok(Envelope {
+                    body: ToCoordinator::Hello(_),
+                    ..
+                }) => {
+                    self.members[c].alive = true;
+                    if aw.is_pending(c) {
+                        eprintln!("{id} reconnected; sending its job again");
+                        if let Some((_, job)) = jobs.iter().find(|j| j.0 == c) {
+                            self.send(c, aw.phase.round(), job.clone())?;
+                        }
+                    }
+                }
+                Ok(Envelope {
+                    body: ToCoordinator::Gone,
+                    ..
+                }) => {
+                    self.members[c].alive = false;
+                    if aw.give_up(c) {
+                        warn(format!("{}: {id} is gone; not waiting for it", aw.phase));
+                    }
+                }
+                Ok(_) => reject(&mut self.tally, Rejected { reason: Rejection::Unexpected, detail: "upload on the status topic".into() }),
+                Err(e) => reject(&mut self.tally, e.into()),
+            },
+            (TopicKind::Status, None) => {
+                if let Ok(Envelope {
+                    body: ToCoordinator::Hello(_),
+                    ..
+                }) = msg
+                {
+                    reject(&mut self.tally, Rejected { reason: Rejection::LateJoiner, detail: "joined after round 0 was planned".into() });
+                }
+            }
+            (TopicKind::Up, None) => reject(
+                &mut self.tally,
+                Rejected {
+                    reason: Rejection::UnknownClient,
+                    detail: "not a client of this run".into(),
+                },
+            ),
+            (TopicKind::Up, Some(c)) => {
+                let len = payload.len() as u64;
+                match aw.accept(c, msg) {
+                    Ok(a) => {
+                        match &a {
+                            Answer::Signature(_) => self.wire.signature_up += len,
+                            Answer::Update { .. } => {
+                                self.wire.update_up += len;
+                                self.wire.updates += 1;
+                            }
+                            Answer::Evaluation(_) => self.wire.evaluation_up += len,
+                        }
+                        return Ok(Some((c, a)));
+                    }
+                    Err(r) => reject(&mut self.tally, r),
+                }
+            }
+            (TopicKind::Down, _) => {}
+        }
+        Ok(None)
+    }
+
+    fn job(&self, cfg: &FederationConfig, params: &Params, epochs: usize, seed: u64) -> TrainJob {
+        TrainJob {
+            model: params.model,
+            params: Tensor::encode(&params.values, Encoding::F32),
+            epochs: epochs as u32,
+            batch_size: cfg.batch_size as u32,
+            lr: cfg.lr,
+            momentum: cfg.momentum,
+            seed,
+            upload: self.upload,
+        }
+    }
+
+    /// Tells every client the run is over.
+    pub fn finish(self) {
+        for c in 0..self.members.len() {
+            let bytes = Envelope::new(self.run.clone(), u32::MAX, ToClient::Finish).to_bytes();
+            let _ = self
+                .link
+                .publish(&self.topics.down(&self.members[c].id), bytes, false);
+        }
+        self.link.disconnect();
+    }
+}
+
+impl ClientPool for MqttPool {
+    fn clients(&self) -> Vec<ClientInfo> {
+        self.members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ClientInfo {
+                index: i,
+                id: m.id.to_string(),
+                samples: m.hello.samples,
+            })
+            .collect()
+    }
+
+    fn signatures(
+        &mut self,
+        clients: &[usize],
+        initial: &Params,
+        layers: &LayerSet,
+        cfg: &FederationConfig,
+    ) -> Result<Vec<(usize, Vec<f32>)>, FederationError> {
+        let len = ParamLayout::of(initial.model).select(layers)?.len();
+        let jobs = clients
+            .iter()
+            .map(|&c| {
+                let job = self.job(cfg, initial, cfg.warmup_epochs, client_seed(cfg.seed, 0, c));
+                let layers = protocol::text(&layers.to_string());
+                (c, ToClient::Signature { job, layers })
+            })
+            .collect();
+        let answers = self.exchange(Phase::Clustering, Expect::Signature(len), jobs)?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|(c, a)| match a {
+                Answer::Signature(v) => Some((c, v)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn train(
+        &mut self,
+        round: usize,
+        jobs: &[(usize, &Params)],
+        cfg: &FederationConfig,
+    ) -> Result<Vec<Update>, FederationError> {
+        let msgs = jobs
+            .iter()
+            .map(|&(c, p)| {
+                let job = self.job(cfg, p, cfg.epochs, client_seed(cfg.seed, round, c));
+                (c, ToClient::Train(job))
+            })
+            .collect();
+        let answers = self.exchange(Phase::Training(round as u32), Expect::Update(cfg.model), msgs)?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|(client, a)| match a {
+                Answer::Update {
+                    params,
+                    samples,
+                    loss,
+                } => Some(Update {
+                    client,
+                    params,
+                    samples,
+                    loss,
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn evaluate(
+        &mut self,
+        round: usize,
+        jobs: &[(usize, &Params)],
+    ) -> Result<Vec<(usize, EvalReport)>, FederationError> {
+        let msgs = jobs
+            .iter()
+            .map(|&(c, p)| {
+                (
+                    c,
+                    ToClient::Evaluate {
+                        model: p.model,
+                        params: Tensor::encode(&p.values, Encoding::F32),
+                    },
+                )
+            })
+            .collect();
+        let answers = self.exchange(Phase::Evaluating(round as u32), Expect::Evaluation, msgs)?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|(c, a)| match a {
+                Answer::Evaluation(r) => Some((c, r)),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+/// A default run id: seconds since the epoch, in base 36.
+fn clock_run_id() -> String {
+    let mut n = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut s = Vec::new();
+    while n > 0 {
+        s.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
+        n /= 36;
+    }
+    s.reverse();
+    format!("run-{}", String::from_utf8_lossy(&s))
+}
+
+/// The broker to use: the external one, or the embedded one started now.
+pub fn broker_for(net: &NetFlags) -> anyhow::Result<BrokerAddr> {
+    Ok(match &net.broker {
+        Some(b) => b.clone(),
+        None => {
+            let addr = broker::start(net.listen, net.port)?;
+            eprintln!("embedded broker (rumqttd) listening on {}:{}", net.listen, net.port);
+            BrokerAddr {
+                host: addr.ip().to_string(),
+                port: addr.port(),
+            }
+        }
+    })
+}
+
+/// What `serve` produced.
+pub struct Served {
+    /// The round loop's result.
+    pub result: RunResult,
+    /// Where the files went.
+    pub out: PathBuf,
+    /// Plots written.
+    pub plots: Vec<PathBuf>,
+    /// Ground-truth group per client, when the clients' shards have one.
+    pub truth: Option<Vec<usize>>,
+}
+
+/// Runs the federation over the broker at `broker` and writes the result files into
+/// `cfg.out`.
+pub fn run(
+    cfg: &RunConfig,
+    net: &NetFlags,
+    broker: &BrokerAddr,
+    observer: Option<&mut dyn Observer>,
+) -> anyhow::Result<Served> {
+    let topics = Topics::new(&net.prefix).context("bad --prefix")?;
+    let run = protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id))
+        .context("bad --run-id")?;
+    let link = Link::start(LinkOptions {
+        broker: broker.clone(),
+        client_id: format!("coordinator-{}", run.as_str()),
+        subscribe: vec![topics.all_status(), topics.all_up()],
+        last_will: None,
+        keep_alive: Duration::from_secs(30),
+    })?;
+    link.wait_connected(broker, Duration::from_secs(30))?;
+    eprintln!("connected to {broker}; run {}", run.as_str());
+    let min_clients = net.min_clients.unwrap_or(cfg.clients);
+    let mut pool = MqttPool::join(link, topics, run.clone(), net, min_clients)?;
+    let truth = pool.truth();
+    let mut cfg = cfg.clone();
+    cfg.clients = pool.members.len();
+    let data = match pool.partition() {
+        Some((spec, seed)) => {
+            cfg.partition = spec;
+            format!("edge clients' shards of {} (seed {seed})", cfg.partition)
+        }
+        None => "edge clients' own data".to_string(),
+    };
+    let mut progress = Progress::new(cfg.federation.rounds);
+    let result = federation::run(
+        &cfg.federation,
+        &mut pool,
+        truth.as_deref(),
+        observer.unwrap_or(&mut progress),
+    )?;
+    progress.finish();
+    let extra = json!({
+        "run_id": run.as_str(),
+        "broker": broker.to_string(),
+        "upload_encoding": net.upload.to_string(),
+        "rejected": pool.tally,
+        "rejected_total": pool.tally.total(),
+        "phase_timeouts": pool.timeouts,
+        "wire_bytes": pool.wire,
+    });
+    pool.finish();
+    report::write_all(&cfg.out, &cfg, &result, &data, Some(extra))?;
+    let plots = plots::write_all(&cfg.out, &result)?;
+    Ok(Served {
+        result,
+        out: cfg.out.clone(),
+        plots,
+        truth,
+    })
+}

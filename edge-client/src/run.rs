@@ -1,0 +1,214 @@
+//! `edge-client run`: the client of a federation over MQTT.
+//!
+//! The client connects, announces itself (retained `Hello` on its status topic, with a retained
+//! `Gone` as last will), and answers the coordinator's commands on its `down` topic one at a time:
+//! warm-up training and upload of the signature layers (round 0), local training of its cluster's
+//! model and upload of the update, evaluation on its local test set. The MQTT event loop runs on
+//! its own thread ([`Link`]), so keepalives go on while this thread trains; after the broker drops,
+//! the link reconnects and the client announces itself again.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::protocol::{
+    self, BrokerAddr, Envelope, Hello, Id, LabelEval, Tensor, ToClient, ToCoordinator, Topics,
+    TrainJob,
+};
+use edgecfl_shared::train::{Backend, CLASSES, Device, TrainConfig, evaluate, train_local};
+
+use crate::shard::{Shard, ShardArgs};
+
+/// Batch size of evaluation (no effect on the result).
+const EVAL_BATCH: usize = 500;
+
+/// Arguments of `edge-client run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Broker, mqtt://HOST:PORT.
+    #[arg(long, env = "EDGECFL_BROKER")]
+    pub broker: BrokerAddr,
+    /// This client's id (1-32 of A-Z a-z 0-9 - _ .), unique in the fleet.
+    #[arg(long, env = "EDGECFL_CLIENT_ID")]
+    pub id: String,
+    /// Topic prefix (fleet), as given to the coordinator.
+    #[arg(long, env = "EDGECFL_PREFIX", default_value = Topics::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// Data of this client.
+    #[command(flatten)]
+    pub shard: ShardArgs,
+    /// flex | ndarray
+    #[arg(long, default_value = "flex")]
+    pub backend: Backend,
+    /// MQTT keepalive in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub keepalive: u64,
+    /// Stay connected after the coordinator finishes a run (wait for the next one).
+    #[arg(long)]
+    pub stay: bool,
+}
+
+/// What a client did in a run.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Served {
+    /// Jobs done.
+    pub jobs: u64,
+    /// Jobs that failed (reported to the coordinator).
+    pub failed: u64,
+    /// Commands ignored (undecodable, wrong version).
+    pub ignored: u64,
+    /// Payload bytes uploaded.
+    pub bytes_up: u64,
+    /// Payload bytes received.
+    pub bytes_down: u64,
+}
+
+/// Connects and serves until the coordinator says the run is finished (or forever with
+/// `--stay`).
+pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
+    let id = protocol::id(&args.id).context("bad --id")?;
+    let topics = Topics::new(&args.prefix).context("bad --prefix")?;
+    let shard = args.shard.load()?;
+    anyhow::ensure!(!shard.train.is_empty(), "this client has no training sample");
+    let device = args.backend.device()?;
+    eprintln!(
+        "{}: {} training / {} test samples ({}), backend {}",
+        id.as_str(),
+        shard.train.len(),
+        shard.test.len(),
+        shard.source,
+        args.backend
+    );
+    let hello = Envelope::new(
+        Id::new(),
+        0,
+        ToCoordinator::Hello(Hello {
+            samples: shard.train.len() as u64,
+            test_samples: shard.test.len() as u64,
+            backend: protocol::text(&args.backend.to_string()),
+            shard: shard.info.clone(),
+        }),
+    )
+    .to_bytes();
+    let gone = Envelope::new(Id::new(), 0, ToCoordinator::Gone).to_bytes();
+    let link = Link::start(LinkOptions {
+        broker: args.broker.clone(),
+        client_id: id.to_string(),
+        subscribe: vec![topics.down(&id)],
+        last_will: Some((topics.status(&id), gone.clone())),
+        keep_alive: Duration::from_secs(args.keepalive.max(5)),
+    })?;
+    let mut served = Served::default();
+    let mut connected = false;
+    while let Some(ev) = link.recv() {
+        match ev {
+            Inbound::Connected => {
+                eprintln!("{}: connected to {}", id.as_str(), args.broker);
+                connected = true;
+                link.publish(&topics.status(&id), hello.clone(), true)?;
+            }
+            Inbound::Disconnected(e) => {
+                if connected {
+                    eprintln!("{}: lost the broker ({e}); reconnecting", id.as_str());
+                }
+                connected = false;
+            }
+            Inbound::Message { payload, .. } => {
+                served.bytes_down += payload.len() as u64;
+                let env = match Envelope::<ToClient>::from_bytes(&payload) {
+                    Ok(env) => env,
+                    Err(e) => {
+                        eprintln!("{}: ignored a command: {e}", id.as_str());
+                        served.ignored += 1;
+                        continue;
+                    }
+                };
+                if env.body == ToClient::Finish {
+                    eprintln!("{}: run {} finished", id.as_str(), env.run.as_str());
+                    if args.stay {
+                        continue;
+                    }
+                    break;
+                }
+                let reply = match answer(env.body, &shard, &device) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("{}: round {}: job failed: {e:#}", id.as_str(), env.round);
+                        served.failed += 1;
+                        ToCoordinator::Failed {
+                            reason: protocol::text(&format!("{e:#}")),
+                        }
+                    }
+                };
+                served.jobs += 1;
+                let bytes = Envelope::new(env.run, env.round, reply).to_bytes();
+                served.bytes_up += bytes.len() as u64;
+                link.publish(&topics.up(&id), bytes, false)?;
+            }
+        }
+    }
+    // A clean exit: replace the retained Hello so no coordinator counts on this client.
+    link.publish(&topics.status(&id), gone, true)?;
+    link.disconnect();
+    Ok(served)
+}
+
+fn decode_params(model: ModelKind, params: &Tensor) -> anyhow::Result<Params> {
+    let values = params
+        .decode(Some(ParamLayout::of(model).len()))
+        .context("model from the coordinator")?;
+    Ok(Params::new(model, values)?)
+}
+
+fn train(job: &TrainJob, shard: &Shard, device: &Device) -> anyhow::Result<(Params, f64)> {
+    let cfg = TrainConfig {
+        epochs: job.epochs as usize,
+        batch_size: job.batch_size as usize,
+        lr: job.lr,
+        momentum: job.momentum,
+        seed: job.seed,
+    };
+    let (trained, report) = train_local(&decode_params(job.model, &job.params)?, &shard.train, &cfg, device)?;
+    Ok((trained, report.last_epoch_loss))
+}
+
+/// Does one job.
+fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoordinator> {
+    Ok(match cmd {
+        ToClient::Signature { job, layers } => {
+            let layers: LayerSet = layers.parse()?;
+            let selection = ParamLayout::of(job.model).select(&layers)?;
+            let (trained, _) = train(&job, shard, device)?;
+            ToCoordinator::Signature {
+                values: Tensor::encode(&selection.extract(&trained.values), job.upload),
+            }
+        }
+        ToClient::Train(job) => {
+            let (trained, loss) = train(&job, shard, device)?;
+            anyhow::ensure!(loss.is_finite(), "training diverged (loss {loss})");
+            ToCoordinator::Update {
+                model: job.model,
+                params: Tensor::encode(&trained.values, job.upload),
+                samples: shard.train.len() as u64,
+                loss,
+            }
+        }
+        ToClient::Evaluate { model, params } => {
+            let r = evaluate(&decode_params(model, &params)?, &shard.test, EVAL_BATCH, device);
+            ToCoordinator::Evaluation {
+                per_label: (0..CLASSES)
+                    .filter(|&l| r.total_per_label[l] > 0)
+                    .map(|l| LabelEval {
+                        label: l as u8,
+                        correct: r.correct_per_label[l] as u32,
+                        total: r.total_per_label[l] as u32,
+                        loss_sum: r.loss_per_label[l],
+                    })
+                    .collect(),
+            }
+        }
+        ToClient::Finish => anyhow::bail!("`finish` is not a job"),
+    })
+}

@@ -1,0 +1,243 @@
+//! System tests: the coordinator and edge clients as separate processes over real brokers
+//! (the coordinator's embedded rumqttd and Debian's mosquitto), on the bundled FMNIST subset.
+//!
+//! A served run must equal the in-process `coordinator simulate` run with the same seed and
+//! settings: same clusters, and accuracy per round within 0.5 percentage points (the clients
+//! train exactly as the simulator does; only floating-point summation order in evaluation batches
+//! may differ).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use edgecfl_shared::model::{ModelKind, Params};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::protocol::{
+    BrokerAddr, Encoding, Envelope, Id, MAX_PAYLOAD, Tensor, ToClient, ToCoordinator, TopicKind,
+    Topics,
+};
+use edgecfl_tests::*;
+use serde_json::Value;
+
+const PARTITION: &str = "groups:012-34-56-789";
+const CLIENTS: usize = 8;
+const TOLERANCE: f64 = 0.005;
+
+fn serve(dir: &Path, net: &[String], flags: &[String]) -> Proc {
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(flags)
+        .args(net)
+        .args(["--min-clients", &CLIENTS.to_string(), "--join-timeout", "120"])
+        .arg("--out")
+        .arg(dir.join("out"));
+    Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"))
+}
+
+fn finish(dir: &Path, mut coordinator: Proc, clients: Vec<(Proc, std::path::PathBuf)>) -> Value {
+    coordinator.wait_ok(Duration::from_secs(600), &dir.join("coordinator.log"));
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    summary(&dir.join("out"))
+}
+
+/// Same clusters as the truth, and the same accuracy as the in-process run.
+fn assert_matches_simulate(served: &Value, flags: &[String], dir: &Path) {
+    assert_eq!(served["n_clients"], CLIENTS);
+    assert_eq!(served["n_clusters"], 4, "{served:#}");
+    assert_eq!(served["ari"].as_f64(), Some(1.0));
+    let twin = simulate(flags, &dir.join("simulate"));
+    assert_eq!(served["assignment"], twin["assignment"]);
+    let (a, b) = (accuracies(served), accuracies(&twin));
+    assert_eq!(a.len(), b.len());
+    for (round, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= TOLERANCE,
+            "round {}: served {x}, simulated {y}",
+            round + 1
+        );
+    }
+    // Training helped: chance level within a group is at most 1/2.
+    assert!(a.last().copied().unwrap_or(0.0) > 0.6, "{a:?}");
+}
+
+#[test]
+fn embedded_broker_run_recovers_groups_and_equals_simulate() {
+    let dir = scratch("embedded");
+    let port = free_port();
+    let prefix = "edgecfl/t-embedded";
+    let flags = run_flags(PARTITION, CLIENTS, 2, 0.5, 1);
+    let net: Vec<String> = ["--port", &port.to_string(), "--listen", "127.0.0.1"]
+        .into_iter()
+        .chain(["--prefix", prefix, "--run-id", "embedded"])
+        .map(String::from)
+        .collect();
+    let coordinator = serve(&dir, &net, &flags);
+    wait_listening(port, Duration::from_secs(60));
+    let clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 1);
+    let s = finish(&dir, coordinator, clients);
+    assert_eq!(s["rejected_total"], 0, "{:#}", s["rejected"]);
+    assert_eq!(s["broker"], format!("mqtt://127.0.0.1:{port}"));
+    // Round 0 moved final layers only: 850 floats (+ a small envelope) per client.
+    let sig = s["wire_bytes"]["signature_up"].as_u64().unwrap();
+    assert!((CLIENTS as u64 * 3400..CLIENTS as u64 * 3500).contains(&sig), "{sig}");
+    assert_matches_simulate(&s, &flags, &dir);
+}
+
+/// A connection of the test's own to the broker.
+fn spy(port: u16, name: &str, subscribe: Vec<String>) -> Link {
+    let broker = BrokerAddr {
+        host: "127.0.0.1".into(),
+        port,
+    };
+    let link = Link::start(LinkOptions {
+        broker: broker.clone(),
+        client_id: name.into(),
+        subscribe,
+        last_will: None,
+        keep_alive: Duration::from_secs(30),
+    })
+    .expect("spy link");
+    link.wait_connected(&broker, Duration::from_secs(10))
+        .expect("spy connects");
+    link
+}
+
+/// Waits for the first training command of round 1 seen on the clients' `down` topics; returns
+/// the run id and the client it went to.
+fn first_training_command(link: &Link, topics: &Topics) -> (Id, String) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Some(ev) = link.recv_until(deadline) {
+        if let Inbound::Message { topic, payload, .. } = ev
+            && let Some((client, TopicKind::Down)) = topics.parse(&topic)
+            && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
+            && matches!(env.body, ToClient::Train(_))
+        {
+            return (env.run, client.to_string());
+        }
+    }
+    panic!("no training command within 300 s");
+}
+
+#[test]
+fn mosquitto_run_ignores_bad_input_and_equals_simulate() {
+    let dir = scratch("mosquitto");
+    let (_broker, port) = mosquitto(&dir);
+    let prefix = "edgecfl/t-mosquitto";
+    let topics = Topics::new(prefix).unwrap();
+    let flags = run_flags(PARTITION, CLIENTS, 2, 0.5, 2);
+    let net: Vec<String> = [
+        "--broker",
+        &format!("mqtt://127.0.0.1:{port}"),
+        "--prefix",
+        prefix,
+    ]
+    .map(String::from)
+    .to_vec();
+    let link = spy(port, "intruder", vec![format!("{prefix}/clients/+/down")]);
+    let coordinator = serve(&dir, &net, &flags);
+    let clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 2);
+
+    // While round 1 trains, publish bad uploads straight to the coordinator's topics.
+    let (run, target) = first_training_command(&link, &topics);
+    let good = Params::init(ModelKind::LeNet5, 0).values;
+    let update = |values: &[f32], round: u32| {
+        Envelope::new(
+            run.clone(),
+            round,
+            ToCoordinator::Update {
+                model: ModelKind::LeNet5,
+                params: Tensor::encode(values, Encoding::F32),
+                samples: 100,
+                loss: 0.1,
+            },
+        )
+        .to_bytes()
+    };
+    let mut nan = good.clone();
+    nan[123] = f32::NAN;
+    let mut wrong_version = update(&good, 1);
+    wrong_version[0] = 9;
+    let valid = update(&good, 1);
+    let mut noise = vec![0u8; 512];
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for b in &mut noise {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let bad: Vec<(String, Vec<u8>)> = vec![
+        (topics.up(&target), noise),
+        (topics.up(&target), valid[..valid.len() / 2].to_vec()),
+        (topics.up(&target), wrong_version),
+        (topics.up(&target), update(&good[..good.len() - 10], 1)),
+        (topics.up(&target), update(&nan, 1)),
+        (topics.up(&target), vec![1u8; MAX_PAYLOAD + 1]),
+        (topics.up("intruder"), valid.clone()),
+        (topics.up(&target), update(&good, 0)),
+    ];
+    for (topic, payload) in bad {
+        link.publish(&topic, payload, false).unwrap();
+    }
+
+    let s = finish(&dir, coordinator, clients);
+    let r = &s["rejected"];
+    assert_eq!(s["rejected_total"], 8, "{r:#}");
+    for reason in ["truncated", "wrong_version", "oversized", "unknown_client"] {
+        assert_eq!(r[reason], 1, "{reason}: {r:#}");
+    }
+    let log = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
+    assert!(log.contains("ignored message from intruder: UnknownClient"), "{log}");
+    assert_matches_simulate(&s, &flags, &dir);
+}
+
+#[test]
+fn killed_client_does_not_stop_the_round() {
+    let dir = scratch("killed");
+    let port = free_port();
+    let prefix = "edgecfl/t-killed";
+    let topics = Topics::new(prefix).unwrap();
+    // Every client trains every round, so the killed client's cluster partner trains too.
+    let flags = run_flags(PARTITION, CLIENTS, 2, 1.0, 3);
+    let net: Vec<String> = ["--port", &port.to_string(), "--listen", "127.0.0.1"]
+        .into_iter()
+        .chain(["--prefix", prefix, "--phase-timeout", "60"])
+        .map(String::from)
+        .collect();
+    let coordinator = serve(&dir, &net, &flags);
+    wait_listening(port, Duration::from_secs(60));
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let mut clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 3);
+
+    let (_, target) = first_training_command(&link, &topics);
+    let victim: usize = target.trim_start_matches('c').parse().unwrap();
+    let (mut killed, _) = clients.remove(victim);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+
+    let s = finish(&dir, coordinator, clients);
+    let csv = std::fs::read_to_string(dir.join("out/rounds.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    // round,sampled,received,...
+    assert_eq!(&rows[1][..3], &["1", "8", "7"], "{csv}");
+    assert_eq!(&rows[2][..3], &["2", "8", "7"], "{csv}");
+    assert_eq!(s["phase_timeouts"], 0, "the last will should end the wait at once");
+    // The victim's cluster still trained: its partner's accuracy after round 1 is well above
+    // chance (at most 1/2 within a group).
+    let assignment: Vec<u64> = s["assignment"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let cluster = assignment[victim] as usize;
+    let col = rows[0]
+        .iter()
+        .position(|h| *h == format!("cluster{cluster}_accuracy"))
+        .unwrap();
+    let acc: f64 = rows[1][col].parse().unwrap();
+    assert!(acc > 0.6, "cluster {cluster} accuracy {acc} after round 1");
+    assert_eq!(s["n_clusters"], 4);
+}

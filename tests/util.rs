@@ -1,0 +1,236 @@
+//! Helpers of the system tests: the project's binaries, real brokers (mosquitto, or the
+//! coordinator's embedded rumqttd) on free ports, and child processes that die with the test.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use edgecfl_shared::mqtt::MAX_PACKET;
+use serde_json::Value;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the repository")
+        .to_path_buf()
+}
+
+/// The bundled Fashion-MNIST subset (fast, and the same on every machine).
+pub fn bundled_data() -> PathBuf {
+    root().join("shared/data/fmnist-subset")
+}
+
+/// Path of one of the workspace's binaries, built once per test process with the test's
+/// profile (`cargo test` of one package does not build the other packages' binaries).
+pub fn bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        // target/<profile>/deps/system-… → target/<profile>
+        let exe = std::env::current_exe().expect("test executable path");
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps")
+            .to_path_buf();
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(root())
+            .args(["build", "--bins", "-p", "coordinator", "-p", "edge-client"]);
+        if release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cannot run cargo build");
+        assert!(status.success(), "building the binaries failed");
+        dir
+    });
+    dir.join(name)
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("no free port")
+        .port()
+}
+
+/// Waits until something listens on `port`.
+pub fn wait_listening(port: u16, timeout: Duration) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < timeout, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A child process killed when dropped.
+pub struct Proc {
+    /// The child.
+    pub child: Child,
+    /// What it is, for messages.
+    pub name: String,
+}
+
+impl Proc {
+    /// Starts `cmd`, its output going to `log`.
+    pub fn spawn(mut cmd: Command, name: &str, log: &Path) -> Proc {
+        let f = std::fs::File::create(log).expect("log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().expect("log file"))
+            .stderr(f)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc {
+            child,
+            name: name.into(),
+        }
+    }
+
+    /// Waits for the exit, up to `timeout`; panics on timeout or failure.
+    pub fn wait_ok(&mut self, timeout: Duration, log: &Path) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "{} failed ({status}); its log:\n{}",
+                    self.name,
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+                return;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{} still running after {timeout:?}; its log:\n{}",
+                self.name,
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// mosquitto from Debian on a free loopback port, with the packet limit edgecfl needs.
+pub fn mosquitto(dir: &Path) -> (Proc, u16) {
+    let port = free_port();
+    let conf = dir.join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n\
+             max_packet_size {MAX_PACKET}\nmax_inflight_messages 100\nmax_queued_messages 10000\n"
+        ),
+    )
+    .expect("mosquitto.conf");
+    let exe = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("mosquitto is not installed (apt-get install mosquitto); .ci/run installs it");
+    let mut cmd = Command::new(exe);
+    cmd.arg("-c").arg(&conf);
+    let p = Proc::spawn(cmd, "mosquitto", &dir.join("mosquitto.log"));
+    wait_listening(port, Duration::from_secs(10));
+    (p, port)
+}
+
+/// A fresh scratch directory under target/.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = root().join("target/system-tests").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// The settings shared by a served run and its in-process twin.
+pub fn run_flags(partition: &str, clients: usize, rounds: usize, frac: f64, seed: u64) -> Vec<String> {
+    [
+        "--partition",
+        partition,
+        "--clients",
+        &clients.to_string(),
+        "--rounds",
+        &rounds.to_string(),
+        "--frac",
+        &frac.to_string(),
+        "--epochs",
+        "1",
+        "--warmup-epochs",
+        "1",
+        "--seed",
+        &seed.to_string(),
+        "--data",
+        bundled_data().to_str().expect("utf-8 path"),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Starts `n` edge clients holding shards `0..n` of `partition`.
+pub fn fleet(
+    dir: &Path,
+    broker_port: u16,
+    prefix: &str,
+    partition: &str,
+    n: usize,
+    seed: u64,
+) -> Vec<(Proc, PathBuf)> {
+    (0..n)
+        .map(|i| {
+            let id = format!("c{i}");
+            let log = dir.join(format!("{id}.log"));
+            let mut cmd = Command::new(bin("edge-client"));
+            cmd.args(["run", "--broker", &format!("mqtt://127.0.0.1:{broker_port}")])
+                .args(["--id", &id, "--prefix", prefix, "--partition", partition])
+                .args(["--seed", &seed.to_string(), "--index", &i.to_string()])
+                .args(["--of", &n.to_string()])
+                .arg("--data")
+                .arg(bundled_data());
+            (Proc::spawn(cmd, &id, &log), log)
+        })
+        .collect()
+}
+
+/// Runs `coordinator simulate` with `flags` into `out` and returns its summary.
+pub fn simulate(flags: &[String], out: &Path) -> Value {
+    let o: Output = Command::new(bin("coordinator"))
+        .arg("simulate")
+        .args(flags)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("coordinator simulate");
+    assert!(
+        o.status.success(),
+        "simulate failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    summary(out)
+}
+
+/// Reads `summary.json` of a run.
+pub fn summary(out: &Path) -> Value {
+    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json is JSON")
+}
+
+/// `summary.json`'s accuracy per round.
+pub fn accuracies(s: &Value) -> Vec<f64> {
+    s["accuracy_per_round"]
+        .as_array()
+        .expect("accuracy_per_round")
+        .iter()
+        .map(|v| v.as_f64().expect("accuracy"))
+        .collect()
+}
