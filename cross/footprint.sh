@@ -4,6 +4,7 @@
 # host and under qemu-user for the ARM targets.
 #
 #   cross/footprint.sh [--no-build] [--out DIR] [--repeats N] [--note TEXT] [TARGET...]
+#   cross/footprint.sh --report-only [--out DIR] [TARGET...]   (rewrite the report from DIR/raw/)
 #
 # TARGET: host (the x86-64 build) and/or ARM targets as in cross/build.sh; default: host and the
 # three ARM targets. --no-build measures the binaries already in $CARGO_TARGET_DIR (default
@@ -37,9 +38,11 @@ SAMPLES=600
 BATCH=10
 TARGETS=()
 NOTE=""
+REPORT_ONLY=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --no-build) BUILD=0; shift ;;
+        --report-only) REPORT_ONLY=1; BUILD=0; shift ;;
         --out) OUT="${2:?}"; shift 2 ;;
         --repeats) REPEATS="${2:?}"; shift 2 ;;
         --note) NOTE="${2:?}"; shift 2 ;;
@@ -59,6 +62,7 @@ die() { say "error: $*"; exit 1; }
 [[ -x /usr/bin/time ]] || die "/usr/bin/time missing (Debian package: time)"
 command -v python3 >/dev/null || die "python3 missing"
 
+if [[ $REPORT_ONLY -eq 0 ]]; then
 arm=()
 for t in "${TARGETS[@]}"; do [[ "$t" == host ]] || arm+=("$t"); done
 if [[ $BUILD -eq 1 ]]; then
@@ -130,6 +134,9 @@ bench=(bench --model lenet5 --backends flex --batches "$BATCH" --samples "$SAMPL
 for t in "${TARGETS[@]}"; do
     bin="$(binary "$t")"
     [[ -x "$bin" ]] || die "$bin missing: build it (drop --no-build)"
+    printf '%s\n' "$bin" >"$OUT/raw/$t.binary"
+    file -b "$bin" >"$OUT/raw/$t.file"
+    stat -c %s "$bin" >"$OUT/raw/$t.size"
     run "$t.help" "$t" - --help
     run "$t.bench-shard600" "$t" shard "${bench[@]}"
     if [[ "$t" == host || "$t" == aarch64-unknown-linux-gnu ]]; then
@@ -140,13 +147,18 @@ done
 # Environment facts for the record.
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+    if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+        echo "commit: $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- shared coordinator edge-client Cargo.toml Cargo.lock || echo ' + uncommitted changes')"
+    else
+        echo "commit: not a git checkout"
+    fi
     echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
     echo "loadavg before report: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "rustc: $(rustc -V)"
     echo "qemu: $(qemu-aarch64 --version | head -1)"
     [[ -z "$NOTE" ]] || echo "note: $NOTE"
 } >"$OUT/raw/env.txt"
+fi  # REPORT_ONLY
 
 python3 - "$OUT" "$SAMPLES" "$REPEATS" "$TARGET_DIR" "${TARGETS[@]}" <<'EOF'
 import json, os, re, subprocess, sys
@@ -182,13 +194,17 @@ result = {"samples": samples, "batch": 10, "repeats": repeats, "model": "lenet5"
           "env": dict(l.split(": ", 1) for l in open(os.path.join(raw, "env.txt")).read().splitlines()),
           "targets": {}}
 for t in targets:
-    binp = os.path.join(target_dir, "release" if t == "host" else t + "/release", "edge-client")
-    desc = subprocess.run(["file", "-b", binp], capture_output=True, text=True).stdout.strip()
+    def rawfile(ext):
+        p = os.path.join(raw, f"{t}.{ext}")
+        return open(p).read().strip() if os.path.exists(p) else None
+    binp = rawfile("binary") or os.path.join(target_dir, "release" if t == "host" else t + "/release", "edge-client")
+    desc = rawfile("file") or subprocess.run(["file", "-b", binp], capture_output=True, text=True).stdout.strip()
+    size = int(rawfile("size") or os.path.getsize(binp))
     entry = {
         "binary": binp,
         "file": desc,
         "stripped": ", stripped" in desc,
-        "size_bytes": os.path.getsize(binp),
+        "size_bytes": size,
         "measured": "natively on x86-64" if t == "host" else "under qemu-user on x86-64 (emulated)",
         "help": timev(t + ".help"),
         "bench_shard600": bench(t + ".bench-shard600"),

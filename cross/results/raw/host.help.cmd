@@ -1,0 +1,1 @@
+ /usr/bin/time -v  /work/target-cross/release/edge-client --help
