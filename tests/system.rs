@@ -28,7 +28,12 @@ fn serve(dir: &Path, net: &[String], flags: &[String]) -> Proc {
     cmd.arg("serve")
         .args(flags)
         .args(net)
-        .args(["--min-clients", &CLIENTS.to_string(), "--join-timeout", "120"])
+        .args([
+            "--min-clients",
+            &CLIENTS.to_string(),
+            "--join-timeout",
+            "120",
+        ])
         .arg("--out")
         .arg(dir.join("out"));
     Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"))
@@ -81,7 +86,10 @@ fn embedded_broker_run_recovers_groups_and_equals_simulate() {
     assert_eq!(s["broker"], format!("mqtt://127.0.0.1:{port}"));
     // Round 0 moved final layers only: 850 floats (+ a small envelope) per client.
     let sig = s["wire_bytes"]["signature_up"].as_u64().unwrap();
-    assert!((CLIENTS as u64 * 3400..CLIENTS as u64 * 3500).contains(&sig), "{sig}");
+    assert!(
+        (CLIENTS as u64 * 3400..CLIENTS as u64 * 3500).contains(&sig),
+        "{sig}"
+    );
     assert_matches_simulate(&s, &flags, &dir);
 }
 
@@ -189,7 +197,10 @@ fn mosquitto_run_ignores_bad_input_and_equals_simulate() {
         assert_eq!(r[reason], 1, "{reason}: {r:#}");
     }
     let log = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
-    assert!(log.contains("ignored message from intruder: UnknownClient"), "{log}");
+    assert!(
+        log.contains("ignored message from intruder: UnknownClient"),
+        "{log}"
+    );
     assert_matches_simulate(&s, &flags, &dir);
 }
 
@@ -223,7 +234,10 @@ fn killed_client_does_not_stop_the_round() {
     // round,sampled,received,...
     assert_eq!(&rows[1][..3], &["1", "8", "7"], "{csv}");
     assert_eq!(&rows[2][..3], &["2", "8", "7"], "{csv}");
-    assert_eq!(s["phase_timeouts"], 0, "the last will should end the wait at once");
+    assert_eq!(
+        s["phase_timeouts"], 0,
+        "the last will should end the wait at once"
+    );
     // The victim's cluster still trained: its partner's accuracy after round 1 is well above
     // chance (at most 1/2 within a group).
     let assignment: Vec<u64> = s["assignment"]

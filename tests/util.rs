@@ -24,10 +24,17 @@ pub fn bundled_data() -> PathBuf {
 }
 
 /// Path of one of the workspace's binaries, built once per test process with the test's
-/// profile (`cargo test` of one package does not build the other packages' binaries).
+/// profile (`cargo test` of one package does not build the other packages' binaries). The
+/// build is `cargo test --workspace --no-run`, the feature set of `scripts/test.sh`, so under
+/// the test suite it is a no-op and never rebuilds burn with other features.
+///
+/// `EDGECFL_BIN_DIR` names a directory of ready binaries instead (no build).
 pub fn bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("EDGECFL_BIN_DIR") {
+            return PathBuf::from(dir);
+        }
         // target/<profile>/deps/system-… → target/<profile>
         let exe = std::env::current_exe().expect("test executable path");
         let dir = exe
@@ -39,7 +46,7 @@ pub fn bin(name: &str) -> PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.current_dir(root())
-            .args(["build", "--bins", "-p", "coordinator", "-p", "edge-client"]);
+            .args(["test", "--workspace", "--no-run", "-q"]);
         if release {
             cmd.arg("--release");
         }
@@ -154,7 +161,13 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// The settings shared by a served run and its in-process twin.
-pub fn run_flags(partition: &str, clients: usize, rounds: usize, frac: f64, seed: u64) -> Vec<String> {
+pub fn run_flags(
+    partition: &str,
+    clients: usize,
+    rounds: usize,
+    frac: f64,
+    seed: u64,
+) -> Vec<String> {
     [
         "--partition",
         partition,
@@ -191,12 +204,16 @@ pub fn fleet(
             let id = format!("c{i}");
             let log = dir.join(format!("{id}.log"));
             let mut cmd = Command::new(bin("edge-client"));
-            cmd.args(["run", "--broker", &format!("mqtt://127.0.0.1:{broker_port}")])
-                .args(["--id", &id, "--prefix", prefix, "--partition", partition])
-                .args(["--seed", &seed.to_string(), "--index", &i.to_string()])
-                .args(["--of", &n.to_string()])
-                .arg("--data")
-                .arg(bundled_data());
+            cmd.args([
+                "run",
+                "--broker",
+                &format!("mqtt://127.0.0.1:{broker_port}"),
+            ])
+            .args(["--id", &id, "--prefix", prefix, "--partition", partition])
+            .args(["--seed", &seed.to_string(), "--index", &i.to_string()])
+            .args(["--of", &n.to_string()])
+            .arg("--data")
+            .arg(bundled_data());
             (Proc::spawn(cmd, &id, &log), log)
         })
         .collect()

@@ -119,8 +119,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
     };
     let broker = serve::broker_for(&net)?;
     let logs = cfg.out.join("logs");
-    std::fs::create_dir_all(&logs)
-        .with_context(|| format!("cannot create {}", logs.display()))?;
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let fleet = spawn_fleet(&bin, &cfg, &broker, &net.prefix, &logs)?;
     eprintln!(
         "started {} edge-client processes ({}; logs in {})",

@@ -12,7 +12,12 @@ use serde_json::{Value, json};
 use crate::config::RunConfig;
 
 /// The `summary.json` of a run; `extra` (an object) adds runtime-specific keys.
-pub fn summary(cfg: &RunConfig, result: &RunResult, data_source: &str, extra: Option<Value>) -> Value {
+pub fn summary(
+    cfg: &RunConfig,
+    result: &RunResult,
+    data_source: &str,
+    extra: Option<Value>,
+) -> Value {
     let accuracy_per_round: Vec<Option<f64>> = result.rounds.iter().map(|r| r.accuracy).collect();
     let mut v = json!({
         "algorithm": cfg.federation.algorithm.to_string(),

@@ -200,7 +200,12 @@ pub struct Awaiting {
 
 impl Awaiting {
     /// Waits for `asked` in `phase`.
-    pub fn new(phase: Phase, run: Id, expect: Expect, asked: impl IntoIterator<Item = usize>) -> Self {
+    pub fn new(
+        phase: Phase,
+        run: Id,
+        expect: Expect,
+        asked: impl IntoIterator<Item = usize>,
+    ) -> Self {
         Awaiting {
             phase,
             run,
@@ -241,7 +246,11 @@ impl Awaiting {
         if env.run != self.run {
             return Err(Rejected::new(
                 Rejection::WrongRun,
-                format!("run {:?}, this run is {:?}", env.run.as_str(), self.run.as_str()),
+                format!(
+                    "run {:?}, this run is {:?}",
+                    env.run.as_str(),
+                    self.run.as_str()
+                ),
             ));
         }
         if env.round != self.phase.round() {
@@ -254,7 +263,10 @@ impl Awaiting {
             return Err(Rejected::new(Rejection::Duplicate, "already answered"));
         }
         if !self.pending.contains(&client) {
-            return Err(Rejected::new(Rejection::NotAsked, format!("not asked in {}", self.phase)));
+            return Err(Rejected::new(
+                Rejection::NotAsked,
+                format!("not asked in {}", self.phase),
+            ));
         }
         let answer = match (self.expect, env.body) {
             (_, ToCoordinator::Failed { reason }) => {
@@ -287,7 +299,9 @@ impl Awaiting {
                 }
                 let values = params.decode(None)?;
                 let params = Params::new(model, values).map_err(|e| match e {
-                    ModelError::NotFinite { .. } => Rejected::new(Rejection::NotFinite, e.to_string()),
+                    ModelError::NotFinite { .. } => {
+                        Rejected::new(Rejection::NotFinite, e.to_string())
+                    }
                     e => Rejected::new(Rejection::WrongSize, e.to_string()),
                 })?;
                 Answer::Update {
@@ -344,7 +358,11 @@ mod tests {
     use super::*;
     use edgecfl_shared::protocol::{Encoding, LabelEval, Tensor, id, text};
 
-    fn env(run: &str, round: u32, body: ToCoordinator) -> Result<Envelope<ToCoordinator>, ProtocolError> {
+    fn env(
+        run: &str,
+        round: u32,
+        body: ToCoordinator,
+    ) -> Result<Envelope<ToCoordinator>, ProtocolError> {
         Ok(Envelope::new(id(run).unwrap(), round, body))
     }
 
@@ -360,28 +378,69 @@ mod tests {
     #[test]
     fn training_phase_rules() {
         let good = Params::init(ModelKind::Mlp, 1).values;
-        let mut aw = Awaiting::new(Phase::Training(2), id("r").unwrap(), Expect::Update(ModelKind::Mlp), [0, 1]);
+        let mut aw = Awaiting::new(
+            Phase::Training(2),
+            id("r").unwrap(),
+            Expect::Update(ModelKind::Mlp),
+            [0, 1],
+        );
         let reason = |r: Result<Answer, Rejected>| r.unwrap_err().reason;
         let mut aw_accept = |c, m| reason(aw.accept(c, m));
-        assert_eq!(aw_accept(0, env("other", 2, update(&good))), Rejection::WrongRun);
-        assert_eq!(aw_accept(0, env("r", 1, update(&good))), Rejection::WrongRound);
-        assert_eq!(aw_accept(5, env("r", 2, update(&good))), Rejection::NotAsked);
-        assert_eq!(aw_accept(0, env("r", 2, update(&good[1..]))), Rejection::WrongSize);
+        assert_eq!(
+            aw_accept(0, env("other", 2, update(&good))),
+            Rejection::WrongRun
+        );
+        assert_eq!(
+            aw_accept(0, env("r", 1, update(&good))),
+            Rejection::WrongRound
+        );
+        assert_eq!(
+            aw_accept(5, env("r", 2, update(&good))),
+            Rejection::NotAsked
+        );
+        assert_eq!(
+            aw_accept(0, env("r", 2, update(&good[1..]))),
+            Rejection::WrongSize
+        );
         let mut nan = good.clone();
         nan[7] = f32::NAN;
-        assert_eq!(aw_accept(0, env("r", 2, update(&nan))), Rejection::NotFinite);
         assert_eq!(
-            aw_accept(0, env("r", 2, ToCoordinator::Evaluation { per_label: vec![] })),
+            aw_accept(0, env("r", 2, update(&nan))),
+            Rejection::NotFinite
+        );
+        assert_eq!(
+            aw_accept(
+                0,
+                env("r", 2, ToCoordinator::Evaluation { per_label: vec![] })
+            ),
             Rejection::Unexpected
         );
-        assert_eq!(aw_accept(0, Err(ProtocolError::Truncated)), Rejection::Truncated);
+        assert_eq!(
+            aw_accept(0, Err(ProtocolError::Truncated)),
+            Rejection::Truncated
+        );
         // None of that moved the phase on.
         assert_eq!(aw.pending().len(), 2);
-        assert!(matches!(aw.accept(0, env("r", 2, update(&good))), Ok(Answer::Update { samples: 10, .. })));
-        assert_eq!(reason(aw.accept(0, env("r", 2, update(&good)))), Rejection::Duplicate);
+        assert!(matches!(
+            aw.accept(0, env("r", 2, update(&good))),
+            Ok(Answer::Update { samples: 10, .. })
+        ));
+        assert_eq!(
+            reason(aw.accept(0, env("r", 2, update(&good)))),
+            Rejection::Duplicate
+        );
         assert!(!aw.done());
         assert_eq!(
-            reason(aw.accept(1, env("r", 2, ToCoordinator::Failed { reason: text("oom") }))),
+            reason(aw.accept(
+                1,
+                env(
+                    "r",
+                    2,
+                    ToCoordinator::Failed {
+                        reason: text("oom")
+                    }
+                )
+            )),
             Rejection::ClientFailed
         );
         assert!(aw.done());
@@ -389,20 +448,49 @@ mod tests {
 
     #[test]
     fn evaluation_is_rebuilt_from_label_counts() {
-        let mut aw = Awaiting::new(Phase::Evaluating(1), id("r").unwrap(), Expect::Evaluation, [3]);
+        let mut aw = Awaiting::new(
+            Phase::Evaluating(1),
+            id("r").unwrap(),
+            Expect::Evaluation,
+            [3],
+        );
         let per_label = vec![
-            LabelEval { label: 1, correct: 8, total: 10, loss_sum: 1.0 },
-            LabelEval { label: 4, correct: 1, total: 10, loss_sum: 3.0 },
+            LabelEval {
+                label: 1,
+                correct: 8,
+                total: 10,
+                loss_sum: 1.0,
+            },
+            LabelEval {
+                label: 4,
+                correct: 1,
+                total: 10,
+                loss_sum: 3.0,
+            },
         ];
-        let Ok(Answer::Evaluation(r)) = aw.accept(3, env("r", 1, ToCoordinator::Evaluation { per_label })) else {
+        let Ok(Answer::Evaluation(r)) =
+            aw.accept(3, env("r", 1, ToCoordinator::Evaluation { per_label }))
+        else {
             panic!("evaluation refused");
         };
         assert_eq!((r.correct, r.total), (9, 20));
         assert!((r.accuracy() - 0.45).abs() < 1e-12 && (r.loss() - 0.2).abs() < 1e-12);
-        let mut aw = Awaiting::new(Phase::Evaluating(1), id("r").unwrap(), Expect::Evaluation, [3]);
-        let bad = vec![LabelEval { label: 10, correct: 1, total: 1, loss_sum: 0.0 }];
+        let mut aw = Awaiting::new(
+            Phase::Evaluating(1),
+            id("r").unwrap(),
+            Expect::Evaluation,
+            [3],
+        );
+        let bad = vec![LabelEval {
+            label: 10,
+            correct: 1,
+            total: 1,
+            loss_sum: 0.0,
+        }];
         assert_eq!(
-            aw.accept(3, env("r", 1, ToCoordinator::Evaluation { per_label: bad })).unwrap_err().reason,
+            aw.accept(3, env("r", 1, ToCoordinator::Evaluation { per_label: bad }))
+                .unwrap_err()
+                .reason,
             Rejection::Malformed
         );
     }

@@ -25,8 +25,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::config::RunConfig;
-use crate::rounds::{Answer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
 use crate::report::{self, Progress};
+use crate::rounds::{Answer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
 use crate::{broker, plots};
 
 /// Network settings of `serve` and `demo`.
@@ -340,7 +340,13 @@ impl MqttPool {
                         warn(format!("{}: {id} is gone; not waiting for it", aw.phase));
                     }
                 }
-                Ok(_) => reject(&mut self.tally, Rejected { reason: Rejection::Unexpected, detail: "upload on the status topic".into() }),
+                Ok(_) => reject(
+                    &mut self.tally,
+                    Rejected {
+                        reason: Rejection::Unexpected,
+                        detail: "upload on the status topic".into(),
+                    },
+                ),
                 Err(e) => reject(&mut self.tally, e.into()),
             },
             (TopicKind::Status, None) => {
@@ -349,7 +355,13 @@ impl MqttPool {
                     ..
                 }) = msg
                 {
-                    reject(&mut self.tally, Rejected { reason: Rejection::LateJoiner, detail: "joined after round 0 was planned".into() });
+                    reject(
+                        &mut self.tally,
+                        Rejected {
+                            reason: Rejection::LateJoiner,
+                            detail: "joined after round 0 was planned".into(),
+                        },
+                    );
                 }
             }
             (TopicKind::Up, None) => reject(
@@ -458,7 +470,11 @@ impl ClientPool for MqttPool {
                 (c, ToClient::Train(job))
             })
             .collect();
-        let answers = self.exchange(Phase::Training(round as u32), Expect::Update(cfg.model), msgs)?;
+        let answers = self.exchange(
+            Phase::Training(round as u32),
+            Expect::Update(cfg.model),
+            msgs,
+        )?;
         Ok(answers
             .into_iter()
             .filter_map(|(client, a)| match a {
@@ -525,7 +541,10 @@ pub fn broker_for(net: &NetFlags) -> anyhow::Result<BrokerAddr> {
         Some(b) => b.clone(),
         None => {
             let addr = broker::start(net.listen, net.port)?;
-            eprintln!("embedded broker (rumqttd) listening on {}:{}", net.listen, net.port);
+            eprintln!(
+                "embedded broker (rumqttd) listening on {}:{}",
+                net.listen, net.port
+            );
             BrokerAddr {
                 host: addr.ip().to_string(),
                 port: addr.port(),
@@ -555,8 +574,8 @@ pub fn run(
     observer: Option<&mut dyn Observer>,
 ) -> anyhow::Result<Served> {
     let topics = Topics::new(&net.prefix).context("bad --prefix")?;
-    let run = protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id))
-        .context("bad --run-id")?;
+    let run =
+        protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id)).context("bad --run-id")?;
     let link = Link::start(LinkOptions {
         broker: broker.clone(),
         client_id: format!("coordinator-{}", run.as_str()),

@@ -71,7 +71,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     let id = protocol::id(&args.id).context("bad --id")?;
     let topics = Topics::new(&args.prefix).context("bad --prefix")?;
     let shard = args.shard.load()?;
-    anyhow::ensure!(!shard.train.is_empty(), "this client has no training sample");
+    anyhow::ensure!(
+        !shard.train.is_empty(),
+        "this client has no training sample"
+    );
     let device = args.backend.device()?;
     eprintln!(
         "{}: {} training / {} test samples ({}), backend {}",
@@ -170,7 +173,12 @@ fn train(job: &TrainJob, shard: &Shard, device: &Device) -> anyhow::Result<(Para
         momentum: job.momentum,
         seed: job.seed,
     };
-    let (trained, report) = train_local(&decode_params(job.model, &job.params)?, &shard.train, &cfg, device)?;
+    let (trained, report) = train_local(
+        &decode_params(job.model, &job.params)?,
+        &shard.train,
+        &cfg,
+        device,
+    )?;
     Ok((trained, report.last_epoch_loss))
 }
 
@@ -196,7 +204,12 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
             }
         }
         ToClient::Evaluate { model, params } => {
-            let r = evaluate(&decode_params(model, &params)?, &shard.test, EVAL_BATCH, device);
+            let r = evaluate(
+                &decode_params(model, &params)?,
+                &shard.test,
+                EVAL_BATCH,
+                device,
+            );
             ToCoordinator::Evaluation {
                 per_label: (0..CLASSES)
                     .filter(|&l| r.total_per_label[l] > 0)

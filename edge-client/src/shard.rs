@@ -76,10 +76,7 @@ impl ShardArgs {
                 seed: self.seed,
                 index: self.index as u32,
                 of: self.of as u32,
-                group: part
-                    .truth
-                    .as_ref()
-                    .map(|t| t[self.index] as u32),
+                group: part.truth.as_ref().map(|t| t[self.index] as u32),
             }),
         })
     }

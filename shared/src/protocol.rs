@@ -144,8 +144,7 @@ impl From<postcard::Error> for ProtocolError {
 pub fn id(s: &str) -> Result<Id, ProtocolError> {
     let ok = !s.is_empty()
         && s.len() <= MAX_ID_LEN
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if !ok {
         return Err(ProtocolError::BadId(s.into()));

@@ -8,7 +8,11 @@ use edgecfl_shared::protocol::{
 };
 use proptest::prelude::*;
 
-fn env<B: serde::Serialize + serde::de::DeserializeOwned>(run: &str, round: u32, b: B) -> Envelope<B> {
+fn env<B: serde::Serialize + serde::de::DeserializeOwned>(
+    run: &str,
+    round: u32,
+    b: B,
+) -> Envelope<B> {
     Envelope::new(id(run).unwrap(), round, b)
 }
 
@@ -295,10 +299,7 @@ fn ids_topics_and_broker_urls() {
         t.parse("edgecfl/lab1/clients/pi-1/up"),
         Some(("pi-1", TopicKind::Up))
     );
-    assert_eq!(
-        t.parse(&t.down("c")),
-        Some(("c", TopicKind::Down))
-    );
+    assert_eq!(t.parse(&t.down("c")), Some(("c", TopicKind::Down)));
     assert_eq!(t.parse("edgecfl/other/clients/pi-1/up"), None);
     assert_eq!(t.parse("edgecfl/lab1/clients/pi-1/sideways"), None);
     assert!(Topics::new("a/+/b").is_err());
