@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Benchmark of BENCHMARKS.md "MQTT overhead": the coordinator's per-round time with N lightweight
+# simulated clients (tests/sim_fleet.rs: real MQTT connections and protocol, no training) over
+# mosquitto on loopback, so every second of a round is overhead. Uploads in f32 and f16.
+# Usage: [PROFILE=debug|release] [ROUNDS=5] scripts/bench-overhead.sh [N...]   (default: 100 500)
+# Results: bench-results/overhead/n<N>-<enc>/{summary.json,rounds.csv}, and a table on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${PROFILE:-release}
+rounds=${ROUNDS:-5}
+ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(100 500)
+flag=(); [ "$profile" = release ] && flag=(--release)
+cargo build -q "${flag[@]}" -p coordinator -p edgecfl-tests --bins
+bin=target/$profile
+mosq=$(command -v mosquitto || echo /usr/sbin/mosquitto)
+for n in "${ns[@]}"; do
+  for enc in f32 f16; do
+    out=bench-results/overhead/n$n-$enc
+    rm -rf "$out"; mkdir -p "$out"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_packet_size 4198400\nmax_inflight_messages 100\nmax_queued_messages 100000\nmax_connections -1\n' "$port" > "$out/mosquitto.conf"
+    "$mosq" -c "$out/mosquitto.conf" > "$out/mosquitto.log" 2>&1 &
+    mpid=$!
+    sleep 0.5
+    echo "== N=$n upload=$enc (port $port)"
+    "$bin/coordinator" serve --broker "mqtt://127.0.0.1:$port" --prefix edgecfl/bench \
+      --clients "$n" --min-clients "$n" --rounds "$rounds" --frac 0.1 --eval-every 1 \
+      --upload "$enc" --phase-timeout 600 --data shared/data/fmnist-subset --out "$out" \
+      > "$out/coordinator.log" 2>&1 &
+    cpid=$!
+    "$bin/sim-fleet" "$port" "$n" edgecfl/bench > "$out/fleet.log" 2>&1 &
+    fpid=$!
+    wait "$cpid" || { echo "coordinator failed, see $out/coordinator.log"; kill $fpid $mpid; exit 1; }
+    wait "$fpid" || true
+    kill "$mpid"; wait "$mpid" 2>/dev/null || true
+  done
+done
+python3 - "$profile" "${ns[@]}" <<'PY'
+import csv, json, sys, statistics
+profile, ns = sys.argv[1], sys.argv[2:]
+print(f"| clients | upload | round 0 (s) | training round, median (s) | bytes/client, round 0 up | bytes per update (raw floats) | bytes per sampled client per round, down+up |  ({profile} build)")
+print("|---|---|---|---|---|---|---|")
+for n in ns:
+    for enc in ("f32", "f16"):
+        d = f"bench-results/overhead/n{n}-{enc}"
+        s = json.load(open(f"{d}/summary.json"))
+        rows = list(csv.DictReader(open(f"{d}/rounds.csv")))
+        secs = [float(r["seconds"]) for r in rows]
+        w = s["wire_bytes"]; nc = s["n_clients"]
+        sampled = sum(int(r["sampled"]) for r in rows)
+        per_update = w["update_up"] / max(w["updates"], 1)
+        raw = 44426 * 4
+        print(f"| {nc} | {enc} | {s['wall_seconds'] - sum(secs):.2f} | {statistics.median(secs):.2f} | "
+              f"{w['signature_up'] / nc:.0f} (raw {850 * 4}) | {per_update:.0f} ({raw}) | "
+              f"{(w['down'] + w['update_up'] + w['evaluation_up']) / max(sampled, 1):.0f} |")
+PY

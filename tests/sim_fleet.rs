@@ -1,0 +1,112 @@
+//! `sim-fleet`: N lightweight simulated edge clients in one process, for measuring the
+//! coordinator's per-round overhead beyond training (`scripts/bench-overhead.sh`).
+//!
+//! Each client is a real MQTT connection speaking the real protocol, but answers at once without
+//! training: a signature is the selected layers of the model it was sent, an update echoes the
+//! model back, an evaluation reports fixed counts. So a round's wall time is all overhead:
+//! encoding, the broker, decoding, aggregation.
+//!
+//! Usage: `sim-fleet BROKER_PORT N [PREFIX]`
+
+use std::time::Duration;
+
+use edgecfl_shared::model::{LayerSet, ParamLayout};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::protocol::{
+    BrokerAddr, Envelope, Hello, Id, LabelEval, Tensor, ToClient, ToCoordinator, Topics, text,
+};
+
+fn answer(cmd: &ToClient) -> Option<ToCoordinator> {
+    Some(match cmd {
+        ToClient::Signature { job, layers } => {
+            let layers: LayerSet = layers.parse().ok()?;
+            let sel = ParamLayout::of(job.model).select(&layers).ok()?;
+            let values = job.params.decode(None).ok()?;
+            ToCoordinator::Signature {
+                values: Tensor::encode(&sel.extract(&values), job.upload),
+            }
+        }
+        ToClient::Train(job) => ToCoordinator::Update {
+            model: job.model,
+            params: Tensor::encode(&job.params.decode(None).ok()?, job.upload),
+            samples: 600,
+            loss: 0.5,
+        },
+        ToClient::Evaluate { .. } => ToCoordinator::Evaluation {
+            per_label: vec![LabelEval {
+                label: 0,
+                correct: 50,
+                total: 100,
+                loss_sum: 70.0,
+            }],
+        },
+        ToClient::Finish => return None,
+    })
+}
+
+fn client(port: u16, id: String, topics: Topics) {
+    let gone = Envelope::new(Id::new(), 0, ToCoordinator::Gone).to_bytes();
+    let hello = Envelope::new(
+        Id::new(),
+        0,
+        ToCoordinator::Hello(Hello {
+            samples: 600,
+            test_samples: 100,
+            backend: text("none"),
+            shard: None,
+        }),
+    )
+    .to_bytes();
+    let broker = BrokerAddr {
+        host: "127.0.0.1".into(),
+        port,
+    };
+    let link = Link::start(LinkOptions {
+        broker,
+        client_id: id.clone(),
+        subscribe: vec![topics.down(&id)],
+        last_will: Some((topics.status(&id), gone.clone())),
+        keep_alive: Duration::from_secs(60),
+    })
+    .expect("link");
+    while let Some(ev) = link.recv() {
+        match ev {
+            Inbound::Connected => link.publish(&topics.status(&id), hello.clone(), true).expect("hello"),
+            Inbound::Disconnected(_) => {}
+            Inbound::Message { payload, .. } => {
+                let Ok(env) = Envelope::<ToClient>::from_bytes(&payload) else {
+                    continue;
+                };
+                let Some(reply) = answer(&env.body) else {
+                    break;
+                };
+                let bytes = Envelope::new(env.run, env.round, reply).to_bytes();
+                link.publish(&topics.up(&id), bytes, false).expect("upload");
+            }
+        }
+    }
+    let _ = link.publish(&topics.status(&id), gone, true);
+    link.disconnect();
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(port), Some(n)) = (
+        args.get(1).and_then(|p| p.parse::<u16>().ok()),
+        args.get(2).and_then(|n| n.parse::<usize>().ok()),
+    ) else {
+        eprintln!("usage: sim-fleet BROKER_PORT N [PREFIX]");
+        std::process::exit(2);
+    };
+    let topics = Topics::new(args.get(3).map_or(Topics::DEFAULT_PREFIX, String::as_str))
+        .expect("prefix");
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let topics = topics.clone();
+            std::thread::spawn(move || client(port, format!("sim-{i:04}"), topics))
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+}
