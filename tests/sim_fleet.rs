@@ -71,7 +71,9 @@ fn client(port: u16, id: String, topics: Topics) {
     .expect("link");
     while let Some(ev) = link.recv() {
         match ev {
-            Inbound::Connected => link.publish(&topics.status(&id), hello.clone(), true).expect("hello"),
+            Inbound::Connected => link
+                .publish(&topics.status(&id), hello.clone(), true)
+                .expect("hello"),
             Inbound::Disconnected(_) => {}
             Inbound::Message { payload, .. } => {
                 let Ok(env) = Envelope::<ToClient>::from_bytes(&payload) else {
@@ -98,8 +100,8 @@ fn main() {
         eprintln!("usage: sim-fleet BROKER_PORT N [PREFIX]");
         std::process::exit(2);
     };
-    let topics = Topics::new(args.get(3).map_or(Topics::DEFAULT_PREFIX, String::as_str))
-        .expect("prefix");
+    let topics =
+        Topics::new(args.get(3).map_or(Topics::DEFAULT_PREFIX, String::as_str)).expect("prefix");
     let threads: Vec<_> = (0..n)
         .map(|i| {
             let topics = topics.clone();
