@@ -13,6 +13,7 @@
 //! | [`train`] | local SGD training and evaluation |
 //! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index |
 //! | [`fedclust`] | FedClust (one-shot HC on final-layer weights, newcomer assignment) |
+//! | [`mthfl`] | MT-HFL (Gram-matrix eigenvectors, relevance client- and server-side, HAC on 1 − R) |
 //! | [`aggregate`] | sample-weighted FedAvg |
 //! | [`federation`] | the round loop of FedClust / FedAvg / Local over an abstract pool of clients |
 //! | [`sim`] | the in-process client pool used by `coordinator simulate` |
@@ -42,6 +43,8 @@ pub mod federation;
 pub mod model;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;
+#[cfg(feature = "std")]
+pub mod mthfl;
 #[cfg(feature = "std")]
 pub mod sim;
 #[cfg(feature = "std")]

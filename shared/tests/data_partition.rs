@@ -388,6 +388,7 @@ fn spec_round_trips() {
         "groups:9876543210",
         "rotate:1",
         "rotate:4",
+        "tasks:fmnist3",
     ] {
         let parsed = spec(s);
         assert_eq!(parsed.to_string(), s);
@@ -407,6 +408,7 @@ fn spec_round_trips() {
         PartitionSpec::Groups(vec![vec![0, 1, 2], vec![3, 4], vec![5, 6], vec![7, 8, 9]])
     );
     assert_eq!(spec("rotate:4"), PartitionSpec::Rotate { groups: 4 });
+    assert_eq!(spec("tasks:fmnist3"), PartitionSpec::TasksFmnist3);
     assert_eq!(spec("dir:0.10").to_string(), "dir:0.1");
 }
 
@@ -416,6 +418,11 @@ fn spec_parse_errors() {
     assert!(matches!(err("noniid"), SpecError::UnknownScheme { .. }));
     assert!(matches!(err(""), SpecError::UnknownScheme { .. }));
     assert!(matches!(err("IID"), SpecError::UnknownScheme { .. }));
+    assert!(matches!(err("tasks:"), SpecError::UnknownScheme { .. }));
+    assert!(matches!(
+        err("tasks:fmnist4"),
+        SpecError::UnknownScheme { .. }
+    ));
     assert!(matches!(err("label:"), SpecError::BadNumber { .. }));
     assert!(matches!(err("label:two"), SpecError::BadNumber { .. }));
     assert!(matches!(err("label:-1"), SpecError::BadNumber { .. }));
@@ -639,6 +646,7 @@ fn same_seed_same_partition_other_seed_differs() {
         "dir:0.3",
         "groups:012-34-56-789",
         "rotate:4",
+        "tasks:fmnist3",
     ] {
         let sp = spec(s);
         let a = partition(&sp, labels, 100, 42).unwrap();
@@ -737,6 +745,141 @@ fn partition_input_errors() {
             len: 3000
         })
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// tasks:fmnist3 (MT-HFL)
+
+/// Checks the `tasks:fmnist3` promises on 10 clients and returns each client's size.
+fn check_tasks_fmnist3(labels: &[u8], seed: u64) -> Vec<usize> {
+    let p = partition(&spec("tasks:fmnist3"), labels, 10, seed).unwrap();
+    assert_eq!(p.truth, Some(vec![0, 0, 0, 0, 0, 1, 1, 1, 2, 2]));
+    assert_eq!(p.spec.num_groups(), Some(3));
+    let tasks = p.spec.task_labels().unwrap();
+    assert_eq!(tasks, vec![vec![0, 1, 2, 3, 4, 6], vec![5, 7, 9], vec![8]]);
+    assert_eq!(tasks.iter().map(Vec::len).sum::<usize>(), 10);
+    assert!(
+        !assert_disjoint(&p, labels.len()),
+        "the leftover reserve is partly unused"
+    );
+    assert_labels_field(&p, labels);
+    let truth = p.truth.as_ref().unwrap();
+    let mut sizes = Vec::new();
+    for (c, shard) in p.clients.iter().enumerate() {
+        let own = &tasks[truth[c]];
+        let majority = shard
+            .train
+            .iter()
+            .filter(|&&i| own.contains(&labels[i]))
+            .count();
+        let minority = shard.train.len() - majority;
+        let share = minority as f64 / shard.train.len() as f64;
+        assert!(
+            (0.09..=0.11).contains(&share),
+            "client {c}: {minority} of {} samples from other tasks",
+            shard.train.len()
+        );
+        // Every label of the own task is there, and the minority spans the other tasks.
+        for &l in own {
+            assert!(shard.labels.contains(&l), "client {c} lacks label {l}");
+        }
+        assert!(
+            shard.labels.len() > own.len(),
+            "client {c}: no minority labels"
+        );
+        sizes.push(shard.train.len());
+    }
+    // Unbalanced: clothes users > shoes users > bags users; equal within a task (±1).
+    for (range, next) in [(0..5, 5), (5..8, 8)] {
+        assert!(range.clone().all(|c| sizes[c] > sizes[next]), "{sizes:?}");
+    }
+    for range in [0..5, 5..8, 8..10] {
+        let (lo, hi) = (sizes[range.clone()].iter().min(), sizes[range].iter().max());
+        assert!(hi.unwrap() - lo.unwrap() <= 1, "{sizes:?}");
+    }
+    sizes
+}
+
+#[test]
+fn tasks_fmnist3_follows_the_paper() {
+    let labels = &bundled().train.labels;
+    // 300 images per label: pools 1800 / 900 / 300, 80 % kept for the task's users
+    // (1440 / 720 / 240 → 288, 240, 120 each), plus round(majority / 9) from the other tasks.
+    let sizes = check_tasks_fmnist3(labels, 0);
+    assert_eq!(sizes, [320, 320, 320, 320, 320, 267, 267, 267, 133, 133]);
+    check_tasks_fmnist3(labels, 1);
+}
+
+#[test]
+fn tasks_fmnist3_on_the_full_dataset_when_installed() {
+    let dir = Path::new(SYSTEM_DIR);
+    if !dir.join("train-labels-idx1-ubyte.gz").exists()
+        && !dir.join("train-labels-idx1-ubyte").exists()
+    {
+        eprintln!("skipping: {SYSTEM_DIR} has no Fashion-MNIST");
+        return;
+    }
+    let full = FashionMnist::load_dir(dir).unwrap();
+    let sizes = check_tasks_fmnist3(&full.train.labels, 0);
+    // 6 000 per label: 5 760 + 640, 4 800 + 533, 2 400 + 267; task totals 32 000 / 16 000 / 5 333.
+    assert_eq!(
+        sizes,
+        [6400, 6400, 6400, 6400, 6400, 5333, 5333, 5333, 2667, 2667]
+    );
+}
+
+#[test]
+fn tasks_fmnist3_scales_users_and_checks_its_input() {
+    let labels = &bundled().train.labels;
+    let counts = |n: usize| -> Vec<usize> {
+        let p = partition(&spec("tasks:fmnist3"), labels, n, 3).unwrap();
+        let truth = p.truth.unwrap();
+        (0..3)
+            .map(|t| truth.iter().filter(|&&g| g == t).count())
+            .collect()
+    };
+    assert_eq!(counts(3), [1, 1, 1]);
+    assert_eq!(counts(4), [2, 1, 1]);
+    assert_eq!(counts(7), [4, 2, 1]);
+    assert_eq!(counts(10), [5, 3, 2]);
+    assert_eq!(counts(20), [10, 6, 4]);
+    assert_eq!(counts(100), [50, 30, 20]);
+    assert_eq!(
+        partition(&spec("tasks:fmnist3"), labels, 2, 0),
+        Err(PartitionError::TooFewClients {
+            clients: 2,
+            groups: 3
+        })
+    );
+    // No shoe at all: the shoes task cannot feed its users.
+    let no_shoes: Vec<u8> = labels
+        .iter()
+        .map(|&l| if [5, 7, 9].contains(&l) { 0 } else { l })
+        .collect();
+    assert!(matches!(
+        partition(&spec("tasks:fmnist3"), &no_shoes, 10, 0),
+        Err(PartitionError::TooFewTaskSamples { task: 1, .. })
+    ));
+}
+
+#[test]
+fn tasks_fmnist3_pins_its_output() {
+    // Golden values, as in `partition_pins_its_output`: 6 samples per label, 3 clients (one per
+    // task). Pools 36 / 18 / 6 → majorities 28 / 14 / 4, minorities 3 / 2 / 0.
+    let labels: Vec<u8> = (0..60).map(|i| (i % 10) as u8).collect();
+    let p = partition(&spec("tasks:fmnist3"), &labels, 3, 0).unwrap();
+    let shards: Vec<Vec<usize>> = p.clients.into_iter().map(|c| c.train).collect();
+    assert_eq!(
+        shards,
+        vec![
+            vec![
+                30, 32, 13, 44, 1, 50, 53, 46, 22, 52, 42, 31, 56, 24, 16, 51, 34, 41, 10, 14, 33,
+                40, 4, 43, 28, 27, 26, 21, 39, 2, 12,
+            ],
+            vec![45, 36, 55, 47, 5, 25, 49, 35, 15, 19, 37, 9, 0, 59, 57, 29],
+            vec![38, 48, 58, 8],
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

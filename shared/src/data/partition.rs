@@ -1,5 +1,6 @@
 //! Splitting a training set over federated clients: NIID-Bench's label-skew and Dirichlet
-//! partitions, StoCFL's pathological label groups and rotated groups, and the local test sets.
+//! partitions, StoCFL's pathological label groups and rotated groups, MT-HFL's three-task
+//! Fashion-MNIST split, and the local test sets.
 //!
 //! A [`PartitionSpec`] is written as a short string (command line, config files, serde):
 //!
@@ -10,6 +11,7 @@
 //! | `dir:BETA` | NIID-Bench Dirichlet(β) label skew, β > 0 |
 //! | `groups:012-34-56-789` | StoCFL "pathological" split: disjoint label groups, one cluster each |
 //! | `rotate:G` | iid split, client `i` in group `i % G`, images turned `i % G` quarter turns |
+//! | `tasks:fmnist3` | MT-HFL: clothes / shoes / bags tasks over 5 / 3 / 2 users (of 10), ~10 % of each user's samples from the other tasks |
 //!
 //! All schemes draw from one [`ChaCha8Rng`] seeded with the caller's seed, in a fixed order, so a
 //! `(spec, labels, n_clients, seed)` gives the same partition on every run and every platform
@@ -44,6 +46,29 @@
 //! - **`rotate:G`** (StoCFL's rotated data, `1 ≤ G ≤ 4`): the `iid` split; client `i` belongs to
 //!   group `g = i % G` and sees every image (training and test) turned `g` quarter turns
 //!   counter-clockwise (0°, 90°, 180°, 270° for `G = 4`); see [`rotate_image`]. Ground truth `g`.
+//! - **`tasks:fmnist3`** (MT-HFL's Fashion-MNIST experiment, Ali & Arafa §III): three tasks,
+//!   [`FMNIST3_TASKS`] = clothes `{0, 1, 2, 3, 4, 6}`, shoes `{5, 7, 9}`, bags `{8}`. The paper
+//!   gives no sample counts, only that each user has "the majority" of its samples from its task
+//!   and "a minority" from the others (10 % in its CIFAR-10 experiment), that task 1 has
+//!   "significantly" more samples than task 2 and task 3 the fewest, and 5 / 3 / 2 users of 10.
+//!   The split below gives exactly that, and on the full training set (6 000 images per label)
+//!   users of 6 400 (clothes), 5 333 (shoes) and 2 667 (bags) samples, task totals 32 000 /
+//!   16 000 / 5 333:
+//!   1. Users per task: `n × (5, 3, 2) / 10` rounded by largest remainder (ties to the earlier
+//!      task), so 5 / 3 / 2 for `n = 10`; `n ≥ 3`. Clients `0..n₀` learn clothes, the next `n₁`
+//!      shoes, the last `n₂` bags (the paper's Fig. 4 numbering: users 0 and 3 task 1, user 6 task
+//!      2, user 9 task 3). The ground truth is the task.
+//!   2. For each task in order, its pool (every training index whose label is in the task, in
+//!      index order) is shuffled; the first `floor(`[`TASKS_MAJORITY_USE`]` × len)` indices are
+//!      `array_split` over the task's users in increasing id; the rest is the task's leftover.
+//!   3. For each client in increasing id, `m = round(majority × ρ / (1 − ρ))` with
+//!      ρ = [`TASKS_MINORITY`] (so the minority is 10 % of the client's samples) indices are drawn
+//!      uniformly without replacement from the concatenated, not yet taken leftovers of the
+//!      *other* tasks (task order, `partial_shuffle`), i.e. in proportion to what is left of them.
+//!   4. Each client's list is shuffled.
+//!
+//!   Samples are used at most once; the rest of the leftovers is unused.
+//!   [`PartitionSpec::task_labels`] gives the labels of each task (for per-task accuracy).
 //!
 //! ## Local test sets
 //!
@@ -72,8 +97,22 @@ pub const DIRICHLET_MAX_TRIES: usize = 1000;
 /// The most groups `rotate:G` allows (four quarter turns).
 pub const MAX_ROTATE_GROUPS: usize = 4;
 
+/// The tasks of `tasks:fmnist3` (MT-HFL): clothes (T-shirt, trouser, pullover, dress, coat,
+/// shirt), shoes (sandal, sneaker, ankle boot), bags.
+pub const FMNIST3_TASKS: [&[u8]; 3] = [&[0, 1, 2, 3, 4, 6], &[5, 7, 9], &[8]];
+
+/// Users per task of `tasks:fmnist3` out of 10 (scaled to other client counts).
+pub const FMNIST3_USERS: [usize; 3] = [5, 3, 2];
+
+/// The fraction ρ of a `tasks:` client's samples drawn from the other tasks.
+pub const TASKS_MINORITY: f64 = 0.1;
+
+/// The fraction of each task's samples that `tasks:` hands to the task's own users; the rest is the
+/// reserve the other tasks' users draw their minority from.
+pub const TASKS_MAJORITY_USE: f64 = 0.8;
+
 /// How the training set is split over clients; written and parsed as `iid`, `label:2`, `dir:0.1`,
-/// `groups:012-34-56-789` or `rotate:4` (see the [module docs](self)).
+/// `groups:012-34-56-789`, `rotate:4` or `tasks:fmnist3` (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum PartitionSpec {
@@ -98,6 +137,9 @@ pub enum PartitionSpec {
         /// Number of rotation groups.
         groups: usize,
     },
+    /// MT-HFL's three-task Fashion-MNIST split (`tasks:fmnist3`): clothes / shoes / bags users,
+    /// each with ~10 % of its samples from the other tasks; task `t` is cluster `t`.
+    TasksFmnist3,
 }
 
 /// An invalid [`PartitionSpec`], from parsing a string or from [`PartitionSpec::validate`].
@@ -106,7 +148,8 @@ pub enum PartitionSpec {
 pub enum SpecError {
     /// The string does not start with a known scheme.
     #[error(
-        "unknown partition `{input}`: expected iid, label:K, dir:BETA, groups:012-34-… or rotate:G"
+        "unknown partition `{input}`: expected iid, label:K, dir:BETA, groups:012-34-…, rotate:G \
+         or tasks:fmnist3"
     )]
     UnknownScheme {
         /// The whole input.
@@ -223,14 +266,27 @@ impl PartitionSpec {
                     Err(SpecError::RotateGroups { groups: *groups })
                 }
             }
+            PartitionSpec::TasksFmnist3 => Ok(()),
         }
     }
 
-    /// The number of ground-truth groups (`Some` for `groups:` and `rotate:`, else `None`).
+    /// The number of ground-truth groups (`Some` for `groups:`, `rotate:` and `tasks:`, else
+    /// `None`).
     pub fn num_groups(&self) -> Option<usize> {
         match self {
             PartitionSpec::Groups(g) => Some(g.len()),
             PartitionSpec::Rotate { groups } => Some(*groups),
+            PartitionSpec::TasksFmnist3 => Some(FMNIST3_TASKS.len()),
+            _ => None,
+        }
+    }
+
+    /// The labels of each ground-truth group when groups are defined by labels: the label groups
+    /// of `groups:` and the tasks of `tasks:fmnist3` (group `g` at index `g`); `None` otherwise.
+    pub fn task_labels(&self) -> Option<Vec<Vec<u8>>> {
+        match self {
+            PartitionSpec::Groups(g) => Some(g.clone()),
+            PartitionSpec::TasksFmnist3 => Some(FMNIST3_TASKS.iter().map(|t| t.to_vec()).collect()),
             _ => None,
         }
     }
@@ -255,6 +311,7 @@ impl fmt::Display for PartitionSpec {
                 Ok(())
             }
             PartitionSpec::Rotate { groups } => write!(f, "rotate:{groups}"),
+            PartitionSpec::TasksFmnist3 => f.write_str("tasks:fmnist3"),
         }
     }
 }
@@ -272,6 +329,8 @@ impl FromStr for PartitionSpec {
         };
         let spec = if input == "iid" {
             PartitionSpec::Iid
+        } else if input == "tasks:fmnist3" {
+            PartitionSpec::TasksFmnist3
         } else if let Some(v) = input.strip_prefix("label:") {
             PartitionSpec::Label { k: number(v)? }
         } else if let Some(v) = input.strip_prefix("dir:") {
@@ -397,6 +456,17 @@ pub enum PartitionError {
         /// The number of groups.
         groups: usize,
     },
+    /// A `tasks:` task has too few samples: its users would get no majority sample, or a user's
+    /// minority cannot be drawn from what is left of the other tasks.
+    #[error("task {task} needs {needed} more training samples, only {available} are available")]
+    TooFewTaskSamples {
+        /// The task (0-based) whose users are short.
+        task: usize,
+        /// Samples needed.
+        needed: usize,
+        /// Samples available.
+        available: usize,
+    },
     /// `dir:` did not give every client [`DIRICHLET_MIN_SIZE`] samples within
     /// [`DIRICHLET_MAX_TRIES`] draws.
     #[error(
@@ -433,7 +503,8 @@ pub enum PartitionError {
 /// [`PartitionError::Spec`] for an invalid spec, [`PartitionError::NoClients`],
 /// [`PartitionError::LabelOutOfRange`] for a label outside `0..10`, [`PartitionError::TooFewSamples`]
 /// / [`PartitionError::TooFewLabelSamples`] / [`PartitionError::TooFewClients`] when the data cannot
-/// give every client what the scheme promises, [`PartitionError::DirichletGaveUp`].
+/// give every client what the scheme promises, [`PartitionError::TooFewTaskSamples`] for a
+/// `tasks:` split on too small a set, [`PartitionError::DirichletGaveUp`].
 pub fn partition(
     spec: &PartitionSpec,
     train_labels: &[u8],
@@ -500,6 +571,25 @@ pub fn partition(
             let truth: Vec<usize> = (0..n).map(|i| i % groups.len()).collect();
             (
                 label_groups(groups, train_labels, n, &mut rng)?,
+                vec![0; n],
+                Some(truth),
+            )
+        }
+        PartitionSpec::TasksFmnist3 => {
+            if n < FMNIST3_TASKS.len() {
+                return Err(PartitionError::TooFewClients {
+                    clients: n,
+                    groups: FMNIST3_TASKS.len(),
+                });
+            }
+            let users = users_per_task(n, &FMNIST3_USERS);
+            let truth: Vec<usize> = users
+                .iter()
+                .enumerate()
+                .flat_map(|(t, &u)| std::iter::repeat_n(t, u))
+                .collect();
+            (
+                tasks(&FMNIST3_TASKS, &truth, train_labels, &mut rng)?,
                 vec![0; n],
                 Some(truth),
             )
@@ -735,6 +825,100 @@ fn label_groups(
         for (&client, part) in members.iter().zip(array_split(idx, members.len())) {
             shards[client].extend(part);
         }
+    }
+    Ok(shards)
+}
+
+/// Splits `n` users over tasks in proportion to `shares` (largest remainder, ties to the earlier
+/// task), at least one user per task when `n ≥ shares.len()`.
+fn users_per_task(n: usize, shares: &[usize]) -> Vec<usize> {
+    let total: usize = shares.iter().sum();
+    let mut users: Vec<usize> = shares.iter().map(|&s| n * s / total).collect();
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    // Descending remainder; `sort_by_key` is stable, so ties keep the task order.
+    order.sort_by_key(|&t| std::cmp::Reverse(n * shares[t] % total));
+    let assigned: usize = users.iter().sum();
+    for &t in order.iter().cycle().take(n - assigned) {
+        users[t] += 1;
+    }
+    // Never leave a task without a user (only matters for tiny `n`): take one from the largest.
+    for t in 0..users.len() {
+        if users[t] == 0 {
+            let big = (0..users.len()).max_by_key(|&u| users[u]).unwrap_or(0);
+            if users[big] > 1 {
+                users[big] -= 1;
+                users[t] += 1;
+            }
+        }
+    }
+    users
+}
+
+/// The `tasks:` procedure (module docs): `task_of[c]` is client `c`'s task, clients of a task
+/// contiguous and in task order.
+fn tasks(
+    task_sets: &[&[u8]],
+    task_of: &[usize],
+    train_labels: &[u8],
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Vec<usize>>, PartitionError> {
+    let mut task_of_label = [None; NUM_CLASSES];
+    for (t, set) in task_sets.iter().enumerate() {
+        for &l in *set {
+            task_of_label[l as usize] = Some(t);
+        }
+    }
+    let n = task_of.len();
+    let mut shards: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut leftovers: Vec<Vec<usize>> = Vec::with_capacity(task_sets.len());
+    for t in 0..task_sets.len() {
+        let mut pool: Vec<usize> = (0..train_labels.len())
+            .filter(|&i| task_of_label[train_labels[i] as usize] == Some(t))
+            .collect();
+        pool.shuffle(rng);
+        let members: Vec<usize> = (0..n).filter(|&c| task_of[c] == t).collect();
+        let majority = ((pool.len() as f64 * TASKS_MAJORITY_USE) as usize).min(pool.len());
+        if majority < members.len() {
+            return Err(PartitionError::TooFewTaskSamples {
+                task: t,
+                needed: members.len(),
+                available: majority,
+            });
+        }
+        for (&c, part) in members
+            .iter()
+            .zip(array_split(&pool[..majority], members.len()))
+        {
+            shards[c] = part;
+        }
+        leftovers.push(pool[majority..].to_vec());
+    }
+    let mut taken = vec![false; train_labels.len()];
+    for c in 0..n {
+        let t = task_of[c];
+        let m = (shards[c].len() as f64 * TASKS_MINORITY / (1.0 - TASKS_MINORITY)).round() as usize;
+        let mut candidates: Vec<usize> = leftovers
+            .iter()
+            .enumerate()
+            .filter(|&(s, _)| s != t)
+            .flat_map(|(_, l)| l.iter().copied())
+            .filter(|&i| !taken[i])
+            .collect();
+        if candidates.len() < m {
+            return Err(PartitionError::TooFewTaskSamples {
+                task: t,
+                needed: m,
+                available: candidates.len(),
+            });
+        }
+        let (chosen, _) = candidates.partial_shuffle(rng, m);
+        for &i in chosen.iter() {
+            taken[i] = true;
+        }
+        shards[c].extend_from_slice(chosen);
+    }
+    for shard in &mut shards {
+        shard.shuffle(rng);
     }
     Ok(shards)
 }
