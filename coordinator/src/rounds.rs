@@ -183,8 +183,8 @@ pub enum Answer {
         /// Last-epoch loss.
         loss: f64,
     },
-    /// Evaluation counts.
-    Evaluation(EvalReport),
+    /// Evaluation counts (boxed: ten labels' counts dwarf the other variants).
+    Evaluation(Box<EvalReport>),
 }
 
 /// An awaiting phase: which clients were asked, which answered.
@@ -327,7 +327,7 @@ impl Awaiting {
                 r.correct = r.correct_per_label.iter().sum();
                 r.total = r.total_per_label.iter().sum();
                 r.loss_sum = r.loss_per_label.iter().sum();
-                Answer::Evaluation(r)
+                Answer::Evaluation(Box::new(r))
             }
             (_, other) => {
                 return Err(Rejected::new(

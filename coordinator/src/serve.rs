@@ -514,7 +514,7 @@ impl ClientPool for MqttPool {
         Ok(answers
             .into_iter()
             .filter_map(|(c, a)| match a {
-                Answer::Evaluation(r) => Some((c, r)),
+                Answer::Evaluation(r) => Some((c, *r)),
                 _ => None,
             })
             .collect())

@@ -9,7 +9,7 @@
 //! (re)connection re-subscribes and is reported as [`Inbound::Connected`], so a client can
 //! announce itself again.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
 use rumqttc::{AsyncClient, Event, LastWill, MqttOptions, Packet, QoS};
@@ -173,10 +173,7 @@ impl Link {
     /// The next inbound event, waiting at most until `deadline` (`None` when it passed).
     pub fn recv_until(&self, deadline: Instant) -> Option<Inbound> {
         let left = deadline.saturating_duration_since(Instant::now());
-        match self.inbox.recv_timeout(left) {
-            Ok(m) => Some(m),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.inbox.recv_timeout(left).ok()
     }
 
     /// The next inbound event, blocking.
