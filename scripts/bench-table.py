@@ -14,16 +14,19 @@ for path in sorted(glob.glob("bench-results/fedclust/*/summary.json")):
     acc = [a for a in s["accuracy_per_round"] if a is not None]
     if len(acc) < s["config"]["federation"]["rounds"]:
         continue  # an unfinished run
-    rows.setdefault(s["partition"], {})[s["algorithm"]] = (s, acc)
+    alg = s["algorithm"]
+    lam = s["config"]["federation"]["threshold"]
+    if alg == "fedclust" and lam != "auto":
+        alg = f"fedclust λ={lam}"
+    rows.setdefault(s["partition"], {})[alg] = (s, acc)
 
 print("| partition | algorithm | clusters | acc. round 10 | acc. round 25 | acc. round 50 | best | paper FedClust (200 rounds) | wall time |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for part in ["label:2", "label:3", "dir:0.1"]:
-    for alg in ["fedclust", "fedavg", "local"]:
-        if alg not in rows.get(part, {}):
-            continue
+    order = {"fedclust": 0, "fedavg": 2, "local": 3}
+    for alg in sorted(rows.get(part, {}), key=lambda a: (order.get(a, 1), a)):
         s, acc = rows[part][alg]
         at = lambda r: f"{100 * acc[r - 1]:.2f}" if len(acc) >= r else "–"
-        paper = f"{PAPER[part]:.2f}" if alg == "fedclust" else ""
+        paper = f"{PAPER[part]:.2f}" if alg.startswith("fedclust") else ""
         print(f"| {part} | {alg} | {s['n_clusters']} | {at(10)} | {at(25)} | {at(len(acc))} | "
               f"{100 * max(acc):.2f} | {paper} | {s['wall_seconds'] / 60:.1f} min |")

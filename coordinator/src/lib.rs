@@ -10,6 +10,7 @@
 //! | [`broker`] | the embedded MQTT broker (rumqttd) |
 //! | [`demo`] | `coordinator demo`: broker, coordinator and edge-client processes on one machine |
 //! | [`offline`] | `coordinator cluster`: HC on signatures from a `.npy`/`.csv` file |
+//! | [`inspect`] | `coordinator partition`: each client's labels; clusters found vs label sets |
 //! | [`config`] | the TOML configuration and the flags that override it |
 //! | [`plots`] | SVG plots: accuracy per round, dendrogram with the cut, distance heatmap |
 //! | [`report`] | `summary.json`, `rounds.csv`, `clusters.json`, progress bars |
@@ -17,6 +18,7 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
+pub mod inspect;
 pub mod offline;
 pub mod plots;
 pub mod report;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
 use coordinator::serve::{self, NetFlags};
-use coordinator::{demo, offline, simulate};
+use coordinator::{demo, inspect, offline, simulate};
 
 /// Coordinator of edgecfl: one-shot clustering of edge clients and cluster-wise federated training.
 #[derive(Parser)]
@@ -25,6 +25,9 @@ enum Command {
     Simulate(Box<RunFlags>),
     /// Cluster signatures from a .npy or .csv file (rows = clients) and print labels and merges as JSON.
     Cluster(offline::ClusterArgs),
+    /// Print what each client of a partition holds (JSON); with --clusters, compare a run's
+    /// clusters with the clients' label sets.
+    Partition(inspect::PartitionArgs),
     /// Print the default configuration file (TOML).
     GenerateConfig,
 }
@@ -71,6 +74,10 @@ fn main() -> ExitCode {
             Ok(())
         }),
         Command::Cluster(args) => offline::run(&args).and_then(|v| {
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            Ok(())
+        }),
+        Command::Partition(args) => inspect::run(&args).and_then(|v| {
             println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(())
         }),
