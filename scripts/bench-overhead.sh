@@ -2,14 +2,18 @@
 # Benchmark of BENCHMARKS.md "MQTT overhead": the coordinator's per-round time with N lightweight
 # simulated clients (tests/sim_fleet.rs: real MQTT connections and protocol, no training) over
 # mosquitto on loopback, so every second of a round is overhead. Uploads in f32 and f16.
-# Usage: [PROFILE=debug|release] [ROUNDS=5] scripts/bench-overhead.sh [N...]   (default: 100 500)
+# Usage: [PROFILE=debug|release] [ROUNDS=5] [TABLE_ONLY=1] scripts/bench-overhead.sh [N...]
+#        (default: 100 500; TABLE_ONLY=1 prints the table of earlier results without running)
 # Results: bench-results/overhead/n<N>-<enc>/{summary.json,rounds.csv}, and a table on stdout.
+# The echo clients all send the same signature, so FedClust finds one cluster: every round the
+# coordinator sends all N clients the new model for evaluation, the worst case for traffic.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${PROFILE:-release}
 rounds=${ROUNDS:-5}
 ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(100 500)
 flag=(); [ "$profile" = release ] && flag=(--release)
+[ -n "${TABLE_ONLY:-}" ] || {
 cargo build -q "${flag[@]}" -p coordinator -p edgecfl-tests --bins
 bin=target/$profile
 mosq=$(command -v mosquitto || echo /usr/sbin/mosquitto)
@@ -35,22 +39,24 @@ for n in "${ns[@]}"; do
     kill "$mpid"; wait "$mpid" 2>/dev/null || true
   done
 done
+}
 python3 - "$profile" "${ns[@]}" <<'PY'
 import csv, json, sys, statistics
 profile, ns = sys.argv[1], sys.argv[2:]
-print(f"| clients | upload | round 0 (s) | training round, median (s) | bytes/client, round 0 up | bytes per update (raw floats) | bytes per sampled client per round, down+up |  ({profile} build)")
-print("|---|---|---|---|---|---|---|")
+print(f"| clients | upload | round 0: signatures + clustering (s) | training round, median (s) | MB through the broker per round, down / up | per message: signature, update (raw floats) |  ({profile} build)")
+print("|---|---|---|---|---|---|")
 for n in ns:
     for enc in ("f32", "f16"):
         d = f"bench-results/overhead/n{n}-{enc}"
         s = json.load(open(f"{d}/summary.json"))
         rows = list(csv.DictReader(open(f"{d}/rounds.csv")))
         secs = [float(r["seconds"]) for r in rows]
-        w = s["wire_bytes"]; nc = s["n_clients"]
-        sampled = sum(int(r["sampled"]) for r in rows)
+        w = s["wire_bytes"]; nc = s["n_clients"]; r = len(rows)
+        # `down` also holds round 0's signature jobs (one model per client).
+        down = (w["down"] - nc * w["down"] / (nc + sum(int(x["sampled"]) for x in rows) + nc * r)) / r
+        up = (w["update_up"] + w["evaluation_up"]) / r
         per_update = w["update_up"] / max(w["updates"], 1)
-        raw = 44426 * 4
         print(f"| {nc} | {enc} | {s['wall_seconds'] - sum(secs):.2f} | {statistics.median(secs):.2f} | "
-              f"{w['signature_up'] / nc:.0f} (raw {850 * 4}) | {per_update:.0f} ({raw}) | "
-              f"{(w['down'] + w['update_up'] + w['evaluation_up']) / max(sampled, 1):.0f} |")
+              f"{down / 1e6:.1f} / {up / 1e6:.2f} | {w['signature_up'] / nc:.0f} B ({850 * 4}), "
+              f"{per_update:.0f} B ({44426 * 4}) |")
 PY
