@@ -27,7 +27,7 @@ pub struct RunConfig {
     pub partition: PartitionSpec,
     /// Number of clients.
     pub clients: usize,
-    /// burn backend for local training.
+    /// burn backend and device for local training and the coordinator's tensor work (`--device`).
     pub backend: Backend,
     /// Where results are written.
     pub out: PathBuf,
@@ -118,8 +118,10 @@ pub struct RunFlags {
     /// Fashion-MNIST directory (IDX files, .gz or plain).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// flex | ndarray
-    #[arg(long)]
+    /// Where local training (simulate, demo clients) and the coordinator's tensor work run:
+    /// cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N]. All but
+    /// cpu need the cargo feature of the same name (`--backend` is an alias).
+    #[arg(long = "device", visible_alias = "backend", value_name = "DEVICE")]
     pub backend: Option<Backend>,
     /// Output directory.
     #[arg(long)]

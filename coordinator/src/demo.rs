@@ -164,7 +164,7 @@ fn spawn_fleet(
             .args(["--partition", &cfg.partition.to_string()])
             .args(["--seed", &cfg.federation.seed.to_string()])
             .args(["--index", &i.to_string(), "--of", &cfg.clients.to_string()])
-            .args(["--backend", &cfg.backend.to_string()])
+            .args(["--device", &cfg.backend.to_string()])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -1,5 +1,5 @@
-//! `edge-client bench`: local training throughput (samples per second) of this device for each
-//! backend and batch size asked, as JSON. Repeats each measurement and reports the median.
+//! `edge-client bench`: local training throughput (samples per second) of this machine for each
+//! device (`--devices`) and batch size asked, as JSON. Repeats each measurement and reports the median.
 
 use clap::Args;
 use edgecfl_shared::data::fmnist::FashionMnist;
@@ -13,8 +13,15 @@ pub struct BenchArgs {
     /// lenet5 | mlp
     #[arg(long, default_value = "lenet5")]
     pub model: ModelKind,
-    /// Backends to measure (comma-separated): flex, ndarray.
-    #[arg(long, value_delimiter = ',', default_value = "flex")]
+    /// Devices to measure (comma-separated), e.g. `cpu,vulkan`: cpu (= flex) | ndarray |
+    /// vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N] (`--backends` is an alias).
+    #[arg(
+        long = "devices",
+        visible_aliases = ["device", "backends"],
+        value_name = "DEVICES",
+        value_delimiter = ',',
+        default_value = "cpu"
+    )]
     pub backends: Vec<Backend>,
     /// Batch sizes to measure (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "10,64")]
@@ -30,7 +37,7 @@ pub struct BenchArgs {
 /// One measured setting.
 #[derive(Debug, Clone, Serialize)]
 pub struct Throughput {
-    /// Backend.
+    /// Device (`flex` for `cpu`).
     pub backend: Backend,
     /// Batch size.
     pub batch: usize,

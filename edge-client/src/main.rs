@@ -19,7 +19,7 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Compute FedClust's round-0 upload (final-layer weights after warm-up) as a CSV row.
     Signature(signature::SignatureArgs),
-    /// Measure local training throughput (samples/s) per backend and batch size, as JSON.
+    /// Measure local training throughput (samples/s) per device and batch size, as JSON.
     Bench(bench::BenchArgs),
 }
 

@@ -39,8 +39,14 @@ pub struct RunArgs {
     /// Data of this client.
     #[command(flatten)]
     pub shard: ShardArgs,
-    /// flex | ndarray
-    #[arg(long, default_value = "flex")]
+    /// Where training runs: cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]]
+    /// | cuda[:N]. All but cpu need the cargo feature of the same name (`--backend` is an alias).
+    #[arg(
+        long = "device",
+        visible_alias = "backend",
+        value_name = "DEVICE",
+        default_value = "cpu"
+    )]
     pub backend: Backend,
     /// MQTT keepalive in seconds.
     #[arg(long, default_value_t = 30)]
@@ -77,7 +83,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     );
     let device = args.backend.device()?;
     eprintln!(
-        "{}: {} training / {} test samples ({}), backend {}",
+        "{}: {} training / {} test samples ({}), device {}",
         id.as_str(),
         shard.train.len(),
         shard.test.len(),

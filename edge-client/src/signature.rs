@@ -40,8 +40,14 @@ pub struct SignatureArgs {
     /// Layers to upload: final | smallest-fc | all | names (fc2,fc3).
     #[arg(long, default_value = "final")]
     pub layers: LayerSet,
-    /// flex | ndarray
-    #[arg(long, default_value = "flex")]
+    /// Where training runs: cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]]
+    /// | cuda[:N]. All but cpu need the cargo feature of the same name (`--backend` is an alias).
+    #[arg(
+        long = "device",
+        visible_alias = "backend",
+        value_name = "DEVICE",
+        default_value = "cpu"
+    )]
     pub backend: Backend,
     /// Append the row to this CSV file (created if missing); stdout if absent.
     #[arg(long)]

@@ -31,50 +31,230 @@ pub const PIXELS: usize = 28 * 28;
 /// Number of classes.
 pub const CLASSES: usize = 10;
 
-/// The burn backend local training runs on. Chosen at run time among those compiled in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// The burn backend, and the device on it, that training and the coordinator's tensor work run on.
+///
+/// Chosen at run time (`--device`) among the backends compiled in; each non-default one is a cargo
+/// feature of `edgecfl-shared`, forwarded under the same name by `edge-client` and `coordinator`:
+///
+/// | `--device` | backend | cargo feature |
+/// | --- | --- | --- |
+/// | `cpu` (= `flex`) | burn-flex, pure-Rust CPU | default |
+/// | `ndarray` | burn-ndarray, CPU | `ndarray` |
+/// | `vulkan`, `vulkan:N`, `vulkan:igpu[:N]`, `vulkan:cpu` | burn-wgpu on the Vulkan API | `vulkan` |
+/// | `tch` (= `tch:cpu`), `tch:cuda[:N]` | libtorch through burn-tch | `tch` |
+/// | `cuda`, `cuda:N` | burn-cuda (CubeCL) | `cuda` |
+///
+/// A device whose feature is missing gives [`TrainError::BackendMissing`], one that is compiled in
+/// but cannot start (no Vulkan driver, no CUDA GPU) [`TrainError::DeviceUnavailable`]; neither
+/// panics. In files and messages a `Backend` is its [`Display`](fmt::Display) string, which
+/// [`FromStr`] reads back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Backend {
-    /// burn-flex, the pure-Rust CPU backend (default; ~10× faster than ndarray here).
+    /// burn-flex, the pure-Rust CPU backend (default; ~10× faster than ndarray here). `cpu`.
     #[default]
     Flex,
     /// burn-ndarray (cargo feature `ndarray`).
     Ndarray,
+    /// burn-wgpu pinned to the Vulkan API (cargo feature `vulkan`).
+    Vulkan(VulkanAdapter),
+    /// libtorch (cargo feature `tch`).
+    Tch(TchDevice),
+    /// burn-cuda on the GPU of this index (cargo feature `cuda`).
+    Cuda(usize),
+}
+
+/// Which Vulkan adapter [`Backend::Vulkan`] uses (wgpu's adapter selection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum VulkanAdapter {
+    /// wgpu's choice, high-power GPU first (`vulkan`); `CUBECL_WGPU_DEFAULT_DEVICE` overrides it.
+    #[default]
+    Default,
+    /// The N-th discrete GPU (`vulkan:N`).
+    Discrete(usize),
+    /// The N-th integrated GPU (`vulkan:igpu`, `vulkan:igpu:N`), e.g. a Jetson's.
+    Integrated(usize),
+    /// A CPU Vulkan driver such as Mesa's lavapipe (`vulkan:cpu`): for testing, not for speed.
+    Cpu,
+}
+
+/// Which libtorch device [`Backend::Tch`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TchDevice {
+    /// libtorch's CPU kernels (`tch`, `tch:cpu`).
+    #[default]
+    Cpu,
+    /// The CUDA GPU of this index (`tch:cuda`, `tch:cuda:N`).
+    Cuda(usize),
 }
 
 impl Backend {
-    /// The burn device, or an error when the backend was not compiled in.
-    pub fn device(self) -> Result<Device, TrainError> {
+    /// The cargo feature this backend needs (`None` for the default `flex`).
+    pub fn feature(self) -> Option<&'static str> {
         match self {
-            Backend::Flex => Ok(Device::flex()),
-            #[cfg(feature = "ndarray")]
-            Backend::Ndarray => Ok(Device::ndarray()),
-            #[cfg(not(feature = "ndarray"))]
-            Backend::Ndarray => Err(TrainError::BackendMissing {
+            Backend::Flex => None,
+            Backend::Ndarray => Some("ndarray"),
+            Backend::Vulkan(_) => Some("vulkan"),
+            Backend::Tch(_) => Some("tch"),
+            Backend::Cuda(_) => Some("cuda"),
+        }
+    }
+
+    /// True when this binary was built with the backend's cargo feature.
+    pub fn is_compiled(self) -> bool {
+        match self {
+            Backend::Flex => true,
+            Backend::Ndarray => cfg!(feature = "ndarray"),
+            Backend::Vulkan(_) => cfg!(feature = "vulkan"),
+            Backend::Tch(_) => cfg!(feature = "tch"),
+            Backend::Cuda(_) => cfg!(feature = "cuda"),
+        }
+    }
+
+    /// The backends compiled into this binary, by name (`flex`, then the optional ones).
+    pub fn compiled() -> Vec<&'static str> {
+        let all = [
+            Backend::Flex,
+            Backend::Ndarray,
+            Backend::Vulkan(VulkanAdapter::Default),
+            Backend::Tch(TchDevice::Cpu),
+            Backend::Cuda(0),
+        ];
+        all.into_iter()
+            .filter(|b| b.is_compiled())
+            .map(|b| b.feature().unwrap_or("flex"))
+            .collect()
+    }
+
+    /// [`TrainError::BackendMissing`] unless the backend's cargo feature was compiled in; starts
+    /// nothing (a configuration check).
+    pub fn check_compiled(self) -> Result<(), TrainError> {
+        if self.is_compiled() {
+            Ok(())
+        } else {
+            Err(TrainError::BackendMissing {
                 backend: self,
-                feature: "ndarray",
+                feature: self.feature().unwrap_or("flex"),
+            })
+        }
+    }
+
+    /// True for the pure CPU backends (`flex`, `ndarray`), which need no start-up check.
+    pub fn is_cpu(self) -> bool {
+        matches!(self, Backend::Flex | Backend::Ndarray)
+    }
+
+    /// The burn device, or an error when the backend was not compiled in or cannot start.
+    ///
+    /// For the GPU backends this starts the runtime (one 4-byte tensor goes to the device and
+    /// back), so that a missing driver or GPU is reported here, as
+    /// [`TrainError::DeviceUnavailable`], rather than as a panic in the middle of training.
+    pub fn device(self) -> Result<Device, TrainError> {
+        self.check_compiled()?;
+        let device = self.device_unchecked();
+        if self.is_cpu() {
+            return Ok(device);
+        }
+        let probe = device.clone();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            Tensor::<1>::from_data(TensorData::new(vec![1.0f32], [1]), &probe)
+                .into_data()
+                .iter::<f32>()
+                .collect::<Vec<f32>>()
+        }))
+        .map_err(|panic| {
+            let reason = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the backend panicked while starting".into());
+            TrainError::DeviceUnavailable {
+                backend: self,
+                reason,
+            }
+        })
+        .and_then(|v| match v.as_slice() {
+            [x] if *x == 1.0 => Ok(device),
+            _ => Err(TrainError::DeviceUnavailable {
+                backend: self,
+                reason: "a test tensor did not come back intact".into(),
             }),
+        })
+    }
+
+    /// The device, built without checks: only called once `is_compiled()` holds.
+    #[allow(unreachable_patterns, unused_variables, deprecated)]
+    fn device_unchecked(self) -> Device {
+        match self {
+            #[cfg(feature = "ndarray")]
+            Backend::Ndarray => Device::ndarray(),
+            #[cfg(feature = "vulkan")]
+            Backend::Vulkan(adapter) => Device::vulkan(match adapter {
+                VulkanAdapter::Default => burn::tensor::DeviceKind::DefaultDevice,
+                VulkanAdapter::Discrete(i) => burn::tensor::DeviceKind::DiscreteGpu(i),
+                VulkanAdapter::Integrated(i) => burn::tensor::DeviceKind::IntegratedGpu(i),
+                VulkanAdapter::Cpu => burn::tensor::DeviceKind::Cpu,
+            }),
+            #[cfg(feature = "tch")]
+            Backend::Tch(TchDevice::Cpu) => Device::libtorch(),
+            #[cfg(feature = "tch")]
+            Backend::Tch(TchDevice::Cuda(i)) => Device::libtorch_cuda(i),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(i) => Device::cuda(i),
+            _ => Device::flex(),
         }
     }
 }
 
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Backend::Flex => "flex",
-            Backend::Ndarray => "ndarray",
-        })
+        match self {
+            Backend::Flex => f.write_str("flex"),
+            Backend::Ndarray => f.write_str("ndarray"),
+            Backend::Vulkan(VulkanAdapter::Default) => f.write_str("vulkan"),
+            Backend::Vulkan(VulkanAdapter::Discrete(i)) => write!(f, "vulkan:{i}"),
+            Backend::Vulkan(VulkanAdapter::Integrated(i)) => write!(f, "vulkan:igpu:{i}"),
+            Backend::Vulkan(VulkanAdapter::Cpu) => f.write_str("vulkan:cpu"),
+            Backend::Tch(TchDevice::Cpu) => f.write_str("tch"),
+            Backend::Tch(TchDevice::Cuda(i)) => write!(f, "tch:cuda:{i}"),
+            Backend::Cuda(i) => write!(f, "cuda:{i}"),
+        }
     }
 }
 
 impl FromStr for Backend {
     type Err = TrainError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "flex" | "cpu" => Ok(Backend::Flex),
-            "ndarray" => Ok(Backend::Ndarray),
-            _ => Err(TrainError::UnknownBackend(s.to_string())),
-        }
+        let bad = || TrainError::UnknownBackend(s.to_string());
+        let index = |i: &str| i.parse::<usize>().map_err(|_| bad());
+        let parts: Vec<&str> = s.trim().split(':').collect();
+        Ok(match parts.as_slice() {
+            ["flex" | "cpu"] => Backend::Flex,
+            ["ndarray"] => Backend::Ndarray,
+            ["vulkan"] => Backend::Vulkan(VulkanAdapter::Default),
+            ["vulkan", "cpu"] => Backend::Vulkan(VulkanAdapter::Cpu),
+            ["vulkan", "igpu"] => Backend::Vulkan(VulkanAdapter::Integrated(0)),
+            ["vulkan", "igpu", i] => Backend::Vulkan(VulkanAdapter::Integrated(index(i)?)),
+            ["vulkan", i] => Backend::Vulkan(VulkanAdapter::Discrete(index(i)?)),
+            ["tch"] | ["tch", "cpu"] => Backend::Tch(TchDevice::Cpu),
+            ["tch", "cuda"] => Backend::Tch(TchDevice::Cuda(0)),
+            ["tch", "cuda", i] => Backend::Tch(TchDevice::Cuda(index(i)?)),
+            ["cuda"] => Backend::Cuda(0),
+            ["cuda", i] => Backend::Cuda(index(i)?),
+            _ => return Err(bad()),
+        })
+    }
+}
+
+impl Serialize for Backend {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -83,15 +263,30 @@ impl FromStr for Backend {
 #[non_exhaustive]
 pub enum TrainError {
     /// The backend is not compiled into this binary.
-    #[error("backend {backend} is not compiled in; rebuild with `--features {feature}`")]
+    #[error(
+        "device {backend} is not compiled into this binary; rebuild with the cargo feature \
+         `{feature}` (e.g. `cargo build --release -p edge-client --features {feature}`; see \
+         hardware.md, GPU backends)"
+    )]
     BackendMissing {
         /// Requested backend.
         backend: Backend,
         /// Cargo feature that enables it.
         feature: &'static str,
     },
+    /// The backend is compiled in but its device did not start (no driver, no such GPU).
+    #[error("device {backend} is compiled in but did not start: {reason}")]
+    DeviceUnavailable {
+        /// Requested backend.
+        backend: Backend,
+        /// What the backend said.
+        reason: String,
+    },
     /// Unknown backend name.
-    #[error("unknown backend {0:?} (expected flex or ndarray)")]
+    #[error(
+        "unknown device {0:?} (expected cpu | flex | ndarray | vulkan[:N | :igpu[:N] | :cpu] | \
+         tch[:cpu | :cuda[:N]] | cuda[:N])"
+    )]
     UnknownBackend(String),
     /// Hyper-parameters out of range.
     #[error("invalid training configuration: {0}")]
@@ -353,4 +548,69 @@ pub fn evaluate(
         }
     }
     rep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_round_trip() {
+        for name in [
+            "flex",
+            "ndarray",
+            "vulkan",
+            "vulkan:1",
+            "vulkan:igpu:0",
+            "vulkan:cpu",
+            "tch",
+            "tch:cuda:2",
+            "cuda:0",
+            "cuda:3",
+        ] {
+            let b: Backend = name.parse().unwrap();
+            assert_eq!(b.to_string(), name);
+            let json = serde_json::to_string(&b).unwrap();
+            assert_eq!(serde_json::from_str::<Backend>(&json).unwrap(), b);
+        }
+        let alias = |s: &str| s.parse::<Backend>().unwrap();
+        assert_eq!(alias("cpu"), Backend::Flex);
+        assert_eq!(alias("tch:cpu"), Backend::Tch(TchDevice::Cpu));
+        assert_eq!(alias("tch:cuda"), Backend::Tch(TchDevice::Cuda(0)));
+        assert_eq!(alias("cuda"), Backend::Cuda(0));
+        assert_eq!(
+            alias("vulkan:igpu"),
+            Backend::Vulkan(VulkanAdapter::Integrated(0))
+        );
+        for bad in ["gpu", "cuda:x", "vulkan:igpu:1:2", "tch:mps", "", "cuda:-1"] {
+            let err = bad.parse::<Backend>().unwrap_err();
+            assert!(matches!(err, TrainError::UnknownBackend(_)), "{bad}: {err}");
+        }
+        assert!(serde_json::from_str::<Backend>("\"opencl\"").is_err());
+    }
+
+    #[test]
+    fn missing_feature_is_a_typed_error_naming_the_feature() {
+        assert_eq!(Backend::compiled()[0], "flex");
+        assert!(Backend::Flex.device().is_ok());
+        for b in [
+            Backend::Ndarray,
+            Backend::Vulkan(VulkanAdapter::Default),
+            Backend::Tch(TchDevice::Cpu),
+            Backend::Cuda(0),
+        ] {
+            let feature = b.feature().unwrap();
+            assert_eq!(Backend::compiled().contains(&feature), b.is_compiled());
+            if b.is_compiled() {
+                continue;
+            }
+            match b.device() {
+                Err(e @ TrainError::BackendMissing { .. }) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains(&format!("--features {feature}")), "{msg}");
+                }
+                other => panic!("{b}: expected BackendMissing, got {other:?}"),
+            }
+        }
+    }
 }
