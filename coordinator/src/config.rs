@@ -10,6 +10,8 @@ use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::fedclust::Threshold;
 use edgecfl_shared::federation::{Algorithm, FederationConfig};
 use edgecfl_shared::model::{LayerSet, ModelKind};
+use edgecfl_shared::mthfl::{Estimate, Relevance};
+use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::Backend;
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +29,9 @@ pub struct RunConfig {
     pub partition: PartitionSpec,
     /// Number of clients.
     pub clients: usize,
-    /// burn backend and device for local training and the coordinator's tensor work (`--device`).
+    /// burn device of the coordinator's tensor work and of simulated clients (`--device`; the key
+    /// `device` is accepted too).
+    #[serde(alias = "device")]
     pub backend: Backend,
     /// Where results are written.
     pub out: PathBuf,
@@ -56,6 +60,7 @@ impl RunConfig {
     /// Checks every field; the error names the bad one.
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.clients >= 1, "clients must be ≥ 1");
+        self.backend.check_compiled()?;
         self.federation.validate()?;
         Ok(())
     }
@@ -67,10 +72,10 @@ pub struct RunFlags {
     /// TOML configuration file (see `coordinator generate-config`); flags override it.
     #[arg(long, short = 'c')]
     pub config: Option<PathBuf>,
-    /// fedclust | fedavg | local
+    /// fedclust | mthfl | random | fedavg | local
     #[arg(long)]
     pub algorithm: Option<Algorithm>,
-    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G
+    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | tasks:fmnist3
     #[arg(long)]
     pub partition: Option<PartitionSpec>,
     /// Number of clients.
@@ -112,15 +117,37 @@ pub struct RunFlags {
     /// Evaluate every N rounds.
     #[arg(long)]
     pub eval_every: Option<usize>,
+    /// Train the clusters as LPSs under a GPS that averages the common layers (always on for
+    /// mthfl; with fedclust or random clusters, turns it on).
+    #[arg(long)]
+    pub hierarchy: bool,
+    /// FedAvg rounds of each LPS between two GPS averages.
+    #[arg(long)]
+    pub lps_rounds: Option<usize>,
+    /// Layers the GPS averages, e.g. conv1,conv2 (default: lenet5 conv1,conv2; mlp fc1).
+    #[arg(long)]
+    pub common_layers: Option<LayerSet>,
+    /// MT-HFL: eigenvectors (k) each client uploads.
+    #[arg(long)]
+    pub eigenvectors: Option<usize>,
+    /// MT-HFL: relevance rows on the clients (the paper's way) or on the server: client | server
+    #[arg(long)]
+    pub relevance: Option<Relevance>,
+    /// MT-HFL: eigenvalue estimate of eq. (2): norm (the paper's) | rayleigh
+    #[arg(long)]
+    pub estimate: Option<Estimate>,
+    /// MT-HFL: encoding of the uploaded eigenpairs: f32 | f16
+    #[arg(long)]
+    pub signature_encoding: Option<Encoding>,
     /// Master seed (partition, initial model, sampling, local shuffles).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Fashion-MNIST directory (IDX files, .gz or plain).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Where local training (simulate, demo clients) and the coordinator's tensor work run:
-    /// cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N]. All but
-    /// cpu need the cargo feature of the same name (`--backend` is an alias).
+    /// Where the coordinator's tensor work (simulated clients, MT-HFL server-side relevance) runs:
+    /// cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N]. All
+    /// but cpu need the cargo feature of the same name (`--backend` is an alias).
     #[arg(long = "device", visible_alias = "backend", value_name = "DEVICE")]
     pub backend: Option<Backend>,
     /// Output directory.
@@ -161,6 +188,17 @@ impl RunFlags {
         set!(model => f.model);
         set!(signature_layers => f.signature_layers);
         set!(eval_every => f.eval_every);
+        if self.hierarchy {
+            f.hierarchy = true;
+        }
+        set!(lps_rounds => f.lps_rounds);
+        if let Some(v) = self.common_layers.clone() {
+            f.common_layers = Some(v);
+        }
+        set!(eigenvectors => f.eigenvectors);
+        set!(relevance => f.relevance);
+        set!(estimate => f.estimate);
+        set!(signature_encoding => f.signature_encoding);
         set!(seed => f.seed);
         set!(partition => c.partition);
         set!(clients => c.clients);
@@ -202,5 +240,43 @@ mod tests {
         };
         let err = format!("{:#}", bad.resolve().unwrap_err());
         assert!(err.contains("frac"), "{err}");
+    }
+
+    #[test]
+    fn mthfl_flags() {
+        let flags = RunFlags {
+            algorithm: Some(Algorithm::MtHfl),
+            model: Some(ModelKind::Mlp),
+            eigenvectors: Some(3),
+            relevance: Some(Relevance::Server),
+            lps_rounds: Some(2),
+            signature_encoding: Some(Encoding::F16),
+            ..Default::default()
+        };
+        let c = flags.resolve().unwrap();
+        let f = &c.federation;
+        assert_eq!(
+            (f.eigenvectors, f.relevance, f.lps_rounds),
+            (3, Relevance::Server, 2)
+        );
+        assert_eq!(f.signature_encoding, Encoding::F16);
+        assert!(f.hierarchical() && !f.hierarchy);
+        assert_eq!(f.common().unwrap().set().to_string(), "fc1");
+        // A TOML file with the new keys.
+        let text = DEFAULT_CONFIG
+            .replace("hierarchy = false", "hierarchy = true")
+            .replace("# common_layers = ", "common_layers = \"conv1\" # ")
+            .replace("relevance = \"client\"", "relevance = \"server\"");
+        let c = RunConfig::parse(&text, "t").unwrap();
+        assert!(c.federation.hierarchy);
+        assert_eq!(c.federation.relevance, Relevance::Server);
+        assert_eq!(c.federation.common().unwrap().len(), 156);
+        let bad = RunFlags {
+            common_layers: Some("conv9".parse().unwrap()),
+            hierarchy: true,
+            ..Default::default()
+        };
+        let err = format!("{:#}", bad.resolve().unwrap_err());
+        assert!(err.contains("conv9"), "{err}");
     }
 }

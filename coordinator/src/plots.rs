@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use edgecfl_shared::cluster::distance::CondensedMatrix;
 use edgecfl_shared::cluster::hc::Dendrogram;
 use edgecfl_shared::federation::RunResult;
 use plotters::prelude::*;
@@ -31,7 +30,36 @@ pub fn write_all(dir: &Path, result: &RunResult) -> anyhow::Result<Vec<PathBuf>>
         })?;
     }
     if let Some(d) = &result.distances {
-        emit("distances.svg", &|p| heatmap(p, d, &result.assignment))?;
+        let max = d.as_slice().iter().copied().fold(0.0, f64::max).max(1e-12);
+        let title = format!("client distances (max {max:.3}), ordered by cluster");
+        emit("distances.svg", &|p| {
+            heatmap(
+                p,
+                d.n(),
+                &|i, j| {
+                    if i == j {
+                        0.0
+                    } else {
+                        d.get(i, j).unwrap_or(0.0)
+                    }
+                },
+                max,
+                &title,
+                &result.assignment,
+            )
+        })?;
+    }
+    if let Some(r) = &result.relevance {
+        emit("relevance.svg", &|p| {
+            heatmap(
+                p,
+                r.len(),
+                &|i, j| r[i][j],
+                1.0,
+                "MT-HFL relevance R (eq. 5), ordered by cluster",
+                &result.assignment,
+            )
+        })?;
     }
     Ok(written)
 }
@@ -71,6 +99,28 @@ fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
                 .label(format!("cluster {c}"))
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
         }
+    }
+    // Per ground-truth task (dashed), when the truth is known.
+    let tasks = result
+        .rounds
+        .iter()
+        .filter_map(|r| r.task_accuracy.as_ref().map(Vec::len))
+        .max()
+        .unwrap_or(0);
+    for t in 0..tasks {
+        let pts: Vec<(f64, f64)> = result
+            .rounds
+            .iter()
+            .filter_map(|r| {
+                let a = *r.task_accuracy.as_ref()?.get(t)?;
+                a.is_finite().then_some((r.round as f64, 100.0 * a))
+            })
+            .collect();
+        let color = Palette99::pick(t + 10).mix(1.0);
+        chart
+            .draw_series(DashedLineSeries::new(pts, 6, 4, color.stroke_width(2)))?
+            .label(format!("task {t} (its labels)"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
     }
     let mean = result
         .rounds
@@ -184,22 +234,27 @@ fn dendrogram(path: &Path, d: &Dendrogram, cut: f64) -> DrawResult {
     Ok(())
 }
 
-/// Distance matrix with clients sorted by cluster, then index; white lines separate clusters.
-fn heatmap(path: &Path, d: &CondensedMatrix, assignment: &[usize]) -> DrawResult {
-    let n = d.n();
+/// A client × client matrix (`value(i, j)`, coloured on `0..=max` with viridis) with clients
+/// sorted by cluster, then index; white lines separate clusters. Up to 16 clients, every cell
+/// carries its value (like the paper's Table I).
+fn heatmap(
+    path: &Path,
+    n: usize,
+    value: &dyn Fn(usize, usize) -> f64,
+    max: f64,
+    title: &str,
+    assignment: &[usize],
+) -> DrawResult {
     if n < 2 || assignment.len() != n {
         return Ok(());
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| (assignment[i], i));
-    let max = d.as_slice().iter().copied().fold(0.0, f64::max).max(1e-12);
+    let max = max.max(1e-12);
     let root = SVGBackend::new(path, (760, 720)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("client distances (max {max:.3}), ordered by cluster"),
-            ("sans-serif", 22),
-        )
+        .caption(title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(30)
         .y_label_area_size(40)
@@ -210,12 +265,8 @@ fn heatmap(path: &Path, d: &CondensedMatrix, assignment: &[usize]) -> DrawResult
         .x_desc("client (by cluster)")
         .draw()?;
     let cells = (0..n).flat_map(|r| (0..n).map(move |c| (r, c)));
-    chart.draw_series(cells.map(|(r, c)| {
-        let v = if r == c {
-            0.0
-        } else {
-            d.get(order[r], order[c]).unwrap_or(0.0) / max
-        };
+    chart.draw_series(cells.clone().map(|(r, c)| {
+        let v = (value(order[r], order[c]) / max).clamp(0.0, 1.0);
         let color = ViridisRGB::get_color(v);
         Rectangle::new(
             [
@@ -225,6 +276,17 @@ fn heatmap(path: &Path, d: &CondensedMatrix, assignment: &[usize]) -> DrawResult
             color.filled(),
         )
     }))?;
+    if n <= 16 {
+        chart.draw_series(cells.map(|(r, c)| {
+            let v = value(order[r], order[c]);
+            let ink = if v / max > 0.6 { BLACK } else { WHITE };
+            Text::new(
+                format!("{v:.2}"),
+                (c as f64 + 0.2, (n - r) as f64 - 0.4),
+                ("sans-serif", 13).into_font().color(&ink),
+            )
+        }))?;
+    }
     // Cluster boundaries.
     for k in 1..n {
         if assignment[order[k]] != assignment[order[k - 1]] {
@@ -247,6 +309,7 @@ fn heatmap(path: &Path, d: &CondensedMatrix, assignment: &[usize]) -> DrawResult
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgecfl_shared::cluster::distance::CondensedMatrix;
     use edgecfl_shared::cluster::hc::{Linkage, linkage};
 
     #[test]

@@ -5,11 +5,15 @@ use std::path::Path;
 
 use anyhow::Context;
 use edgecfl_shared::fedclust::Clustering;
-use edgecfl_shared::federation::{Observer, RoundRecord, RunResult};
+use edgecfl_shared::federation::{Algorithm, Observer, RoundRecord, RunResult};
+use edgecfl_shared::mthfl::Relevance;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::config::RunConfig;
+
+/// The file MT-HFL's relevance matrix `R` is written to (CSV, row `i` = client `i`).
+pub const RELEVANCE_FILE: &str = "relevance.csv";
 
 /// The `summary.json` of a run; `extra` (an object) adds runtime-specific keys.
 pub fn summary(
@@ -19,6 +23,14 @@ pub fn summary(
     extra: Option<Value>,
 ) -> Value {
     let accuracy_per_round: Vec<Option<f64>> = result.rounds.iter().map(|r| r.accuracy).collect();
+    let f = &cfg.federation;
+    let mthfl = f.algorithm == Algorithm::MtHfl;
+    let n = result.clients.len();
+    let task_accuracy_per_round: Vec<Option<Vec<f64>>> = result
+        .rounds
+        .iter()
+        .map(|r| r.task_accuracy.clone())
+        .collect();
     let mut v = json!({
         "algorithm": cfg.federation.algorithm.to_string(),
         "partition": cfg.partition.to_string(),
@@ -30,12 +42,27 @@ pub fn summary(
         "linkage": cfg.federation.linkage.to_string(),
         "accuracy_per_round": accuracy_per_round,
         "final_accuracy": result.final_accuracy(),
-        "upload_bytes_clustering_per_client": result.signature_len * 4,
+        "upload_bytes_clustering_per_client": result.signature_bytes,
         "wall_seconds": result.wall_seconds,
         "data": data_source,
         "backend": cfg.backend.to_string(),
         "assignment": result.assignment,
         "client_accuracy": result.final_client_accuracy,
+        "task_accuracy_per_round": task_accuracy_per_round,
+        "final_task_accuracy": result.rounds.iter().rev().find_map(|r| r.task_accuracy.clone()),
+        "eigenvectors": mthfl.then_some(f.eigenvectors),
+        "relevance": mthfl.then(|| f.relevance.to_string()),
+        "relevance_file": result.relevance.as_ref().map(|_| RELEVANCE_FILE),
+        "signature_encoding": mthfl.then(|| f.signature_encoding.to_string()),
+        // The paper's relevance relays every signature to every client, which uploads one row.
+        "relevance_download_bytes_per_client":
+            (mthfl && f.relevance == Relevance::Client).then(|| n * result.signature_bytes),
+        "relevance_row_floats_per_client": (mthfl && f.relevance == Relevance::Client).then_some(n),
+        "hierarchy": f.hierarchical(),
+        "lps_rounds": f.hierarchical().then_some(f.lps_rounds),
+        "common_layers": result.common_layers,
+        "common_floats_per_lps": f.hierarchical().then_some(result.common_len),
+        "gps_rounds": result.gps_rounds,
         "config": cfg,
     });
     if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut v) {
@@ -49,6 +76,19 @@ pub fn rounds_csv(result: &RunResult) -> String {
     let mut s = String::from("round,sampled,received,train_loss,accuracy,seconds");
     for c in 0..result.n_clusters {
         let _ = write!(s, ",cluster{c}_accuracy");
+    }
+    let tasks = result
+        .rounds
+        .iter()
+        .filter_map(|r| r.task_accuracy.as_ref().map(Vec::len))
+        .max()
+        .unwrap_or(0);
+    for t in 0..tasks {
+        let _ = write!(s, ",task{t}_accuracy");
+    }
+    let hierarchical = result.config.hierarchical();
+    if hierarchical {
+        s.push_str(",gps");
     }
     s.push('\n');
     let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.6}"));
@@ -66,6 +106,30 @@ pub fn rounds_csv(result: &RunResult) -> String {
         for c in 0..result.n_clusters {
             let v = r.cluster_accuracy.as_ref().and_then(|a| a.get(c).copied());
             let _ = write!(s, ",{}", opt(v));
+        }
+        for t in 0..tasks {
+            let v = r.task_accuracy.as_ref().and_then(|a| a.get(t).copied());
+            let _ = write!(s, ",{}", opt(v.filter(|x| x.is_finite())));
+        }
+        if hierarchical {
+            let _ = write!(s, ",{}", u8::from(r.gps));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// A square matrix as CSV, header `client,0,1,…`, one row per client, 6 decimals.
+pub fn matrix_csv(m: &[Vec<f64>]) -> String {
+    let mut s = String::from("client");
+    for j in 0..m.len() {
+        let _ = write!(s, ",{j}");
+    }
+    s.push('\n');
+    for (i, row) in m.iter().enumerate() {
+        let _ = write!(s, "{i}");
+        for v in row {
+            let _ = write!(s, ",{v:.6}");
         }
         s.push('\n');
     }
@@ -109,6 +173,9 @@ pub fn write_all(
         serde_json::to_string_pretty(&summary(cfg, result, data_source, extra))?,
     )?;
     write("rounds.csv", rounds_csv(result))?;
+    if let Some(r) = &result.relevance {
+        write(RELEVANCE_FILE, matrix_csv(r))?;
+    }
     write(
         "clusters.json",
         serde_json::to_string_pretty(&clusters_json(result))?,

@@ -11,11 +11,12 @@ use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{
-    self, ClientInfo, ClientPool, FederationConfig, FederationError, Observer, RunResult, Update,
-    client_seed,
+    self, ClientInfo, ClientPool, FederationConfig, FederationError, Observer, RunContext,
+    RunResult, Update, client_seed,
 };
 use edgecfl_shared::model::{LayerSet, ParamLayout, Params};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::mthfl::Signature;
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Hello, Id, Tensor, ToClient, ToCoordinator, TopicKind,
     Topics, TrainJob,
@@ -519,6 +520,27 @@ impl ClientPool for MqttPool {
             })
             .collect())
     }
+
+    fn gram_signatures(
+        &mut self,
+        _clients: &[usize],
+        _cfg: &FederationConfig,
+    ) -> Result<Vec<(usize, Signature)>, FederationError> {
+        Err(FederationError::Config(
+            "mthfl is not yet supported by `serve` (use `simulate`)".into(),
+        ))
+    }
+
+    fn relevance_rows(
+        &mut self,
+        _clients: &[usize],
+        _all: &[Signature],
+        _cfg: &FederationConfig,
+    ) -> Result<Vec<(usize, Vec<f64>)>, FederationError> {
+        Err(FederationError::Config(
+            "mthfl is not yet supported by `serve` (use `simulate`)".into(),
+        ))
+    }
 }
 
 /// A default run id: seconds since the epoch, in base 36.
@@ -598,10 +620,15 @@ pub fn run(
         None => "edge clients' own data".to_string(),
     };
     let mut progress = Progress::new(cfg.federation.rounds);
+    let ctx = RunContext {
+        truth: truth.clone(),
+        task_labels: pool.partition().and_then(|(spec, _)| spec.task_labels()),
+        backend: cfg.backend,
+    };
     let result = federation::run(
         &cfg.federation,
         &mut pool,
-        truth.as_deref(),
+        &ctx,
         observer.unwrap_or(&mut progress),
     )?;
     progress.finish();

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::partition;
-use edgecfl_shared::federation::{self, RunResult};
+use edgecfl_shared::federation::{self, RunContext, RunResult};
 use edgecfl_shared::sim::SimPool;
 
 use crate::config::RunConfig;
@@ -36,12 +36,11 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
         cfg.federation.rounds
     );
     let mut progress = Progress::new(cfg.federation.rounds);
-    let result = federation::run(
-        &cfg.federation,
-        &mut pool,
-        part.truth.as_deref(),
-        &mut progress,
-    )?;
+    let ctx = RunContext {
+        backend: cfg.backend,
+        ..RunContext::of_partition(&part)
+    };
+    let result = federation::run(&cfg.federation, &mut pool, &ctx, &mut progress)?;
     progress.finish();
     report::write_all(&cfg.out, cfg, &result, &data.source.to_string(), None)?;
     let plots = plots::write_all(&cfg.out, &result)?;

@@ -1,32 +1,41 @@
-//! The federation's round loop: FedClust, FedAvg and Local over an abstract pool of clients.
+//! The federation's round loop: FedClust, MT-HFL, random clusters, FedAvg and Local over an
+//! abstract pool of clients.
 //!
 //! The loop is the same whether the clients are in this process ([`crate::sim::SimPool`]) or edge
 //! devices behind a broker (the coordinator's MQTT pool): it only talks to a [`ClientPool`].
 //!
 //! ```text
-//!   ┌──────────────┐  FedClust only: all clients train θ⁰ for the warm-up epochs and
-//!   │ 0. Clustering │  upload their final layer → HC cut at λ → clusters, every cluster model = θ⁰
-//!   └──────┬───────┘  (FedAvg: one cluster of everyone; Local: one cluster per client)
+//!   ┌──────────────┐  FedClust: all clients train θ⁰ for the warm-up epochs and upload their
+//!   │ 0. Clustering │  final layer → HC cut at λ.  MT-HFL: all clients upload the top-k
+//!   └──────┬───────┘  eigenpairs of their Gram matrix → relevance rows (on the clients or the
+//!          │          server) → R (eq. 5) → HAC on 1 − R cut at λ.  Random: a seeded random
+//!          │          split into K = λ's k groups.  Every cluster model = θ⁰.
+//!          │          (FedAvg: one cluster of everyone; Local: one cluster per client)
 //!          ▼
 //!   ┌──────────────┐  sample max(⌊frac·N⌋, 1) clients; each trains its cluster's model for E
-//!   │ t. Training   │  epochs; each cluster averages the updates of its sampled members, weighted
-//!   └──────┬───────┘  by sample count (clusters without a sampled member keep their model)
+//!   │ t. Training   │  epochs; each cluster (an LPS) averages the updates of its sampled members,
+//!   └──────┬───────┘  weighted by sample count (clusters without a sampled member keep their model)
+//!          ▼
+//!   ┌──────────────┐  hierarchical runs (MT-HFL always, others with `hierarchy`), every
+//!   │ t. GPS        │  `lps_rounds` rounds: the common layers of the cluster models are averaged,
+//!   └──────┬───────┘  weighted by the clusters' sample counts ([`crate::hierarchy`])
 //!          ▼
 //!   ┌──────────────┐  every client's local test accuracy under its cluster's model; the round's
-//!   │ t. Evaluation │  figure is the unweighted mean over clients
-//!   └──────┬───────┘
+//!   │ t. Evaluation │  figure is the unweighted mean over clients (and per cluster, and per
+//!   └──────┬───────┘  ground-truth task when known)
 //!          └──── t < T ──▶ Training
 //! ```
 //!
 //! Seeds: the initial model comes from `seed`, the client sample of round t from `(seed, t)`,
 //! and client i's sample order in round t from [`client_seed`]`(seed, t, i)`, so a distributed
-//! run reproduces an in-process one.
+//! run reproduces an in-process one. The random clustering draws from `(seed, 0)`.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Instant;
 
 use rand::SeedableRng;
+use rand::seq::SliceRandom;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -35,9 +44,13 @@ use crate::aggregate::{AggregateError, fedavg};
 use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::Linkage;
 use crate::cluster::metrics::adjusted_rand_index;
+use crate::data::partition::Partition;
 use crate::fedclust::{self, Clustering, FedClustError, Threshold};
+use crate::hierarchy::{self, CommonLayers, HierarchyError};
 use crate::model::{LayerSet, ModelError, ModelKind, Params};
-use crate::train::{EvalReport, TrainConfig};
+use crate::mthfl::{self, DEFAULT_EIGENVECTORS, Estimate, MtHflError, Relevance, Signature};
+use crate::protocol::Encoding;
+use crate::train::{Backend, EvalReport, PIXELS, TrainConfig};
 
 /// The algorithms the round loop runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +62,13 @@ pub enum Algorithm {
     FedAvg,
     /// Every client trains alone (no communication).
     Local,
+    /// MT-HFL: one-shot HAC on the data relevance of the clients' Gram-matrix eigenvectors, then
+    /// LPS/GPS training (always hierarchical).
+    #[serde(rename = "mthfl")]
+    MtHfl,
+    /// MT-HFL's baseline: a seeded random split of the clients into `k` near-equal groups
+    /// (`threshold` must be `k=K`).
+    Random,
 }
 
 impl fmt::Display for Algorithm {
@@ -57,6 +77,8 @@ impl fmt::Display for Algorithm {
             Algorithm::FedClust => "fedclust",
             Algorithm::FedAvg => "fedavg",
             Algorithm::Local => "local",
+            Algorithm::MtHfl => "mthfl",
+            Algorithm::Random => "random",
         })
     }
 }
@@ -68,8 +90,10 @@ impl FromStr for Algorithm {
             "fedclust" => Ok(Algorithm::FedClust),
             "fedavg" => Ok(Algorithm::FedAvg),
             "local" => Ok(Algorithm::Local),
+            "mthfl" | "mt-hfl" => Ok(Algorithm::MtHfl),
+            "random" => Ok(Algorithm::Random),
             _ => Err(FederationError::Config(format!(
-                "unknown algorithm {s:?} (expected fedclust, fedavg or local)"
+                "unknown algorithm {s:?} (expected fedclust, mthfl, random, fedavg or local)"
             ))),
         }
     }
@@ -107,6 +131,40 @@ pub struct FederationConfig {
     pub eval_every: usize,
     /// Master seed.
     pub seed: u64,
+    /// LPS/GPS training for any clustering (FedClust, random): every cluster is an LPS and the
+    /// GPS averages the common layers. Always on for MT-HFL.
+    #[serde(default)]
+    pub hierarchy: bool,
+    /// FedAvg rounds of each LPS between two GPS averages (Algorithm 1's inner loop).
+    #[serde(default = "default_lps_rounds")]
+    pub lps_rounds: usize,
+    /// Layers the GPS averages (`None`: LeNet-5 `conv1,conv2`, MLP `fc1`).
+    #[serde(default)]
+    pub common_layers: Option<LayerSet>,
+    /// MT-HFL: eigenpairs each client uploads (k).
+    #[serde(default = "default_eigenvectors")]
+    pub eigenvectors: usize,
+    /// MT-HFL: where the relevance rows are computed.
+    #[serde(default)]
+    pub relevance: Relevance,
+    /// MT-HFL: eq. (2)'s norm (the paper's) or the Rayleigh quotient.
+    #[serde(default)]
+    pub estimate: Estimate,
+    /// MT-HFL: encoding of the uploaded eigenpairs (f16 halves the bytes).
+    #[serde(default = "default_signature_encoding")]
+    pub signature_encoding: Encoding,
+}
+
+fn default_lps_rounds() -> usize {
+    1
+}
+
+fn default_eigenvectors() -> usize {
+    DEFAULT_EIGENVECTORS
+}
+
+fn default_signature_encoding() -> Encoding {
+    Encoding::F32
 }
 
 impl Default for FederationConfig {
@@ -127,6 +185,13 @@ impl Default for FederationConfig {
             signature_layers: LayerSet::Final,
             eval_every: 1,
             seed: 0,
+            hierarchy: false,
+            lps_rounds: default_lps_rounds(),
+            common_layers: None,
+            eigenvectors: DEFAULT_EIGENVECTORS,
+            relevance: Relevance::Client,
+            estimate: Estimate::Norm,
+            signature_encoding: Encoding::F32,
         }
     }
 }
@@ -147,10 +212,43 @@ impl FederationConfig {
         if self.eval_every == 0 {
             return bad("eval-every must be ≥ 1".into());
         }
+        if self.lps_rounds == 0 {
+            return bad("lps-rounds must be ≥ 1".into());
+        }
+        if self.algorithm == Algorithm::MtHfl && !(1..=PIXELS).contains(&self.eigenvectors) {
+            return bad(format!(
+                "eigenvectors must be between 1 and {PIXELS}, got {}",
+                self.eigenvectors
+            ));
+        }
+        if self.algorithm == Algorithm::Random && !matches!(self.threshold, Threshold::Clusters(_))
+        {
+            return bad(format!(
+                "random clustering needs the number of groups as the threshold (k=K), got {}",
+                self.threshold
+            ));
+        }
+        if self.hierarchical() {
+            self.common()?;
+        }
         self.train_config(0)
             .validate()
             .map_err(|e| FederationError::Config(e.to_string()))?;
         Ok(())
+    }
+
+    /// True when clusters train as LPSs under a GPS (MT-HFL, or `hierarchy`).
+    pub fn hierarchical(&self) -> bool {
+        self.hierarchy || self.algorithm == Algorithm::MtHfl
+    }
+
+    /// The common layers of a hierarchical run.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Hierarchy`] for a layer the model does not have.
+    pub fn common(&self) -> Result<CommonLayers, FederationError> {
+        Ok(CommonLayers::new(self.model, self.common_layers.as_ref())?)
     }
 
     /// The local-training settings of one client in one round.
@@ -205,6 +303,20 @@ pub enum FederationError {
         /// Signatures received.
         got: usize,
     },
+    /// Too few relevance rows arrived to cluster (MT-HFL, relevance on the clients).
+    #[error("only {got} of {expected} clients sent their relevance row")]
+    TooFewRows {
+        /// Clients asked.
+        expected: usize,
+        /// Rows received.
+        got: usize,
+    },
+    /// MT-HFL's clustering step failed (bad signatures or rows).
+    #[error("MT-HFL: {0}")]
+    MtHfl(#[from] MtHflError),
+    /// The GPS step failed.
+    #[error("hierarchy: {0}")]
+    Hierarchy(#[from] HierarchyError),
 }
 
 /// What the pool knows about a client.
@@ -261,6 +373,57 @@ pub trait ClientPool {
         round: usize,
         jobs: &[(usize, &Params)],
     ) -> Result<Vec<(usize, EvalReport)>, FederationError>;
+
+    /// MT-HFL round 0, step 1: every client in `clients` forms the Gram matrix of its training
+    /// data (eq. 1) and returns its `cfg.eigenvectors` leading eigenpairs as the coordinator
+    /// receives them (uploaded in `cfg.signature_encoding`).
+    fn gram_signatures(
+        &mut self,
+        clients: &[usize],
+        cfg: &FederationConfig,
+    ) -> Result<Vec<(usize, Signature)>, FederationError>;
+
+    /// MT-HFL round 0, step 2, the paper's way: every client in `clients` receives `all`
+    /// (`all[j]` = client `j`'s signature) and returns its relevance row `r(i, ·)` (eq. 2-4,
+    /// [`mthfl::client_row`] with `cfg.estimate`), computed with its exact Gram matrix.
+    fn relevance_rows(
+        &mut self,
+        clients: &[usize],
+        all: &[Signature],
+        cfg: &FederationConfig,
+    ) -> Result<Vec<(usize, Vec<f64>)>, FederationError>;
+}
+
+/// What the round loop knows besides the configuration and the pool: the ground truth (only used
+/// to score the run, never to decide anything) and the backend of the coordinator's own tensor
+/// work (server-side relevance).
+#[derive(Debug, Clone, Default)]
+pub struct RunContext {
+    /// Ground-truth group (task) of each client, when known.
+    pub truth: Option<Vec<usize>>,
+    /// The labels of each ground-truth group (`groups:`, `tasks:`), for per-task accuracy.
+    pub task_labels: Option<Vec<Vec<u8>>>,
+    /// Backend of the server-side relevance ([`mthfl::server_rows`]).
+    pub backend: Backend,
+}
+
+impl RunContext {
+    /// The ground truth of a partition (none for partitions without groups).
+    pub fn of_partition(partition: &Partition) -> Self {
+        RunContext {
+            truth: partition.truth.clone(),
+            task_labels: partition.spec.task_labels(),
+            backend: Backend::default(),
+        }
+    }
+
+    /// Ground-truth groups only.
+    pub fn with_truth(truth: Vec<usize>) -> Self {
+        RunContext {
+            truth: Some(truth),
+            ..RunContext::default()
+        }
+    }
 }
 
 /// Progress notifications (for progress bars and logs).
@@ -291,6 +454,14 @@ pub struct RoundRecord {
     pub accuracy: Option<f64>,
     /// Mean local test accuracy per cluster (same rounds as `accuracy`).
     pub cluster_accuracy: Option<Vec<f64>>,
+    /// Per ground-truth task `t` (when the truth is known): the mean over the clients of task `t`
+    /// of their cluster model's accuracy on the test samples of task `t`'s labels (on their whole
+    /// local test set when the tasks have no label sets). Same rounds as `accuracy`.
+    #[serde(default)]
+    pub task_accuracy: Option<Vec<f64>>,
+    /// True when the GPS averaged the common layers after this round's training.
+    #[serde(default)]
+    pub gps: bool,
     /// Seconds the round took.
     pub seconds: f64,
 }
@@ -308,13 +479,24 @@ pub struct RunResult {
     pub n_clusters: usize,
     /// The clustering (FedClust only).
     pub clustering: Option<Clustering>,
-    /// The pairwise distances of the round-0 signatures (FedClust only).
+    /// The pairwise distances of the round-0 signatures (FedClust), or `1 − R` (MT-HFL).
     #[serde(skip)]
     pub distances: Option<CondensedMatrix>,
-    /// ARI of the clustering against the ground truth, when known.
+    /// MT-HFL's symmetrised relevance matrix `R` (eq. 5).
+    #[serde(skip)]
+    pub relevance: Option<Vec<Vec<f64>>>,
+    /// ARI of the clustering against the ground truth, when known (clustering algorithms only).
     pub ari: Option<f64>,
     /// Floats each client uploaded for clustering.
     pub signature_len: usize,
+    /// Payload bytes of that upload (floats × encoding width, no framing).
+    pub signature_bytes: usize,
+    /// The common layers of a hierarchical run.
+    pub common_layers: Option<String>,
+    /// Floats each LPS sends to the GPS (and receives back) per GPS round.
+    pub common_len: usize,
+    /// GPS rounds done.
+    pub gps_rounds: usize,
     /// Per-round records.
     pub rounds: Vec<RoundRecord>,
     /// Last evaluation: per-client accuracy (NaN for a client that never answered one).
@@ -333,12 +515,148 @@ impl RunResult {
     }
 }
 
-/// Runs the federation over `pool`. `truth` (ground-truth group per client) is only used to
-/// score the clustering.
+/// Splits `n` clients into `k` near-equal groups at random (MT-HFL's baseline): a seeded
+/// shuffle cut like numpy's `array_split` (the first `n mod k` groups take one more), numbered in
+/// order of first appearance.
+pub fn random_assignment(n: usize, k: usize, seed: u64) -> Vec<usize> {
+    let k = k.clamp(1, n.max(1));
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(client_seed(seed, 0, usize::MAX));
+    order.shuffle(&mut rng);
+    let mut assignment = vec![0; n];
+    let (base, extra) = (n / k, n % k);
+    let mut at = 0;
+    for g in 0..k {
+        let size = base + usize::from(g < extra);
+        for &c in &order[at..at + size] {
+            assignment[c] = g;
+        }
+        at += size;
+    }
+    renumber(&assignment)
+}
+
+/// Renames clusters in order of first appearance (client 0 is in cluster 0).
+fn renumber(assignment: &[usize]) -> Vec<usize> {
+    let mut names = std::collections::HashMap::new();
+    assignment
+        .iter()
+        .map(|&a| {
+            let next = names.len();
+            *names.entry(a).or_insert(next)
+        })
+        .collect()
+}
+
+/// Round 0 of the clustering algorithms.
+struct RoundZero {
+    assignment: Vec<usize>,
+    clustering: Option<Clustering>,
+    distances: Option<CondensedMatrix>,
+    relevance: Option<Vec<Vec<f64>>>,
+    signature_len: usize,
+    signature_bytes: usize,
+}
+
+impl RoundZero {
+    fn plain(assignment: Vec<usize>) -> Self {
+        RoundZero {
+            assignment,
+            clustering: None,
+            distances: None,
+            relevance: None,
+            signature_len: 0,
+            signature_bytes: 0,
+        }
+    }
+}
+
+/// MT-HFL's round 0 (Algorithm 2): signatures, relevance rows (eq. 2-4) on the clients or the
+/// server, `R` (eq. 5), HAC on `1 − R`.
+fn mthfl_round_zero(
+    cfg: &FederationConfig,
+    pool: &mut dyn ClientPool,
+    n: usize,
+    ctx: &RunContext,
+) -> Result<RoundZero, FederationError> {
+    let all: Vec<usize> = (0..n).collect();
+    let mut sigs = pool.gram_signatures(&all, cfg)?;
+    sigs.sort_by_key(|(i, _)| *i);
+    sigs.dedup_by_key(|(i, _)| *i);
+    if sigs.len() != n {
+        return Err(FederationError::TooFewSignatures {
+            expected: n,
+            got: sigs.len(),
+        });
+    }
+    let sigs: Vec<Signature> = sigs.into_iter().map(|(_, s)| s).collect();
+    let rows = match cfg.relevance {
+        Relevance::Server => {
+            let device = ctx
+                .backend
+                .device()
+                .map_err(|e| FederationError::Config(e.to_string()))?;
+            mthfl::server_rows(&sigs, cfg.estimate, &device)?
+        }
+        Relevance::Client => {
+            let mut rows = pool.relevance_rows(&all, &sigs, cfg)?;
+            rows.sort_by_key(|(i, _)| *i);
+            rows.dedup_by_key(|(i, _)| *i);
+            if rows.len() != n {
+                return Err(FederationError::TooFewRows {
+                    expected: n,
+                    got: rows.len(),
+                });
+            }
+            rows.into_iter().map(|(_, r)| r).collect()
+        }
+    };
+    let relevance = mthfl::symmetrise(&rows)?;
+    let (clustering, distances) = mthfl::cluster(&relevance, cfg.linkage, cfg.threshold)?;
+    let floats = sigs[0].k * sigs[0].d + sigs[0].k;
+    Ok(RoundZero {
+        assignment: clustering.assignment.clone(),
+        clustering: Some(clustering),
+        distances: Some(distances),
+        relevance: Some(relevance),
+        signature_len: floats,
+        signature_bytes: floats * cfg.signature_encoding.width(),
+    })
+}
+
+/// Per-task accuracy of one evaluation (see [`RoundRecord::task_accuracy`]).
+fn task_accuracy(last_eval: &[Option<EvalReport>], ctx: &RunContext) -> Option<Vec<f64>> {
+    let truth = ctx.truth.as_ref()?;
+    if truth.len() != last_eval.len() {
+        return None;
+    }
+    let tasks = truth.iter().max().map_or(0, |m| m + 1);
+    let mut sum = vec![(0.0, 0usize); tasks];
+    for (i, e) in last_eval.iter().enumerate() {
+        let Some(e) = e else { continue };
+        let t = truth[i];
+        let report = match ctx.task_labels.as_ref().and_then(|l| l.get(t)) {
+            Some(labels) => e.restrict(labels),
+            None => *e,
+        };
+        if report.total > 0 {
+            sum[t].0 += report.accuracy();
+            sum[t].1 += 1;
+        }
+    }
+    Some(
+        sum.into_iter()
+            .map(|(s, k)| if k == 0 { f64::NAN } else { s / k as f64 })
+            .collect(),
+    )
+}
+
+/// Runs the federation over `pool`. `ctx.truth` is only used to score the clustering and to
+/// report per-task accuracy.
 pub fn run(
     cfg: &FederationConfig,
     pool: &mut dyn ClientPool,
-    truth: Option<&[usize]>,
+    ctx: &RunContext,
     observer: &mut dyn Observer,
 ) -> Result<RunResult, FederationError> {
     cfg.validate()?;
@@ -349,11 +667,25 @@ pub fn run(
         return Err(FederationError::NoClients);
     }
     let initial = Params::init(cfg.model, cfg.seed);
+    let common = if cfg.hierarchical() {
+        Some(cfg.common()?)
+    } else {
+        None
+    };
 
     // Round 0: who trains with whom.
-    let (assignment, clustering, distances, signature_len) = match cfg.algorithm {
-        Algorithm::FedAvg => (vec![0; n], None, None, 0),
-        Algorithm::Local => ((0..n).collect(), None, None, 0),
+    let zero = match cfg.algorithm {
+        Algorithm::FedAvg => RoundZero::plain(vec![0; n]),
+        Algorithm::Local => RoundZero::plain((0..n).collect()),
+        Algorithm::Random => {
+            let Threshold::Clusters(k) = cfg.threshold else {
+                return Err(FederationError::Config(
+                    "random clustering needs the number of groups as the threshold (k=K)".into(),
+                ));
+            };
+            RoundZero::plain(random_assignment(n, k, cfg.seed))
+        }
+        Algorithm::MtHfl => mthfl_round_zero(cfg, pool, n, ctx)?,
         Algorithm::FedClust => {
             let all: Vec<usize> = (0..n).collect();
             let mut sigs = pool.signatures(&all, &initial, &cfg.signature_layers, cfg)?;
@@ -367,16 +699,40 @@ pub fn run(
             let vectors: Vec<Vec<f32>> = sigs.into_iter().map(|(_, s)| s).collect();
             let len = vectors[0].len();
             let (c, d) = fedclust::cluster(&vectors, cfg.linkage, cfg.threshold)?;
-            (c.assignment.clone(), Some(c), Some(d), len)
+            RoundZero {
+                assignment: c.assignment.clone(),
+                clustering: Some(c),
+                distances: Some(d),
+                relevance: None,
+                signature_len: len,
+                signature_bytes: len * 4,
+            }
         }
     };
+    let RoundZero {
+        assignment,
+        clustering,
+        distances,
+        relevance,
+        signature_len,
+        signature_bytes,
+    } = zero;
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
-    let ari = match (&clustering, truth) {
-        (Some(c), Some(t)) if t.len() == n => Some(adjusted_rand_index(&c.assignment, t)),
+    let clusters_found = matches!(
+        cfg.algorithm,
+        Algorithm::FedClust | Algorithm::MtHfl | Algorithm::Random
+    );
+    let ari = match &ctx.truth {
+        Some(t) if clusters_found && t.len() == n => Some(adjusted_rand_index(&assignment, t)),
         _ => None,
     };
     if let Some(c) = &clustering {
         observer.clustered(c, ari);
+    }
+    // Each LPS's weight in the GPS average: the training samples of its cluster's members.
+    let mut cluster_samples = vec![0u64; n_clusters];
+    for (i, c) in clients.iter().enumerate() {
+        cluster_samples[assignment[i]] += c.samples;
     }
 
     let mut models = vec![initial; n_clusters];
@@ -385,6 +741,7 @@ pub fn run(
     let per_round = ((cfg.frac * n as f64) as usize).clamp(1, n);
     let mut rounds = Vec::with_capacity(cfg.rounds);
     let mut final_client_accuracy = Vec::new();
+    let mut gps_rounds = 0;
 
     for round in 1..=cfg.rounds {
         let t0 = Instant::now();
@@ -420,8 +777,19 @@ pub fn run(
         }
         models = new_models;
 
+        // GPS: every `lps_rounds` rounds the LPSs share their common layers.
+        let gps = match &common {
+            Some(common) if n_clusters > 1 && round % cfg.lps_rounds == 0 => {
+                hierarchy::gps_round(common, &mut models, &cluster_samples)?;
+                stale.iter_mut().for_each(|s| *s = true);
+                gps_rounds += 1;
+                true
+            }
+            _ => false,
+        };
+
         let evaluate_now = round % cfg.eval_every == 0 || round == cfg.rounds;
-        let (accuracy, cluster_accuracy) = if evaluate_now {
+        let (accuracy, cluster_accuracy, task_acc) = if evaluate_now {
             let jobs: Vec<(usize, &Params)> = (0..n)
                 .filter(|&i| stale[assignment[i]] || last_eval[i].is_none())
                 .map(|i| (i, &models[assignment[i]]))
@@ -455,9 +823,10 @@ pub fn run(
                         .map(|(s, k)| s / k.max(1) as f64)
                         .collect(),
                 ),
+                task_accuracy(&last_eval, ctx),
             )
         } else {
-            (None, None)
+            (None, None, None)
         };
         let train_loss = if updates.is_empty() {
             0.0
@@ -471,6 +840,8 @@ pub fn run(
             train_loss,
             accuracy,
             cluster_accuracy,
+            task_accuracy: task_acc,
+            gps,
             seconds: t0.elapsed().as_secs_f64(),
         };
         observer.round(&record, cfg.rounds);
@@ -484,11 +855,80 @@ pub fn run(
         n_clusters,
         clustering,
         distances,
+        relevance,
         ari,
         signature_len,
+        signature_bytes,
+        common_layers: common.as_ref().map(|c| c.set().to_string()),
+        common_len: common.as_ref().map_or(0, CommonLayers::len),
+        gps_rounds,
         rounds,
         final_client_accuracy,
         models,
         wall_seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_groups_are_near_equal_seeded_and_numbered_in_order() {
+        let a = random_assignment(10, 3, 4);
+        let mut sizes = [0usize; 3];
+        for &g in &a {
+            sizes[g] += 1;
+        }
+        sizes.sort_unstable();
+        assert_eq!(sizes, [3, 3, 4]);
+        assert_eq!(a[0], 0);
+        assert_eq!(a, random_assignment(10, 3, 4));
+        // Some seed gives another split.
+        assert!((0..20).any(|s| random_assignment(10, 3, s) != a));
+        assert_eq!(random_assignment(2, 5, 0).len(), 2);
+    }
+
+    #[test]
+    fn algorithms_parse_and_random_needs_k() {
+        assert_eq!("mthfl".parse::<Algorithm>().unwrap(), Algorithm::MtHfl);
+        assert_eq!(Algorithm::MtHfl.to_string(), "mthfl");
+        assert_eq!("random".parse::<Algorithm>().unwrap(), Algorithm::Random);
+        let mut cfg = FederationConfig {
+            algorithm: Algorithm::Random,
+            ..FederationConfig::default()
+        };
+        assert!(cfg.validate().is_err());
+        cfg.threshold = Threshold::Clusters(3);
+        cfg.validate().unwrap();
+        cfg.algorithm = Algorithm::MtHfl;
+        cfg.eigenvectors = 0;
+        assert!(cfg.validate().is_err());
+        cfg.eigenvectors = 5;
+        cfg.common_layers = Some("fc9".parse().unwrap());
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("fc9"), "{e}");
+    }
+
+    #[test]
+    fn task_accuracy_restricts_to_the_tasks_labels() {
+        // Client 0 (task 0 = labels {0}): 3/4 right on label 0, 0/4 on label 1 → 0.75.
+        // Client 1 (task 1 = labels {1}): 1/2 on label 1 → 0.5. Client 2 (task 1): no evaluation.
+        let mut a = EvalReport::default();
+        a.correct_per_label[0] = 3;
+        a.total_per_label[0] = 4;
+        a.total_per_label[1] = 4;
+        let mut b = EvalReport::default();
+        b.correct_per_label[1] = 1;
+        b.total_per_label[1] = 2;
+        let ctx = RunContext {
+            truth: Some(vec![0, 1, 1]),
+            task_labels: Some(vec![vec![0], vec![1]]),
+            backend: Backend::Flex,
+        };
+        assert_eq!(
+            task_accuracy(&[Some(a), Some(b), None], &ctx),
+            Some(vec![0.75, 0.5])
+        );
+    }
 }

@@ -15,7 +15,8 @@
 //! | [`fedclust`] | FedClust (one-shot HC on final-layer weights, newcomer assignment) |
 //! | [`mthfl`] | MT-HFL (Gram-matrix eigenvectors, relevance client- and server-side, HAC on 1 − R) |
 //! | [`aggregate`] | sample-weighted FedAvg |
-//! | [`federation`] | the round loop of FedClust / FedAvg / Local over an abstract pool of clients |
+//! | [`hierarchy`] | MT-HFL's LPS/GPS step: sample-weighted average of the common layers only |
+//! | [`federation`] | the round loop of FedClust / MT-HFL / random clusters / FedAvg / Local over an abstract pool of clients |
 //! | [`sim`] | the in-process client pool used by `coordinator simulate` |
 //! | [`protocol`] | the wire protocol: postcard messages, tensors, MQTT topic scheme (`no_std`) |
 //!
@@ -39,6 +40,8 @@ pub mod data;
 pub mod fedclust;
 #[cfg(feature = "std")]
 pub mod federation;
+#[cfg(feature = "std")]
+pub mod hierarchy;
 #[cfg(feature = "std")]
 pub mod model;
 #[cfg(feature = "mqtt")]

@@ -201,6 +201,40 @@ impl FromStr for Estimate {
     }
 }
 
+/// Where the relevance rows `r(i, ·)` (eq. 2-4) are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Relevance {
+    /// The paper's way: every signature is relayed to every client, and client `i` computes its
+    /// row with its exact Gram matrix ([`client_row`]) and uploads it.
+    #[default]
+    Client,
+    /// On the coordinator from the uploads alone, `Gᵢ ≈ Vᵢ Λᵢ Vᵢᵀ` ([`server_rows`]).
+    Server,
+}
+
+impl fmt::Display for Relevance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Relevance::Client => "client",
+            Relevance::Server => "server",
+        })
+    }
+}
+
+impl FromStr for Relevance {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "client" => Ok(Relevance::Client),
+            "server" => Ok(Relevance::Server),
+            _ => Err(format!(
+                "unknown relevance {s:?} (expected client or server)"
+            )),
+        }
+    }
+}
+
 /// A client's Gram matrix `G = (1/n) Φ(X)ᵀ Φ(X)` (eq. 1), in `f64`.
 #[derive(Clone, PartialEq)]
 pub struct Gram {

@@ -15,6 +15,7 @@ use crate::federation::{
     ClientInfo, ClientPool, FederationConfig, FederationError, Update, client_seed,
 };
 use crate::model::{LayerSet, Params};
+use crate::mthfl::{self, Gram, Signature};
 use crate::train::{
     Backend, CLASSES, EvalReport, LocalData, TrainConfig, TrainError, evaluate, train_local,
 };
@@ -66,6 +67,9 @@ pub struct SimPool {
     test: Vec<Vec<Option<LocalData>>>,
     test_set: Dataset,
     device: Device,
+    /// MT-HFL: each client's own signature, exact (before upload rounding), kept from
+    /// [`ClientPool::gram_signatures`] for its relevance row.
+    own_signatures: Vec<Option<Signature>>,
 }
 
 impl SimPool {
@@ -102,6 +106,7 @@ impl SimPool {
             test: vec![vec![None; CLASSES]; 4],
             test_set: data.test.clone(),
             device,
+            own_signatures: vec![None; partition.clients.len()],
         })
     }
 
@@ -164,6 +169,58 @@ impl ClientPool for SimPool {
     ) -> Result<Vec<Update>, FederationError> {
         par_map(jobs, |&(c, p)| {
             self.train_one(c, p, &cfg.train_config(client_seed(cfg.seed, round, c)))
+        })
+        .into_iter()
+        .collect()
+    }
+
+    fn gram_signatures(
+        &mut self,
+        clients: &[usize],
+        cfg: &FederationConfig,
+    ) -> Result<Vec<(usize, Signature)>, FederationError> {
+        let exact: Vec<(usize, Signature)> = par_map(clients, |&c| {
+            let data = self
+                .train
+                .get(c)
+                .ok_or_else(|| FederationError::Pool(format!("no client {c}")))?;
+            mthfl::signature_of(data, cfg.eigenvectors)
+                .map(|s| (c, s))
+                .map_err(|e| FederationError::Pool(format!("client {c}: {e}")))
+        })
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+        Ok(exact
+            .into_iter()
+            .map(|(c, s)| {
+                let uploaded = s.rounded(cfg.signature_encoding);
+                self.own_signatures[c] = Some(s);
+                (c, uploaded)
+            })
+            .collect())
+    }
+
+    fn relevance_rows(
+        &mut self,
+        clients: &[usize],
+        all: &[Signature],
+        cfg: &FederationConfig,
+    ) -> Result<Vec<(usize, Vec<f64>)>, FederationError> {
+        par_map(clients, |&c| {
+            let fail = |e: mthfl::MtHflError| FederationError::Pool(format!("client {c}: {e}"));
+            let data = self
+                .train
+                .get(c)
+                .ok_or_else(|| FederationError::Pool(format!("no client {c}")))?;
+            // The Gram matrix is rebuilt rather than kept: 784² f64 per client adds up.
+            let gram = Gram::from_local_data(data).map_err(fail)?;
+            let k = all.first().map_or(cfg.eigenvectors, |s| s.k);
+            let own = match &self.own_signatures[c] {
+                Some(s) if s.k == k => s.clone(),
+                _ => gram.signature(k).map_err(fail)?,
+            };
+            let row = mthfl::client_row(&gram, &own, all, cfg.estimate).map_err(fail)?;
+            Ok((c, row))
         })
         .into_iter()
         .collect()

@@ -5,7 +5,7 @@ use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::fedclust::Threshold;
-use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet};
+use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
@@ -32,7 +32,13 @@ fn fedclust_recovers_label_groups_and_learns() {
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
     let mut cfg = config(Algorithm::FedClust);
     cfg.epochs = 5;
-    let r = federation::run(&cfg, &mut pool, Some(&truth), &mut Quiet).unwrap();
+    let r = federation::run(
+        &cfg,
+        &mut pool,
+        &RunContext::with_truth(truth.clone()),
+        &mut Quiet,
+    )
+    .unwrap();
     assert_eq!(
         r.n_clusters, 4,
         "assignment {:?} truth {truth:?}",
@@ -56,7 +62,7 @@ fn same_seed_same_run() {
     cfg.rounds = 1;
     let run = || {
         let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
-        federation::run(&cfg, &mut pool, None, &mut Quiet).unwrap()
+        federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap()
     };
     let (a, b) = (run(), run());
     assert_eq!(a.models[0].values, b.models[0].values);
@@ -72,7 +78,7 @@ fn local_keeps_one_model_per_client() {
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
     let mut cfg = config(Algorithm::Local);
     cfg.rounds = 1;
-    let r = federation::run(&cfg, &mut pool, None, &mut Quiet).unwrap();
+    let r = federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
     assert_eq!(r.n_clusters, 4);
     // frac 0.5 of 4 → 2 clients trained; the other two still hold the initial model.
     let initial = edgecfl_shared::model::Params::init(cfg.model, cfg.seed);
