@@ -116,6 +116,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         join_timeout: 120.0,
         phase_timeout: args.phase_timeout,
         upload: args.upload,
+        lps: serve::LpsMode::Local,
     };
     let broker = serve::broker_for(&net)?;
     let logs = cfg.out.join("logs");

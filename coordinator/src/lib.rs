@@ -6,6 +6,8 @@
 //! | --- | --- |
 //! | [`simulate`] | `coordinator simulate`: FedClust / FedAvg / Local with in-process clients |
 //! | [`serve`] | `coordinator serve`: the same round loop over MQTT with edge clients |
+//! | [`gps`] | `coordinator serve --lps remote`: the GPS of a hierarchy whose LPSs are processes |
+//! | [`lps`] | `coordinator lps`: one LPS (a cluster's FedAvg under a remote GPS) |
 //! | [`rounds`] | the phases of `serve` as a state machine; which messages count and which are ignored |
 //! | [`broker`] | the embedded MQTT broker (rumqttd) |
 //! | [`demo`] | `coordinator demo`: broker, coordinator and edge-client processes on one machine |
@@ -18,7 +20,9 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
+pub mod gps;
 pub mod inspect;
+pub mod lps;
 pub mod offline;
 pub mod plots;
 pub mod report;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
 use coordinator::serve::{self, NetFlags};
-use coordinator::{demo, inspect, offline, simulate};
+use coordinator::{demo, inspect, lps, offline, simulate};
 
 /// Coordinator of edgecfl: one-shot clustering of edge clients and cluster-wise federated training.
 #[derive(Parser)]
@@ -21,6 +21,9 @@ enum Command {
     Demo(Box<demo::DemoArgs>),
     /// Run the federation over MQTT with edge clients (embedded broker unless --broker).
     Serve(Box<ServeArgs>),
+    /// One local parameter server of a hierarchy: waits for a cluster from the GPS
+    /// (`serve --lps remote`), trains it with its clients, shares the common layers.
+    Lps(Box<lps::LpsArgs>),
     /// Run FedClust, FedAvg or Local with every client in this process.
     Simulate(Box<RunFlags>),
     /// Cluster signatures from a .npy or .csv file (rows = clients) and print labels and merges as JSON.
@@ -65,8 +68,26 @@ fn main() -> ExitCode {
             for p in &s.plots {
                 eprintln!("plot: {}", p.display());
             }
-            final_line(&s.result, &s.out);
+            match &s.gps {
+                Some(g) => println!(
+                    "final accuracy {} over {} LPSs, {} GPS rounds of {} common floats; results in {}",
+                    g.final_accuracy
+                        .map_or("n/a".into(), |a| format!("{:.2} %", 100.0 * a)),
+                    g.lps.len(),
+                    g.gps_rounds,
+                    g.common_len,
+                    s.out.display()
+                ),
+                None => final_line(&s.result, &s.out),
+            }
             Ok(())
+        }),
+        Command::Lps(args) => lps::run(&args).map(|s| match s {
+            Some(s) => {
+                println!("cluster {}:", s.cluster);
+                final_line(&s.result, &s.out);
+            }
+            None => println!("no cluster for this LPS"),
         }),
         Command::Simulate(flags) => flags.resolve().and_then(|cfg| {
             let r = simulate::run(&cfg)?;

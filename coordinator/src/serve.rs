@@ -26,6 +26,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::config::RunConfig;
+use crate::gps::{Gps, GpsPlan, GpsReport};
 use crate::report::{self, Progress};
 use crate::rounds::{Answer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
 use crate::{broker, plots};
@@ -60,6 +61,41 @@ pub struct NetFlags {
     /// Encoding of client uploads: f32 | f16 (half the bytes).
     #[arg(long, default_value = "f32")]
     pub upload: Encoding,
+    /// Where the LPSs of a hierarchical run train their clusters: local (in this process) |
+    /// remote (`coordinator lps` processes on the same broker; this process is the GPS).
+    #[arg(long, default_value = "local")]
+    pub lps: LpsMode,
+}
+
+/// Where the local parameter servers of a hierarchical run live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LpsMode {
+    /// Every cluster trains in the coordinator's round loop ([`federation::run`]).
+    #[default]
+    Local,
+    /// Every cluster trains in a `coordinator lps` process; the coordinator is the GPS
+    /// ([`crate::gps`]).
+    Remote,
+}
+
+impl std::str::FromStr for LpsMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "local" => Ok(LpsMode::Local),
+            "remote" => Ok(LpsMode::Remote),
+            _ => Err(format!("unknown LPS mode {s:?} (expected local or remote)")),
+        }
+    }
+}
+
+impl std::fmt::Display for LpsMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LpsMode::Local => "local",
+            LpsMode::Remote => "remote",
+        })
+    }
 }
 
 impl Default for NetFlags {
@@ -74,6 +110,7 @@ impl Default for NetFlags {
             join_timeout: 300.0,
             phase_timeout: 600.0,
             upload: Encoding::F32,
+            lps: LpsMode::Local,
         }
     }
 }
@@ -202,12 +239,23 @@ impl MqttPool {
         if members.iter().all(|m| m.hello.shard.is_some()) {
             members.sort_by_key(|m| m.hello.shard.as_ref().map(|s| s.index));
         }
+        Ok(Self::of_members(link, topics, run, net, members, tally))
+    }
+
+    fn of_members(
+        link: Link,
+        topics: Topics,
+        run: Id,
+        net: &NetFlags,
+        members: Vec<Member>,
+        tally: Tally,
+    ) -> Self {
         let index = members
             .iter()
             .enumerate()
             .map(|(i, m)| (m.id.to_string(), i))
             .collect();
-        Ok(MqttPool {
+        MqttPool {
             link,
             topics,
             run,
@@ -218,7 +266,91 @@ impl MqttPool {
             tally,
             wire: WireStats::default(),
             timeouts: 0,
-        })
+        }
+    }
+
+    /// A pool of exactly the clients `ids`, in that order (an LPS's cluster, as the GPS assigned
+    /// it): waits until each has announced itself (its retained `Hello`) or `net.join_timeout`
+    /// passed. Messages of other clients are ignored, so `link` may see more of the fleet than
+    /// these.
+    ///
+    /// # Errors
+    ///
+    /// When a member has not announced itself (or said `Gone`) by the timeout.
+    pub fn join_members(
+        link: Link,
+        topics: Topics,
+        run: Id,
+        net: &NetFlags,
+        ids: &[Id],
+    ) -> anyhow::Result<Self> {
+        let mut hellos: BTreeMap<&str, Hello> = BTreeMap::new();
+        let mut tally = Tally::default();
+        let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
+        while hellos.len() < ids.len() {
+            let Some(ev) = link.recv_until(deadline) else {
+                break;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            let Some((id, TopicKind::Status)) = topics.parse(&topic) else {
+                continue;
+            };
+            let Some(member) = ids.iter().find(|m| m.as_str() == id) else {
+                tally.add(Rejection::UnknownClient);
+                continue;
+            };
+            match Envelope::<ToCoordinator>::from_bytes(&payload) {
+                Ok(Envelope {
+                    body: ToCoordinator::Hello(h),
+                    ..
+                }) => {
+                    hellos.insert(member.as_str(), h);
+                }
+                Ok(Envelope {
+                    body: ToCoordinator::Gone,
+                    ..
+                }) => {
+                    hellos.remove(member.as_str());
+                }
+                Ok(_) => tally.add(Rejection::Unexpected),
+                Err(e) => tally.add(Rejected::from(e).reason),
+            }
+        }
+        let missing: Vec<&str> = ids
+            .iter()
+            .map(Id::as_str)
+            .filter(|id| !hellos.contains_key(id))
+            .collect();
+        anyhow::ensure!(
+            missing.is_empty(),
+            "{} of {} member clients not connected after {:.0}s: {}",
+            missing.len(),
+            ids.len(),
+            net.join_timeout,
+            missing.join(", ")
+        );
+        let members = ids
+            .iter()
+            .map(|id| Member {
+                id: id.clone(),
+                hello: hellos[id.as_str()].clone(),
+                alive: true,
+            })
+            .collect();
+        Ok(Self::of_members(link, topics, run, net, members, tally))
+    }
+
+    /// The clients' ids, by index.
+    pub fn client_ids(&self) -> Vec<Id> {
+        self.members.iter().map(|m| m.id.clone()).collect()
+    }
+
+    /// Disconnects without telling the clients anything (they go on serving whoever sends them
+    /// jobs: the LPSs of a hierarchy with remote LPSs).
+    pub fn close(self) {
+        self.link.disconnect();
     }
 
     /// Ground-truth groups, when every client holds a shard of a partition that has them.
@@ -585,6 +717,8 @@ pub struct Served {
     pub plots: Vec<PathBuf>,
     /// Ground-truth group per client, when the clients' shards have one.
     pub truth: Option<Vec<usize>>,
+    /// What the GPS did, with remote LPSs (`--lps remote`).
+    pub gps: Option<GpsReport>,
 }
 
 /// Runs the federation over the broker at `broker` and writes the result files into
@@ -598,6 +732,26 @@ pub fn run(
     let topics = Topics::new(&net.prefix).context("bad --prefix")?;
     let run =
         protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id)).context("bad --run-id")?;
+    // With remote LPSs this process is the GPS. It listens to the LPSs from the start, so their
+    // announcements wait for it while round 0 runs.
+    let gps_link = match net.lps {
+        LpsMode::Local => None,
+        LpsMode::Remote => {
+            anyhow::ensure!(
+                cfg.federation.hierarchical(),
+                "--lps remote needs a hierarchical run (--hierarchy, or --algorithm mthfl)"
+            );
+            let link = Link::start(LinkOptions {
+                broker: broker.clone(),
+                client_id: format!("gps-{}", run.as_str()),
+                subscribe: Gps::subscriptions(&topics),
+                last_will: None,
+                keep_alive: Duration::from_secs(30),
+            })?;
+            link.wait_connected(broker, Duration::from_secs(30))?;
+            Some(link)
+        }
+    };
     let link = Link::start(LinkOptions {
         broker: broker.clone(),
         client_id: format!("coordinator-{}", run.as_str()),
@@ -608,7 +762,7 @@ pub fn run(
     link.wait_connected(broker, Duration::from_secs(30))?;
     eprintln!("connected to {broker}; run {}", run.as_str());
     let min_clients = net.min_clients.unwrap_or(cfg.clients);
-    let mut pool = MqttPool::join(link, topics, run.clone(), net, min_clients)?;
+    let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
     let truth = pool.truth();
     let mut cfg = cfg.clone();
     cfg.clients = pool.members.len();
@@ -625,14 +779,19 @@ pub fn run(
         task_labels: pool.partition().and_then(|(spec, _)| spec.task_labels()),
         backend: cfg.backend,
     };
-    let result = federation::run(
-        &cfg.federation,
+    // Remote LPSs: this round loop does round 0 only; the LPS processes do the rest.
+    let mut federation_cfg = cfg.federation.clone();
+    if gps_link.is_some() {
+        federation_cfg.rounds = 0;
+    }
+    let mut result = federation::run(
+        &federation_cfg,
         &mut pool,
         &ctx,
         observer.unwrap_or(&mut progress),
     )?;
     progress.finish();
-    let extra = json!({
+    let mut extra = json!({
         "run_id": run.as_str(),
         "broker": broker.to_string(),
         "upload_encoding": net.upload.to_string(),
@@ -641,7 +800,35 @@ pub fn run(
         "phase_timeouts": pool.timeouts,
         "wire_bytes": pool.wire,
     });
-    pool.finish();
+    let gps = match gps_link {
+        None => {
+            pool.finish();
+            None
+        }
+        Some(link) => {
+            let plan = GpsPlan {
+                topics,
+                run: run.clone(),
+                federation: cfg.federation.clone(),
+                assignment: result.assignment.clone(),
+                clients: pool.client_ids(),
+                samples: result.clients.iter().map(|c| c.samples).collect(),
+                upload: net.upload,
+                join_timeout: Duration::from_secs_f64(net.join_timeout),
+                phase_timeout: Duration::from_secs_f64(net.phase_timeout),
+            };
+            // The clients now serve their LPSs; the GPS hears nothing of that traffic.
+            pool.close();
+            let report = Gps::new(link, plan).run()?;
+            result.gps_rounds = report.gps_rounds;
+            if let serde_json::Value::Object(map) = &mut extra {
+                map.insert("lps".into(), json!("remote"));
+                map.insert("gps".into(), serde_json::to_value(&report)?);
+                map.insert("final_accuracy".into(), json!(report.final_accuracy));
+            }
+            Some(report)
+        }
+    };
     report::write_all(&cfg.out, &cfg, &result, &data, Some(extra))?;
     let plots = plots::write_all(&cfg.out, &result)?;
     Ok(Served {
@@ -649,5 +836,6 @@ pub fn run(
         out: cfg.out.clone(),
         plots,
         truth,
+        gps,
     })
 }

@@ -317,6 +317,9 @@ pub enum FederationError {
     /// The GPS step failed.
     #[error("hierarchy: {0}")]
     Hierarchy(#[from] HierarchyError),
+    /// The exchange with a GPS in another process failed (see [`GpsLink`]).
+    #[error("GPS: {0}")]
+    Gps(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What the pool knows about a client.
@@ -424,6 +427,31 @@ impl RunContext {
             ..RunContext::default()
         }
     }
+}
+
+/// An LPS's link to a GPS in another process (`coordinator lps`): [`run_lps`] calls it every
+/// `lps_rounds` rounds instead of averaging the cluster models in process.
+///
+/// ```text
+///   round loop of one LPS            GpsLink            GPS
+///   FedAvg round t (t % L = 0) ─▶ exchange(g, common part, N_c, acc) ─▶ Σ N_c θ_c / Σ N_c
+///   insert the average        ◀── average of the common layers ◀────────────┘
+/// ```
+pub trait GpsLink {
+    /// Sends this LPS's common layers after GPS round `gps_round`'s local rounds (1-based),
+    /// with its cluster's training samples (its weight) and its latest mean accuracy, and
+    /// returns the GPS average of the common layers (`common.len()` floats).
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Gps`] when the GPS does not answer, failed, or sent a bad average.
+    fn exchange(
+        &mut self,
+        gps_round: usize,
+        common: &[f32],
+        samples: u64,
+        accuracy: Option<f64>,
+    ) -> Result<Vec<f32>, FederationError>;
 }
 
 /// Progress notifications (for progress bars and logs).
@@ -659,6 +687,48 @@ pub fn run(
     ctx: &RunContext,
     observer: &mut dyn Observer,
 ) -> Result<RunResult, FederationError> {
+    run_inner(cfg, pool, ctx, observer, None)
+}
+
+/// Runs one LPS of a hierarchy whose GPS is another process: FedAvg of the pool's clients (one
+/// cluster) from `initial`, and every `cfg.lps_rounds` rounds the common layers go through `gps`
+/// (sent, averaged there with the other LPSs', inserted back) before the round's evaluation, as
+/// the in-process GPS step does. `cfg` must be FedAvg with `hierarchy` on.
+///
+/// # Errors
+///
+/// [`FederationError::Config`] for another algorithm, no hierarchy, or an `initial` model of
+/// another architecture; and as [`run`] and [`GpsLink::exchange`].
+pub fn run_lps(
+    cfg: &FederationConfig,
+    pool: &mut dyn ClientPool,
+    ctx: &RunContext,
+    observer: &mut dyn Observer,
+    initial: Params,
+    gps: &mut dyn GpsLink,
+) -> Result<RunResult, FederationError> {
+    if cfg.algorithm != Algorithm::FedAvg || !cfg.hierarchy {
+        return Err(FederationError::Config(format!(
+            "an LPS runs fedavg with hierarchy on, got {} (hierarchy {})",
+            cfg.algorithm, cfg.hierarchy
+        )));
+    }
+    if initial.model != cfg.model {
+        return Err(FederationError::Config(format!(
+            "initial model is {}, the LPS trains {}",
+            initial.model, cfg.model
+        )));
+    }
+    run_inner(cfg, pool, ctx, observer, Some((initial, gps)))
+}
+
+fn run_inner(
+    cfg: &FederationConfig,
+    pool: &mut dyn ClientPool,
+    ctx: &RunContext,
+    observer: &mut dyn Observer,
+    lps: Option<(Params, &mut dyn GpsLink)>,
+) -> Result<RunResult, FederationError> {
     cfg.validate()?;
     let start = Instant::now();
     let clients = pool.clients();
@@ -666,7 +736,10 @@ pub fn run(
     if n == 0 {
         return Err(FederationError::NoClients);
     }
-    let initial = Params::init(cfg.model, cfg.seed);
+    let (initial, mut remote_gps) = match lps {
+        Some((initial, link)) => (initial, Some(link)),
+        None => (Params::init(cfg.model, cfg.seed), None),
+    };
     let common = if cfg.hierarchical() {
         Some(cfg.common()?)
     } else {
@@ -778,8 +851,21 @@ pub fn run(
         models = new_models;
 
         // GPS: every `lps_rounds` rounds the LPSs share their common layers.
-        let gps = match &common {
-            Some(common) if n_clusters > 1 && round % cfg.lps_rounds == 0 => {
+        let gps = match (&common, remote_gps.as_deref_mut()) {
+            // This process is one LPS (one cluster); the GPS is elsewhere.
+            (Some(common), Some(link)) if round % cfg.lps_rounds == 0 => {
+                let latest = rounds.iter().rev().find_map(|r: &RoundRecord| r.accuracy);
+                for (c, model) in models.iter_mut().enumerate() {
+                    let part = common.extract(model)?;
+                    let average =
+                        link.exchange(gps_rounds + 1, &part, cluster_samples[c], latest)?;
+                    common.insert(model, &average)?;
+                }
+                stale.iter_mut().for_each(|s| *s = true);
+                gps_rounds += 1;
+                true
+            }
+            (Some(common), None) if n_clusters > 1 && round % cfg.lps_rounds == 0 => {
                 hierarchy::gps_round(common, &mut models, &cluster_samples)?;
                 stale.iter_mut().for_each(|s| *s = true);
                 gps_rounds += 1;

@@ -1,0 +1,470 @@
+//! `coordinator lps`: one local parameter server (LPS) of MT-HFL's hierarchy as a process of its
+//! own, on any machine that reaches the broker. The GPS is `coordinator serve --lps remote`
+//! ([`crate::gps`] has the whole exchange).
+//!
+//! ```text
+//!   connect ── lps/<id>/status: Hello (retained; last will Gone)
+//!      │
+//!   Waiting ──(Assign{cluster, members, θ⁰, settings})──▶ Joining: the members' retained Hellos
+//!      │ Finish: no cluster for this LPS, exit                 │
+//!      ▼                                                       ▼
+//!   exit                         Training: federation::run_lps = FedAvg over an MqttPool of the
+//!                                members, from θ⁰; every L rounds (RemoteGps, a GpsLink):
+//!                                  ── lps/<id>/up: Common{N_c, accuracy, common layers}
+//!                                  ◀─ lps/<id>/down: Common{average}  → insert, keep the rest
+//!                                                              │ T rounds done
+//!                                                              ▼
+//!                                Done: results to --out, ── Done{…}, status Gone, exit
+//! ```
+//!
+//! The LPS talks to its members with the GPS's run id, on their own client topics; the edge
+//! clients answer whoever sends them jobs. It writes `summary.json`, `rounds.csv` and
+//! `clusters.json` as `serve` does, plus [`MODEL_FILE`] (the final cluster model) and
+//! [`COMMON_FILE`] (its common layers), raw little-endian f32.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::federation::{
+    self, Algorithm, FederationConfig, FederationError, GpsLink, RunContext, RunResult,
+};
+use edgecfl_shared::hierarchy::CommonLayers;
+use edgecfl_shared::model::{LayerSet, Params};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::protocol::{
+    self, BrokerAddr, Encoding, Envelope, Id, LpsAssignment, LpsDone, ProtocolError, Tensor, ToGps,
+    ToLps, TopicKind, Topics,
+};
+use serde_json::json;
+
+use crate::config::RunConfig;
+use crate::report::{self, Progress};
+use crate::serve::{MqttPool, NetFlags};
+
+/// The final cluster model, raw little-endian f32, in the LPS's `--out`.
+pub const MODEL_FILE: &str = "model.f32";
+/// The common layers of the final cluster model, raw little-endian f32.
+pub const COMMON_FILE: &str = "common.f32";
+
+/// Arguments of `coordinator lps`.
+#[derive(Debug, Clone, Args)]
+pub struct LpsArgs {
+    /// Broker, mqtt://HOST:PORT (the GPS's).
+    #[arg(long, env = "EDGECFL_BROKER")]
+    pub broker: BrokerAddr,
+    /// This LPS's id (1-32 of A-Z a-z 0-9 - _ .), unique among the LPSs of the fleet.
+    #[arg(long)]
+    pub id: String,
+    /// Topic prefix (fleet), as given to the GPS.
+    #[arg(long, default_value = Topics::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// Output directory (default: results/lps-<id>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Seconds to wait for the GPS's assignment.
+    #[arg(long, default_value_t = 3600.0)]
+    pub assign_timeout: f64,
+    /// Seconds to wait for the members' announcements after the assignment.
+    #[arg(long, default_value_t = 60.0)]
+    pub join_timeout: f64,
+    /// Seconds each phase (training, evaluation) waits for the members' answers.
+    #[arg(long, default_value_t = 600.0)]
+    pub phase_timeout: f64,
+    /// Seconds to wait for the GPS's average after sending the common layers.
+    #[arg(long, default_value_t = 3600.0)]
+    pub gps_timeout: f64,
+}
+
+/// Errors of the LPS's exchange with the GPS.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LpsError {
+    /// No assignment in time.
+    #[error("no assignment from the GPS on {topic} within {seconds:.0}s")]
+    NoAssignment {
+        /// The topic listened to.
+        topic: String,
+        /// Seconds waited.
+        seconds: f64,
+    },
+    /// The GPS ended the run before assigning this LPS a cluster.
+    #[error("the GPS has no cluster for this LPS")]
+    Unassigned,
+    /// The assignment cannot be used.
+    #[error("bad assignment: {0}")]
+    Assignment(String),
+    /// No average from the GPS in time.
+    #[error("no average from the GPS for GPS round {gps_round} within {seconds:.0}s")]
+    GpsTimeout {
+        /// The GPS round.
+        gps_round: usize,
+        /// Seconds waited.
+        seconds: f64,
+    },
+    /// The GPS ended the run while this LPS waited.
+    #[error("the GPS finished the run during GPS round {0}")]
+    GpsFinished(usize),
+    /// The GPS sent an average that does not fit.
+    #[error("bad average from the GPS: {0}")]
+    BadAverage(#[from] ProtocolError),
+    /// The broker connection failed.
+    #[error("MQTT: {0}")]
+    Link(#[from] edgecfl_shared::mqtt::LinkError),
+}
+
+/// What an LPS did.
+#[derive(Debug)]
+pub struct LpsServed {
+    /// Its cluster.
+    pub cluster: usize,
+    /// The round loop's result (one cluster).
+    pub result: RunResult,
+    /// Where the files went.
+    pub out: PathBuf,
+}
+
+/// The GPS as the LPS's round loop sees it: every exchange publishes the common layers on
+/// `lps/<id>/up` and waits for the average on `lps/<id>/down`.
+pub struct RemoteGps {
+    link: Link,
+    topics: Topics,
+    id: Id,
+    run: Id,
+    common_len: usize,
+    timeout: Duration,
+    /// Payload bytes sent per GPS round.
+    pub up_bytes: Vec<u64>,
+    /// Payload bytes received per GPS round.
+    pub down_bytes: Vec<u64>,
+}
+
+impl RemoteGps {
+    fn exchange_inner(
+        &mut self,
+        gps_round: usize,
+        common: &[f32],
+        samples: u64,
+        accuracy: Option<f64>,
+    ) -> Result<Vec<f32>, LpsError> {
+        let bytes = Envelope::new(
+            self.run.clone(),
+            gps_round as u32,
+            ToGps::Common {
+                samples,
+                accuracy,
+                values: Tensor::encode(common, Encoding::F32),
+            },
+        )
+        .to_bytes();
+        self.up_bytes.push(bytes.len() as u64);
+        self.link
+            .publish(&self.topics.lps_up(&self.id), bytes, false)?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let Some(ev) = self.link.recv_until(deadline) else {
+                return Err(LpsError::GpsTimeout {
+                    gps_round,
+                    seconds: self.timeout.as_secs_f64(),
+                });
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            if self.topics.parse_lps(&topic) != Some((self.id.as_str(), TopicKind::Down)) {
+                continue;
+            }
+            match Envelope::<ToLps>::from_bytes(&payload) {
+                Ok(env) if env.run != self.run => {
+                    eprintln!("warn: ignored a GPS message of run {}", env.run.as_str());
+                }
+                Ok(Envelope {
+                    body: ToLps::Finish,
+                    ..
+                }) => return Err(LpsError::GpsFinished(gps_round)),
+                Ok(Envelope {
+                    round,
+                    body: ToLps::Common { values },
+                    ..
+                }) if round as usize == gps_round => {
+                    let average = values.decode(Some(self.common_len))?;
+                    self.down_bytes.push(payload.len() as u64);
+                    return Ok(average);
+                }
+                Ok(env) => eprintln!(
+                    "warn: ignored a GPS message of round {} while in GPS round {gps_round}",
+                    env.round
+                ),
+                Err(e) => eprintln!("warn: ignored a GPS message: {e}"),
+            }
+        }
+    }
+}
+
+impl GpsLink for RemoteGps {
+    fn exchange(
+        &mut self,
+        gps_round: usize,
+        common: &[f32],
+        samples: u64,
+        accuracy: Option<f64>,
+    ) -> Result<Vec<f32>, FederationError> {
+        let t0 = Instant::now();
+        let average = self
+            .exchange_inner(gps_round, common, samples, accuracy)
+            .map_err(|e| FederationError::Gps(Box::new(e)))?;
+        eprintln!(
+            "GPS round {gps_round}: sent {} common floats, got the average after {:.1}s",
+            common.len(),
+            t0.elapsed().as_secs_f64()
+        );
+        Ok(average)
+    }
+}
+
+/// Waits for the GPS's assignment; the envelope's run id comes with it.
+fn await_assignment(
+    link: &Link,
+    topics: &Topics,
+    id: &Id,
+    hello: &[u8],
+    timeout: Duration,
+) -> Result<(Id, LpsAssignment), LpsError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let Some(ev) = link.recv_until(deadline) else {
+            return Err(LpsError::NoAssignment {
+                topic: topics.lps_down(id),
+                seconds: timeout.as_secs_f64(),
+            });
+        };
+        match ev {
+            Inbound::Connected => {
+                link.publish(&topics.lps_status(id), hello.to_vec(), true)?;
+                eprintln!("LPS {}: connected; waiting for a cluster", id.as_str());
+            }
+            Inbound::Disconnected(e) => eprintln!("warn: broker connection: {e}"),
+            Inbound::Message { payload, .. } => match Envelope::<ToLps>::from_bytes(&payload) {
+                Ok(Envelope {
+                    run,
+                    body: ToLps::Assign(a),
+                    ..
+                }) => return Ok((run, *a)),
+                Ok(Envelope {
+                    body: ToLps::Finish,
+                    ..
+                }) => return Err(LpsError::Unassigned),
+                Ok(_) => eprintln!("warn: ignored a GPS message before the assignment"),
+                Err(e) => eprintln!("warn: ignored a GPS message: {e}"),
+            },
+        }
+    }
+}
+
+/// The round loop's settings from an assignment, and θ⁰.
+fn settings(a: &LpsAssignment) -> Result<(FederationConfig, Params, CommonLayers), LpsError> {
+    let bad = |e: &dyn std::fmt::Display| LpsError::Assignment(e.to_string());
+    let initial = a.validate().map_err(|e| bad(&e))?;
+    let initial = Params::new(a.model, initial).map_err(|e| bad(&e))?;
+    let set: LayerSet = a.common_layers.parse().map_err(|e| bad(&e))?;
+    let common = CommonLayers::new(a.model, Some(&set)).map_err(|e| bad(&e))?;
+    let cfg = FederationConfig {
+        algorithm: Algorithm::FedAvg,
+        model: a.model,
+        rounds: a.rounds as usize,
+        frac: a.frac,
+        epochs: a.epochs as usize,
+        batch_size: a.batch_size as usize,
+        lr: a.lr,
+        momentum: a.momentum,
+        eval_every: a.eval_every as usize,
+        seed: a.seed,
+        hierarchy: true,
+        lps_rounds: a.lps_rounds as usize,
+        common_layers: Some(set),
+        ..FederationConfig::default()
+    };
+    cfg.validate().map_err(|e| bad(&e))?;
+    Ok((cfg, initial, common))
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Runs one LPS: waits for a cluster, trains it with its members under the GPS, writes its
+/// results, reports `Done` (or `Failed`) to the GPS. `None` when the GPS had no cluster for it.
+pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
+    let id = protocol::id(&args.id).context("bad --id")?;
+    let topics = Topics::new(&args.prefix).context("bad --prefix")?;
+    let hello = Envelope::new(Id::new(), 0, ToGps::Hello).to_bytes();
+    let gone = Envelope::new(Id::new(), 0, ToGps::Gone).to_bytes();
+    let gps_link = Link::start(LinkOptions {
+        broker: args.broker.clone(),
+        client_id: format!("edgecfl-lps-{}", id.as_str()),
+        subscribe: vec![topics.lps_down(&id)],
+        last_will: Some((topics.lps_status(&id), gone.clone())),
+        keep_alive: Duration::from_secs(30),
+    })?;
+    let assigned = await_assignment(
+        &gps_link,
+        &topics,
+        &id,
+        &hello,
+        Duration::from_secs_f64(args.assign_timeout),
+    );
+    let (run, assignment) = match assigned {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = gps_link.publish(&topics.lps_status(&id), gone, true);
+            gps_link.disconnect();
+            if matches!(e, LpsError::Unassigned) {
+                eprintln!("LPS {}: the GPS has no cluster for it", id.as_str());
+                return Ok(None);
+            }
+            return Err(e.into());
+        }
+    };
+    let cluster = assignment.cluster as usize;
+    eprintln!(
+        "LPS {}: cluster {cluster} of {} with {} clients, run {}",
+        id.as_str(),
+        assignment.clusters,
+        assignment.members.len(),
+        run.as_str()
+    );
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("results/lps-{}", id.as_str())));
+    let mut gps = RemoteGps {
+        link: gps_link,
+        topics: topics.clone(),
+        id: id.clone(),
+        run: run.clone(),
+        common_len: 0,
+        timeout: Duration::from_secs_f64(args.gps_timeout),
+        up_bytes: Vec::new(),
+        down_bytes: Vec::new(),
+    };
+    let result = serve_cluster(args, &assignment, &run, &topics, &mut gps, &out);
+    let report = match &result {
+        Ok(s) => ToGps::Done(LpsDone {
+            rounds: s.result.rounds.len() as u32,
+            gps_rounds: s.result.gps_rounds as u32,
+            evaluated: s
+                .result
+                .final_client_accuracy
+                .iter()
+                .filter(|a| a.is_finite())
+                .count() as u32,
+            final_accuracy: s.result.final_accuracy(),
+            wall_seconds: s.result.wall_seconds,
+        }),
+        Err(e) => ToGps::Failed {
+            reason: protocol::text(&format!("{e:#}")),
+        },
+    };
+    let bytes = Envelope::new(run, u32::MAX, report).to_bytes();
+    let sent = gps.link.publish(&topics.lps_up(&id), bytes, false);
+    let _ = gps.link.publish(&topics.lps_status(&id), gone, true);
+    gps.link.disconnect();
+    let served = result?;
+    sent.context("cannot send the final report to the GPS")?;
+    Ok(Some(served))
+}
+
+fn serve_cluster(
+    args: &LpsArgs,
+    a: &LpsAssignment,
+    run: &Id,
+    topics: &Topics,
+    gps: &mut RemoteGps,
+    out: &std::path::Path,
+) -> anyhow::Result<LpsServed> {
+    let (fed, initial, common) = settings(a)?;
+    gps.common_len = common.len();
+    let mut subscribe = Vec::with_capacity(2 * a.members.len());
+    for m in &a.members {
+        subscribe.push(topics.status(m));
+        subscribe.push(topics.up(m));
+    }
+    let link = Link::start(LinkOptions {
+        broker: args.broker.clone(),
+        client_id: format!("edgecfl-lps-{}-c", gps.id.as_str()),
+        subscribe,
+        last_will: None,
+        keep_alive: Duration::from_secs(30),
+    })?;
+    link.wait_connected(&args.broker, Duration::from_secs(30))?;
+    let net = NetFlags {
+        broker: Some(args.broker.clone()),
+        prefix: topics.prefix().to_string(),
+        join_timeout: args.join_timeout,
+        phase_timeout: args.phase_timeout,
+        upload: a.upload,
+        ..NetFlags::default()
+    };
+    let mut pool = MqttPool::join_members(link, topics.clone(), run.clone(), &net, &a.members)?;
+    let mut cfg = RunConfig::load(None)?;
+    cfg.clients = a.members.len();
+    cfg.out = out.to_path_buf();
+    cfg.federation = fed;
+    let data = match pool.partition() {
+        Some((spec, seed)) => {
+            cfg.partition = spec;
+            format!("edge clients' shards of {} (seed {seed})", cfg.partition)
+        }
+        None => "edge clients' own data".to_string(),
+    };
+    let ctx = RunContext {
+        truth: pool.truth(),
+        task_labels: pool.partition().and_then(|(spec, _)| spec.task_labels()),
+        backend: cfg.backend,
+    };
+    let mut progress = Progress::new(cfg.federation.rounds);
+    let result = federation::run_lps(
+        &cfg.federation,
+        &mut pool,
+        &ctx,
+        &mut progress,
+        initial,
+        gps,
+    )?;
+    progress.finish();
+    let model = result
+        .models
+        .first()
+        .context("the LPS's round loop returned no model")?;
+    let common_values = common.extract(model)?;
+    let extra = json!({
+        "lps_id": gps.id.as_str(),
+        "run_id": run.as_str(),
+        "cluster": a.cluster,
+        "clusters": a.clusters,
+        "members": a.members.iter().map(Id::as_str).collect::<Vec<_>>(),
+        "broker": args.broker.to_string(),
+        "gps_up_bytes_per_round": gps.up_bytes,
+        "gps_down_bytes_per_round": gps.down_bytes,
+        "model_file": MODEL_FILE,
+        "common_file": COMMON_FILE,
+        "rejected": pool.tally,
+        "rejected_total": pool.tally.total(),
+        "phase_timeouts": pool.timeouts,
+        "wire_bytes": pool.wire,
+    });
+    report::write_all(out, &cfg, &result, &data, Some(extra))?;
+    let write = |name: &str, bytes: Vec<u8>| {
+        let p = out.join(name);
+        std::fs::write(&p, bytes).with_context(|| format!("cannot write {}", p.display()))
+    };
+    write(MODEL_FILE, f32_bytes(&model.values))?;
+    write(COMMON_FILE, f32_bytes(&common_values))?;
+    pool.close();
+    Ok(LpsServed {
+        cluster: a.cluster as usize,
+        result,
+        out: out.to_path_buf(),
+    })
+}
