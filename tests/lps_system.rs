@@ -6,10 +6,11 @@
 //! against independent truth: each carries exactly the common layers (the tensor's float count,
 //! and the payload's byte count computed from postcard's specification), and each average the GPS
 //! sends equals the sample-weighted mean of the uploads, computed here. At the end both LPSs hold
-//! bitwise the same common layers (the last average) and different other layers.
+//! bitwise the same common layers (the last average) and different other layers. An LPS that dies
+//! ends the run with an error naming it, not a hang.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use edgecfl_shared::hierarchy::CommonLayers;
@@ -346,4 +347,109 @@ fn remote_lps_processes_share_only_the_common_layers() {
         "took {:?}",
         start.elapsed()
     );
+}
+
+/// Waits for `p` to exit, up to `timeout`.
+fn exit_status(p: &mut Proc, timeout: Duration, log: &Path) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = p.child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "{} still running after {timeout:?}; its log:\n{}",
+            p.name,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn dead_lps_ends_the_run_with_an_error_that_names_it() {
+    let dir = scratch("lps-dead");
+    let (_broker, port) = mosquitto(&dir);
+    let prefix = "edgecfl/t-lps-dead";
+    let topics = Topics::new(prefix).unwrap();
+    let broker = BrokerAddr {
+        host: "127.0.0.1".into(),
+        port,
+    };
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let spy = Link::start(LinkOptions {
+        broker: broker.clone(),
+        client_id: "spy".into(),
+        subscribe: vec![format!("{prefix}/lps/+/down")],
+        last_will: None,
+        keep_alive: Duration::from_secs(30),
+    })
+    .unwrap();
+    spy.wait_connected(&broker, Duration::from_secs(10))
+        .unwrap();
+    let mut lps: Vec<(Proc, PathBuf)> = ["lps-a", "lps-b"]
+        .iter()
+        .map(|id| {
+            let log = dir.join(format!("{id}.log"));
+            let mut cmd = Command::new(bin("coordinator"));
+            cmd.args(["lps", "--broker", &url, "--id", id, "--prefix", prefix])
+                .arg("--out")
+                .arg(dir.join(id));
+            (Proc::spawn(cmd, id, &log), log)
+        })
+        .collect();
+    let clients_n = 4;
+    let gps_log = dir.join("coordinator.log");
+    let mut flags = flags();
+    let at = flags.iter().position(|f| f == "--clients").unwrap();
+    flags[at + 1] = clients_n.to_string();
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(flags)
+        .args(["--broker", &url, "--prefix", prefix, "--lps", "remote"])
+        .args(["--min-clients", &clients_n.to_string()])
+        .args(["--join-timeout", "120", "--phase-timeout", "60"])
+        .arg("--out")
+        .arg(dir.join("gps"));
+    let mut gps = Proc::spawn(cmd, "coordinator serve --lps remote", &gps_log);
+    let clients = fleet(&dir, port, prefix, PARTITION, clients_n, SEED);
+
+    // Kill lps-b as soon as it has its cluster.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let Some(ev) = spy.recv_until(deadline) else {
+            panic!("no assignment for lps-b");
+        };
+        if let Inbound::Message { topic, payload, .. } = ev
+            && topics.parse_lps(&topic) == Some(("lps-b", TopicKind::Down))
+            && matches!(
+                Envelope::<ToLps>::from_bytes(&payload).map(|e| e.body),
+                Ok(ToLps::Assign(_))
+            )
+        {
+            break;
+        }
+    }
+    let killed_at = Instant::now();
+    let (mut victim, _) = lps.remove(1);
+    victim.child.kill().unwrap();
+    victim.child.wait().unwrap();
+
+    // Its last will ends the run at once (not after the 60 s phase budget).
+    let status = exit_status(&mut gps, Duration::from_secs(50), &gps_log);
+    assert!(!status.success());
+    assert!(killed_at.elapsed() < Duration::from_secs(30));
+    let log = std::fs::read_to_string(&gps_log).unwrap();
+    assert!(log.contains("LPS lps-b (cluster 1) is gone"), "{log}");
+    // The survivor and the clients are told to finish.
+    let (mut survivor, log_a) = lps.remove(0);
+    let status = exit_status(&mut survivor, Duration::from_secs(30), &log_a);
+    let a = std::fs::read_to_string(&log_a).unwrap();
+    assert!(
+        !status.success() && a.contains("the GPS finished the run"),
+        "{a}"
+    );
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
 }

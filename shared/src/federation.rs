@@ -319,7 +319,7 @@ pub enum FederationError {
     Hierarchy(#[from] HierarchyError),
     /// The exchange with a GPS in another process failed (see [`GpsLink`]).
     #[error("GPS: {0}")]
-    Gps(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Gps(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What the pool knows about a client.
