@@ -24,7 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use edgecfl_shared::model::{ModelError, ModelKind, Params};
-use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, ToCoordinator};
+use edgecfl_shared::mthfl::Signature;
+use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, ToCoordinator, decode_row};
 use edgecfl_shared::train::{CLASSES, EvalReport};
 use serde::Serialize;
 
@@ -94,6 +95,9 @@ pub enum Rejection {
     WrongSize,
     /// NaN or infinite values.
     NotFinite,
+    /// Finite values that cannot be what was asked for (a negative eigenvalue, a relevance
+    /// outside `[0, 1]`).
+    BadValue,
     /// The client reported that it could not do the job.
     ClientFailed,
     /// A client announced itself after the clients were fixed.
@@ -106,10 +110,13 @@ impl Rejection {
             ProtocolError::Oversized { .. } => Rejection::Oversized,
             ProtocolError::Truncated => Rejection::Truncated,
             ProtocolError::Version { .. } => Rejection::WrongVersion,
-            ProtocolError::TensorLength { .. } | ProtocolError::TensorBytes { .. } => {
-                Rejection::WrongSize
-            }
+            ProtocolError::TensorLength { .. }
+            | ProtocolError::TensorBytes { .. }
+            | ProtocolError::EigenShape { .. } => Rejection::WrongSize,
             ProtocolError::NotFinite(_) => Rejection::NotFinite,
+            ProtocolError::BadSignature { .. } | ProtocolError::OutOfRange { .. } => {
+                Rejection::BadValue
+            }
             _ => Rejection::Malformed,
         }
     }
@@ -167,6 +174,15 @@ pub enum Expect {
     Update(ModelKind),
     /// Evaluations.
     Evaluation,
+    /// MT-HFL data signatures of `k` eigenpairs in dimension `d`.
+    Eigenpairs {
+        /// Eigenpairs.
+        k: usize,
+        /// Dimension.
+        d: usize,
+    },
+    /// MT-HFL relevance rows of this many values.
+    RelevanceRow(usize),
 }
 
 /// A valid answer.
@@ -185,6 +201,10 @@ pub enum Answer {
     },
     /// Evaluation counts (boxed: ten labels' counts dwarf the other variants).
     Evaluation(Box<EvalReport>),
+    /// MT-HFL data signature, checked ([`Signature::from_wire`]).
+    Eigenpairs(Signature),
+    /// MT-HFL relevance row, checked (length, finite, in `[0, 1]`).
+    RelevanceRow(Vec<f64>),
 }
 
 /// An awaiting phase: which clients were asked, which answered.
@@ -310,6 +330,12 @@ impl Awaiting {
                     loss,
                 }
             }
+            (Expect::Eigenpairs { k, d }, ToCoordinator::Eigenpairs(wire)) => {
+                Answer::Eigenpairs(Signature::from_wire(&wire, k, d)?)
+            }
+            (Expect::RelevanceRow(n), ToCoordinator::RelevanceRow { row }) => {
+                Answer::RelevanceRow(decode_row(&row, n)?.into_iter().map(f64::from).collect())
+            }
             (Expect::Evaluation, ToCoordinator::Evaluation { per_label }) => {
                 let mut r = EvalReport::default();
                 for l in per_label {
@@ -350,6 +376,8 @@ fn kind_name(m: &ToCoordinator) -> &'static str {
         ToCoordinator::Evaluation { .. } => "evaluation",
         ToCoordinator::Failed { .. } => "failure",
         ToCoordinator::Gone => "gone",
+        ToCoordinator::Eigenpairs(_) => "eigenpairs",
+        ToCoordinator::RelevanceRow { .. } => "relevance row",
     }
 }
 
@@ -444,6 +472,73 @@ mod tests {
             Rejection::ClientFailed
         );
         assert!(aw.done());
+    }
+
+    /// MT-HFL's round 0: a malformed signature or relevance row is a typed rejection that keeps
+    /// the client pending (it may still send a good one); a failure ends its wait.
+    #[test]
+    fn mthfl_round_zero_rules() {
+        use edgecfl_shared::mthfl::Gram;
+        let features: Vec<f32> = (0..60).map(|i| ((i * 7) % 11) as f32 / 10.0).collect();
+        let sig = Gram::from_features(&features, 6)
+            .unwrap()
+            .signature(2)
+            .unwrap();
+        let eig = |s: &Signature| ToCoordinator::Eigenpairs(s.to_wire(Encoding::F32));
+        let mut aw = Awaiting::new(
+            Phase::Clustering,
+            id("r").unwrap(),
+            Expect::Eigenpairs { k: 2, d: 6 },
+            [0, 1],
+        );
+        let mut reason = |c, m| aw.accept(c, env("r", 0, m)).unwrap_err().reason;
+        let mut nan = sig.clone();
+        nan.values[1] = f32::NAN;
+        let mut negative = sig.clone();
+        negative.values[0] = -1.0;
+        assert_eq!(reason(0, eig(&nan)), Rejection::NotFinite);
+        assert_eq!(reason(0, eig(&negative)), Rejection::BadValue);
+        assert_eq!(reason(0, eig(&sig.truncated(1))), Rejection::WrongSize);
+        let row = |v: &[f32]| ToCoordinator::RelevanceRow {
+            row: Tensor::encode(v, Encoding::F32),
+        };
+        assert_eq!(reason(0, row(&[1.0, 0.5])), Rejection::Unexpected);
+        assert_eq!(aw.pending().len(), 2);
+        let Ok(Answer::Eigenpairs(got)) = aw.accept(0, env("r", 0, eig(&sig))) else {
+            panic!("a good signature was refused");
+        };
+        assert_eq!(got, sig);
+
+        let mut aw = Awaiting::new(
+            Phase::Clustering,
+            id("r").unwrap(),
+            Expect::RelevanceRow(3),
+            [0, 1, 2],
+        );
+        let mut reason = |c, m| aw.accept(c, env("r", 0, m)).unwrap_err().reason;
+        assert_eq!(reason(0, row(&[1.0, 0.5])), Rejection::WrongSize);
+        assert_eq!(reason(0, row(&[1.0, f32::NAN, 0.5])), Rejection::NotFinite);
+        assert_eq!(reason(0, row(&[1.0, 2.0, 0.5])), Rejection::BadValue);
+        assert_eq!(reason(0, eig(&sig)), Rejection::Unexpected);
+        assert_eq!(
+            aw.accept(0, Err(ProtocolError::Truncated))
+                .unwrap_err()
+                .reason,
+            Rejection::Truncated
+        );
+        assert_eq!(aw.pending().len(), 3);
+        let Ok(Answer::RelevanceRow(r)) = aw.accept(0, env("r", 0, row(&[1.0, 0.25, 0.5]))) else {
+            panic!("a good row was refused");
+        };
+        assert_eq!(r, vec![1.0, 0.25, 0.5]);
+        let failed = ToCoordinator::Failed {
+            reason: text("bad relay"),
+        };
+        assert_eq!(
+            aw.accept(1, env("r", 0, failed)).unwrap_err().reason,
+            Rejection::ClientFailed
+        );
+        assert_eq!(aw.pending().iter().copied().collect::<Vec<_>>(), vec![2]);
     }
 
     #[test]

@@ -16,12 +16,12 @@ use edgecfl_shared::federation::{
 };
 use edgecfl_shared::model::{LayerSet, ParamLayout, Params};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
-use edgecfl_shared::mthfl::Signature;
+use edgecfl_shared::mthfl::{self, Signature};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Hello, Id, Tensor, ToClient, ToCoordinator, TopicKind,
     Topics, TrainJob,
 };
-use edgecfl_shared::train::EvalReport;
+use edgecfl_shared::train::{EvalReport, PIXELS};
 use serde::Serialize;
 use serde_json::json;
 
@@ -126,8 +126,13 @@ pub struct WireStats {
     pub updates: u64,
     /// Payload bytes of evaluation uploads.
     pub evaluation_up: u64,
-    /// Payload bytes sent to clients.
+    /// Payload bytes of MT-HFL relevance-row uploads (`--relevance client`).
+    pub relevance_up: u64,
+    /// Payload bytes the coordinator published to clients (a broadcast counts once; the broker
+    /// fans it out).
     pub down: u64,
+    /// Of `down`, the bytes published on the broadcast topic (MT-HFL's signature relay).
+    pub broadcast: u64,
 }
 
 /// A client of the run.
@@ -383,6 +388,15 @@ impl MqttPool {
             .map_err(|e| FederationError::Pool(e.to_string()))
     }
 
+    /// Publishes an encoded envelope on the broadcast topic (once for the whole fleet).
+    fn broadcast(&mut self, bytes: &[u8]) -> Result<(), FederationError> {
+        self.wire.down += bytes.len() as u64;
+        self.wire.broadcast += bytes.len() as u64;
+        self.link
+            .publish(&self.topics.broadcast(), bytes.to_vec(), false)
+            .map_err(|e| FederationError::Pool(e.to_string()))
+    }
+
     /// One awaiting phase: sends each job, then collects answers until everyone asked has
     /// answered, failed or dropped out, or the phase timeout fires.
     fn exchange(
@@ -391,8 +405,23 @@ impl MqttPool {
         expect: Expect,
         jobs: Vec<(usize, ToClient)>,
     ) -> Result<Vec<(usize, Answer)>, FederationError> {
+        self.exchange_with(phase, expect, jobs, None)
+    }
+
+    /// [`Self::exchange`], with a message every job depends on published first on the broadcast
+    /// topic (not retained) and published again when an asked client reconnects.
+    fn exchange_with(
+        &mut self,
+        phase: Phase,
+        expect: Expect,
+        jobs: Vec<(usize, ToClient)>,
+        broadcast: Option<&[u8]>,
+    ) -> Result<Vec<(usize, Answer)>, FederationError> {
         let mut aw = Awaiting::new(phase, self.run.clone(), expect, jobs.iter().map(|j| j.0));
         let round = phase.round();
+        if let Some(bytes) = broadcast {
+            self.broadcast(bytes)?;
+        }
         for (c, msg) in &jobs {
             if self.members[*c].alive {
                 self.send(*c, round, msg.clone())?;
@@ -419,7 +448,9 @@ impl MqttPool {
             };
             match ev {
                 Inbound::Message { topic, payload, .. } => {
-                    if let Some(answer) = self.on_message(&mut aw, &jobs, &topic, &payload)? {
+                    if let Some(answer) =
+                        self.on_message(&mut aw, &jobs, broadcast, &topic, &payload)?
+                    {
                         answers.push(answer);
                     }
                 }
@@ -434,6 +465,7 @@ impl MqttPool {
         &mut self,
         aw: &mut Awaiting,
         jobs: &[(usize, ToClient)],
+        broadcast: Option<&[u8]>,
         topic: &str,
         payload: &[u8],
     ) -> Result<Option<(usize, Answer)>, FederationError> {
@@ -459,6 +491,10 @@ impl MqttPool {
                     self.members[c].alive = true;
                     if aw.is_pending(c) {
                         eprintln!("{id} reconnected; sending its job again");
+                        // It missed what was broadcast while it was away.
+                        if let Some(bytes) = broadcast {
+                            self.broadcast(bytes)?;
+                        }
                         if let Some((_, job)) = jobs.iter().find(|j| j.0 == c) {
                             self.send(c, aw.phase.round(), job.clone())?;
                         }
@@ -509,7 +545,10 @@ impl MqttPool {
                 match aw.accept(c, msg) {
                     Ok(a) => {
                         match &a {
-                            Answer::Signature(_) => self.wire.signature_up += len,
+                            Answer::Signature(_) | Answer::Eigenpairs(_) => {
+                                self.wire.signature_up += len;
+                            }
+                            Answer::RelevanceRow(_) => self.wire.relevance_up += len,
                             Answer::Update { .. } => {
                                 self.wire.update_up += len;
                                 self.wire.updates += 1;
@@ -655,23 +694,82 @@ impl ClientPool for MqttPool {
 
     fn gram_signatures(
         &mut self,
-        _clients: &[usize],
-        _cfg: &FederationConfig,
+        clients: &[usize],
+        cfg: &FederationConfig,
     ) -> Result<Vec<(usize, Signature)>, FederationError> {
-        Err(FederationError::Config(
-            "mthfl is not yet supported by `serve` (use `simulate`)".into(),
-        ))
+        let k = cfg.eigenvectors;
+        let jobs = clients
+            .iter()
+            .map(|&c| {
+                (
+                    c,
+                    ToClient::GramSignature {
+                        k: k as u32,
+                        upload: cfg.signature_encoding,
+                    },
+                )
+            })
+            .collect();
+        let answers =
+            self.exchange(Phase::Clustering, Expect::Eigenpairs { k, d: PIXELS }, jobs)?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|(c, a)| match a {
+                Answer::Eigenpairs(s) => Some((c, s)),
+                _ => None,
+            })
+            .collect())
     }
 
+    /// Publishes the relay of `all` once on the broadcast topic, then asks each client for its
+    /// row (see the protocol module docs).
     fn relevance_rows(
         &mut self,
-        _clients: &[usize],
-        _all: &[Signature],
-        _cfg: &FederationConfig,
+        clients: &[usize],
+        all: &[Signature],
+        cfg: &FederationConfig,
     ) -> Result<Vec<(usize, Vec<f64>)>, FederationError> {
-        Err(FederationError::Config(
-            "mthfl is not yet supported by `serve` (use `simulate`)".into(),
-        ))
+        let n = all.len();
+        let wire = mthfl::relay(all)?;
+        let encoding = wire.values.encoding;
+        let relay = Envelope::new(
+            self.run.clone(),
+            Phase::Clustering.round(),
+            ToClient::Relay(wire),
+        )
+        .to_bytes_checked()
+        .map_err(|e| {
+            FederationError::Pool(format!(
+                "the relay of {n} signatures (k = {}, {encoding}) cannot be sent: {e}; \
+                     use --signature-encoding f16, fewer --eigenvectors, or --relevance server",
+                all.first().map_or(0, |s| s.k)
+            ))
+        })?;
+        let jobs = clients
+            .iter()
+            .map(|&c| {
+                (
+                    c,
+                    ToClient::Relevance {
+                        clients: n as u32,
+                        estimate: cfg.estimate,
+                    },
+                )
+            })
+            .collect();
+        let answers = self.exchange_with(
+            Phase::Clustering,
+            Expect::RelevanceRow(n),
+            jobs,
+            Some(&relay),
+        )?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|(c, a)| match a {
+                Answer::RelevanceRow(r) => Some((c, r)),
+                _ => None,
+            })
+            .collect())
     }
 }
 

@@ -6,6 +6,12 @@
 //! model and upload of the update, evaluation on its local test set. The MQTT event loop runs on
 //! its own thread ([`Link`]), so keepalives go on while this thread trains; after the broker drops,
 //! the link reconnects and the client announces itself again.
+//!
+//! MT-HFL's round 0 takes two jobs. `GramSignature`: form the Gram matrix of the training data,
+//! upload its leading eigenpairs, and keep the exact ones (before upload rounding) and the Gram
+//! matrix for the next job. `Relevance`: once the relay of the same run and round has arrived on
+//! the broadcast topic (before or after the job; see [`protocol`]), compute the row `r(i, ·)`
+//! against it with the exact Gram matrix ([`mthfl::client_row`]) and upload it.
 
 use std::time::Duration;
 
@@ -13,9 +19,10 @@ use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::mthfl::{self, Gram, Signature};
 use edgecfl_shared::protocol::{
-    self, BrokerAddr, Envelope, Hello, Id, LabelEval, Tensor, ToClient, ToCoordinator, Topics,
-    TrainJob,
+    self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, Hello, Id, LabelEval, Tensor,
+    ToClient, ToCoordinator, Topics, TrainJob,
 };
 use edgecfl_shared::train::{Backend, CLASSES, Device, TrainConfig, evaluate, train_local};
 
@@ -105,11 +112,19 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     let link = Link::start(LinkOptions {
         broker: args.broker.clone(),
         client_id: id.to_string(),
-        subscribe: vec![topics.down(&id)],
+        subscribe: vec![topics.down(&id), topics.broadcast()],
         last_will: Some((topics.status(&id), gone.clone())),
         keep_alive: Duration::from_secs(args.keepalive.max(5)),
     })?;
     let mut served = Served::default();
+    let mut worker = Worker {
+        shard: &shard,
+        device: &device,
+        own: None,
+        relay: None,
+        waiting: None,
+    };
+    let broadcast = topics.broadcast();
     let mut connected = false;
     while let Some(ev) = link.recv() {
         match ev {
@@ -124,7 +139,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 }
                 connected = false;
             }
-            Inbound::Message { payload, .. } => {
+            Inbound::Message { topic, payload, .. } => {
                 served.bytes_down += payload.len() as u64;
                 let env = match Envelope::<ToClient>::from_bytes(&payload) {
                     Ok(env) => env,
@@ -134,6 +149,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                         continue;
                     }
                 };
+                // The relay, and only the relay, comes on the broadcast topic.
+                if matches!(env.body, ToClient::Relay(_)) != (topic == broadcast) {
+                    eprintln!(
+                        "{}: ignored a command on the wrong topic {topic}",
+                        id.as_str()
+                    );
+                    served.ignored += 1;
+                    continue;
+                }
                 if env.body == ToClient::Finish {
                     eprintln!("{}: run {} finished", id.as_str(), env.run.as_str());
                     if args.stay {
@@ -141,10 +165,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                     }
                     break;
                 }
-                let reply = match answer(env.body, &shard, &device) {
+                let Some((run, round, result)) = worker.handle(env) else {
+                    continue;
+                };
+                let reply = match result {
                     Ok(r) => r,
                     Err(e) => {
-                        eprintln!("{}: round {}: job failed: {e:#}", id.as_str(), env.round);
+                        eprintln!("{}: round {round}: job failed: {e:#}", id.as_str());
                         served.failed += 1;
                         ToCoordinator::Failed {
                             reason: protocol::text(&format!("{e:#}")),
@@ -152,7 +179,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                     }
                 };
                 served.jobs += 1;
-                let bytes = Envelope::new(env.run, env.round, reply).to_bytes();
+                let bytes = Envelope::new(run, round, reply).to_bytes();
                 served.bytes_up += bytes.len() as u64;
                 link.publish(&topics.up(&id), bytes, false)?;
             }
@@ -188,7 +215,120 @@ fn train(job: &TrainJob, shard: &Shard, device: &Device) -> anyhow::Result<(Para
     Ok((trained, report.last_epoch_loss))
 }
 
-/// Does one job.
+/// The exact MT-HFL signature of this client's data (before upload rounding) and its Gram
+/// matrix, kept from the `GramSignature` job for the `Relevance` job of the same run.
+struct OwnSignature {
+    run: Id,
+    gram: Gram,
+    signature: Signature,
+}
+
+/// A `Relevance` job that waits for its relay.
+struct RelevanceJob {
+    run: Id,
+    round: u32,
+    clients: u32,
+    estimate: Estimate,
+}
+
+/// The client's jobs and the state MT-HFL's round 0 carries between messages.
+struct Worker<'a> {
+    shard: &'a Shard,
+    device: &'a Device,
+    own: Option<OwnSignature>,
+    /// The latest relay: (run, round, signatures).
+    relay: Option<(Id, u32, Eigenpairs)>,
+    waiting: Option<RelevanceJob>,
+}
+
+impl Worker<'_> {
+    /// Takes one command; returns the answer to upload with its run and round, or `None` while a
+    /// relevance job and its relay wait for each other.
+    fn handle(
+        &mut self,
+        env: Envelope<ToClient>,
+    ) -> Option<(Id, u32, anyhow::Result<ToCoordinator>)> {
+        let (run, round) = (env.run, env.round);
+        match env.body {
+            ToClient::GramSignature { k, upload } => {
+                let result = self.gram_signature(&run, k as usize, upload);
+                Some((run, round, result))
+            }
+            ToClient::Relay(relay) => {
+                self.relay = Some((run, round, relay));
+                self.try_relevance()
+            }
+            ToClient::Relevance { clients, estimate } => {
+                self.waiting = Some(RelevanceJob {
+                    run,
+                    round,
+                    clients,
+                    estimate,
+                });
+                self.try_relevance()
+            }
+            cmd => Some((run, round, answer(cmd, self.shard, self.device))),
+        }
+    }
+
+    fn gram_signature(
+        &mut self,
+        run: &Id,
+        k: usize,
+        upload: Encoding,
+    ) -> anyhow::Result<ToCoordinator> {
+        let gram = Gram::from_local_data(&self.shard.train)?;
+        let signature = gram.signature(k)?;
+        let wire = signature.to_wire(upload);
+        self.own = Some(OwnSignature {
+            run: run.clone(),
+            gram,
+            signature,
+        });
+        Ok(ToCoordinator::Eigenpairs(wire))
+    }
+
+    /// Answers the waiting relevance job when the relay of its run and round is here.
+    fn try_relevance(&mut self) -> Option<(Id, u32, anyhow::Result<ToCoordinator>)> {
+        let job = self.waiting.as_ref()?;
+        let (run, round, relay) = self.relay.as_ref()?;
+        if (run, *round) != (&job.run, job.round) {
+            return None;
+        }
+        let job = self.waiting.take()?;
+        let result = self.relevance(&job, relay);
+        Some((job.run, job.round, result))
+    }
+
+    fn relevance(&self, job: &RelevanceJob, relay: &Eigenpairs) -> anyhow::Result<ToCoordinator> {
+        let (k, d) = (relay.k as usize, relay.d as usize);
+        // The exact signature of this run's GramSignature job; rebuilt when there is none (the
+        // client restarted in between) or it has another k.
+        let rebuilt;
+        let (gram, own) = match &self.own {
+            Some(o) if o.run == job.run && o.signature.k == k => (&o.gram, o.signature.clone()),
+            _ => {
+                rebuilt = Gram::from_local_data(&self.shard.train)?;
+                let own = rebuilt.signature(k)?;
+                (&rebuilt, own)
+            }
+        };
+        anyhow::ensure!(
+            d == gram.d(),
+            "the relay has d = {d}, this client's features have d = {}",
+            gram.d()
+        );
+        let all = mthfl::from_relay(relay, job.clients as usize, k, d)
+            .context("relay from the coordinator")?;
+        let row = mthfl::client_row(gram, &own, &all, job.estimate)?;
+        let row: Vec<f32> = row.into_iter().map(|r| r as f32).collect();
+        Ok(ToCoordinator::RelevanceRow {
+            row: Tensor::encode(&row, Encoding::F32),
+        })
+    }
+}
+
+/// Does one job that needs no state.
 fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoordinator> {
     Ok(match cmd {
         ToClient::Signature { job, layers } => {
@@ -229,5 +369,8 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
             }
         }
         ToClient::Finish => anyhow::bail!("`finish` is not a job"),
+        ToClient::GramSignature { .. } | ToClient::Relay(_) | ToClient::Relevance { .. } => {
+            anyhow::bail!("MT-HFL round 0 is handled by the worker")
+        }
     })
 }

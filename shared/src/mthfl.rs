@@ -77,7 +77,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
 use crate::fedclust::{Clustering, Threshold};
-use crate::protocol::Encoding;
+use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
 use crate::train::{Device, LocalData, PIXELS};
 
 /// The paper's number of kept eigenvectors (§III, Fig. 4).
@@ -167,39 +167,7 @@ pub enum MtHflError {
     Distance(#[from] DistanceError),
 }
 
-/// How client `i` estimates the eigenvalue of client `j`'s eigenvector `v` under its own Gram
-/// matrix `Gᵢ`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Estimate {
-    /// `‖Gᵢ v‖`, the paper's eq. (2).
-    #[default]
-    Norm,
-    /// `vᵀ Gᵢ v`, the Rayleigh quotient (the data's variance along `v`).
-    Rayleigh,
-}
-
-impl fmt::Display for Estimate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Estimate::Norm => "norm",
-            Estimate::Rayleigh => "rayleigh",
-        })
-    }
-}
-
-impl FromStr for Estimate {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "norm" => Ok(Estimate::Norm),
-            "rayleigh" => Ok(Estimate::Rayleigh),
-            _ => Err(format!(
-                "unknown estimate {s:?} (expected norm or rayleigh)"
-            )),
-        }
-    }
-}
+pub use crate::protocol::Estimate;
 
 /// Where the relevance rows `r(i, ·)` (eq. 2-4) are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -508,6 +476,77 @@ impl Signature {
             })
             .collect()
     }
+}
+
+impl Signature {
+    /// The upload of this signature in `encoding` (`n = 1`).
+    pub fn to_wire(&self, encoding: Encoding) -> Eigenpairs {
+        Eigenpairs::encode(self.k, self.d, &self.values, &self.vectors, encoding)
+    }
+
+    /// A received upload of `k` eigenpairs in dimension `d`, checked: shape, finite values, and
+    /// [`Signature::validate`].
+    ///
+    /// # Errors
+    ///
+    /// [`ProtocolError::EigenShape`], [`ProtocolError::TensorLength`],
+    /// [`ProtocolError::NotFinite`], [`ProtocolError::BadSignature`].
+    pub fn from_wire(wire: &Eigenpairs, k: usize, d: usize) -> Result<Signature, ProtocolError> {
+        let mut one = from_relay(wire, 1, k, d)?;
+        Ok(one.remove(0))
+    }
+}
+
+/// The relay of every client's signature (`all[j]` at position `j`; all of one `k` and `d`) as
+/// one broadcast message. The values go as `f16` when every one of them is a binary16 value
+/// already (the clients uploaded in `f16`), which halves the relay and loses nothing; otherwise
+/// as `f32`, which is exact.
+///
+/// # Errors
+///
+/// [`MtHflError::Empty`], [`MtHflError::BadSignature`], [`MtHflError::Mismatch`].
+pub fn relay(all: &[Signature]) -> Result<Eigenpairs, MtHflError> {
+    let first = all.first().ok_or(MtHflError::Empty)?;
+    let (k, d) = (first.k, first.d);
+    check_signatures(all, k, d)?;
+    let f16_exact = all.iter().all(|s| s.rounded(Encoding::F16) == *s);
+    let encoding = if f16_exact {
+        Encoding::F16
+    } else {
+        Encoding::F32
+    };
+    let values: Vec<f32> = all.iter().flat_map(|s| s.values.iter().copied()).collect();
+    let vectors: Vec<f32> = all.iter().flat_map(|s| s.vectors.iter().copied()).collect();
+    Ok(Eigenpairs::encode(k, d, &values, &vectors, encoding))
+}
+
+/// The `n` signatures of a received relay (or, with `n = 1`, of an upload), each checked like
+/// [`Signature::from_wire`].
+///
+/// # Errors
+///
+/// As [`Signature::from_wire`]; [`ProtocolError::BadSignature`] names the bad signature's
+/// position.
+pub fn from_relay(
+    wire: &Eigenpairs,
+    n: usize,
+    k: usize,
+    d: usize,
+) -> Result<Vec<Signature>, ProtocolError> {
+    let (values, vectors) = wire.decode(n, k, d)?;
+    (0..n)
+        .map(|index| {
+            let s = Signature {
+                k,
+                d,
+                vectors: vectors[index * k * d..(index + 1) * k * d].to_vec(),
+                values: values[index * k..(index + 1) * k].to_vec(),
+            };
+            s.validate()
+                .map_err(|reason| ProtocolError::BadSignature { index, reason })?;
+            Ok(s)
+        })
+        .collect()
 }
 
 /// The signature of a client's training data: [`Gram::from_local_data`] then

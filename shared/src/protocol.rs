@@ -23,6 +23,28 @@
 //!    │ ◀── down: Finish ─────────────────────── │
 //! ```
 //!
+//! MT-HFL replaces the round-0 `Signature` exchange by a data signature and, in the paper's way
+//! (`--relevance client`), a relay of all `n` signatures and one relevance row per client. The
+//! relay goes out once, on the fleet-wide broadcast topic, instead of `n` times to `n` clients
+//! (`n²` signatures); each client's own job only says "answer the relay of this round". With
+//! `--relevance server` the coordinator computes the rows itself and the second exchange is
+//! skipped.
+//!
+//! ```text
+//!  client i                                 coordinator
+//!    │ ◀── down: GramSignature{k, upload} ───── │  round 0
+//!    │ ── up: Eigenpairs{k, d, λ, V} ─────────▶ │  (k eigenvalues, k×d eigenvectors)
+//!    │ ◀── broadcast: Relay(Eigenpairs of all n) │  once for the whole fleet
+//!    │ ◀── down: Relevance{clients, estimate} ─ │  "answer the relay of this round"
+//!    │ ── up: RelevanceRow{r(i,·)} ───────────▶ │  → R = (r + rᵀ)/2, HAC on 1 − R
+//! ```
+//!
+//! The relay and the job that asks for it travel on different topics, so they may arrive in
+//! either order: a client keeps the latest relay and answers once it holds both with the same run
+//! and round. A client that reconnects while its row is awaited gets the relay again along with
+//! its job. A relay larger than [`MAX_PAYLOAD`] is refused by the coordinator with an error that
+//! names the remedies (`f16` signatures, a smaller `k`, server-side relevance).
+//!
 //! ## Topics
 //!
 //! All topics live under a prefix, `edgecfl/<fleet>` by default `edgecfl/default`
@@ -36,6 +58,7 @@
 //! | `<prefix>/lps/<id>/status` | LPS → GPS | yes | [`ToGps::Hello`] on connect, `Gone` as last will and on exit |
 //! | `<prefix>/lps/<id>/up` | LPS → GPS | no | [`ToGps`]: `Common`, `Done`, `Failed` |
 //! | `<prefix>/lps/<id>/down` | GPS → LPS | no | [`ToLps`]: `Assign`, `Common`, `Finish` |
+//! | `<prefix>/broadcast` | coordinator → every client | no | `ToClient::Relay` (MT-HFL) |
 //!
 //! Status messages are retained so a coordinator that starts after its clients still learns of
 //! them; the last will tells it at once when a client dies. A client that reconnects publishes
@@ -137,6 +160,40 @@ pub enum ProtocolError {
     /// An id that is empty, too long, or not safe as a topic level.
     #[error("invalid id {0:?} (1-32 characters of A-Z a-z 0-9 - _ .)")]
     BadId(String),
+    /// Eigenpairs with another `k`, `d` or number of signatures than asked for.
+    #[error(
+        "{count} signature(s) with k = {k}, d = {d}; expected {expected_count} with k = {expected_k}, d = {expected_d}"
+    )]
+    EigenShape {
+        /// Signatures in the message.
+        count: usize,
+        /// Eigenpairs per signature in the message.
+        k: u32,
+        /// Dimension in the message.
+        d: u32,
+        /// Signatures expected.
+        expected_count: usize,
+        /// Eigenpairs expected.
+        expected_k: usize,
+        /// Dimension expected.
+        expected_d: usize,
+    },
+    /// Values that cannot be an MT-HFL signature (negative eigenvalue, zero eigenvector).
+    #[error("invalid signature {index}: {reason}")]
+    BadSignature {
+        /// Which signature of the message.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A relevance value outside `[0, 1]`.
+    #[error("relevance value {index} = {value} is outside [0, 1]")]
+    OutOfRange {
+        /// Position in the row.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
 }
 
 impl From<postcard::Error> for ProtocolError {
@@ -214,6 +271,40 @@ impl core::str::FromStr for Encoding {
     }
 }
 
+/// How client `i` estimates the eigenvalue of client `j`'s eigenvector `v` under its own Gram
+/// matrix `Gᵢ` (MT-HFL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Estimate {
+    /// `‖Gᵢ v‖`, the paper's eq. (2).
+    #[default]
+    Norm,
+    /// `vᵀ Gᵢ v`, the Rayleigh quotient (the data's variance along `v`).
+    Rayleigh,
+}
+
+impl fmt::Display for Estimate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Estimate::Norm => "norm",
+            Estimate::Rayleigh => "rayleigh",
+        })
+    }
+}
+
+impl core::str::FromStr for Estimate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "norm" => Ok(Estimate::Norm),
+            "rayleigh" => Ok(Estimate::Rayleigh),
+            _ => Err(format!(
+                "unknown estimate {s:?} (expected norm or rayleigh)"
+            )),
+        }
+    }
+}
+
 /// A flat vector of floats on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tensor {
@@ -279,6 +370,63 @@ impl Tensor {
     }
 }
 
+/// `n ≥ 1` MT-HFL data signatures of one shape: each the `k` leading eigenvalues (largest first)
+/// and unit eigenvectors (`k × d`, row-major) of a client's Gram matrix. One client uploads its
+/// own (`n = 1`); the relay carries everyone's, client `j`'s at position `j`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Eigenpairs {
+    /// Eigenpairs per signature.
+    pub k: u32,
+    /// Dimension of the feature space.
+    pub d: u32,
+    /// `n·k` eigenvalues; signature `j`'s at `j·k .. (j + 1)·k`.
+    pub values: Tensor,
+    /// `n·k·d` eigenvector floats; signature `j`'s at `j·k·d .. (j + 1)·k·d`.
+    pub vectors: Tensor,
+}
+
+impl Eigenpairs {
+    /// Encodes `values` (`n·k`) and `vectors` (`n·k·d`) of `n` signatures.
+    pub fn encode(k: usize, d: usize, values: &[f32], vectors: &[f32], encoding: Encoding) -> Self {
+        Eigenpairs {
+            k: k as u32,
+            d: d as u32,
+            values: Tensor::encode(values, encoding),
+            vectors: Tensor::encode(vectors, encoding),
+        }
+    }
+
+    /// Decodes `count` signatures of `k` eigenpairs in dimension `d`: the shape must be the one
+    /// expected, the tensors must hold exactly `count·k` and `count·k·d` finite floats. Returns
+    /// (eigenvalues, eigenvectors).
+    pub fn decode(
+        &self,
+        count: usize,
+        k: usize,
+        d: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>), ProtocolError> {
+        let width = self.values.encoding.width();
+        let got = if self.k == 0 {
+            0
+        } else {
+            self.values.bytes.len() / width / self.k as usize
+        };
+        if self.k as usize != k || self.d as usize != d || got != count {
+            return Err(ProtocolError::EigenShape {
+                count: got,
+                k: self.k,
+                d: self.d,
+                expected_count: count,
+                expected_k: k,
+                expected_d: d,
+            });
+        }
+        let values = self.values.decode(Some(count * k))?;
+        let vectors = self.vectors.decode(Some(count * k * d))?;
+        Ok((values, vectors))
+    }
+}
+
 /// A training job: the model to start from and the local-training settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainJob {
@@ -322,6 +470,25 @@ pub enum ToClient {
     },
     /// The run is over.
     Finish,
+    /// MT-HFL round 0: form the Gram matrix of the training data (eq. 1) and upload its `k`
+    /// leading eigenpairs ([`ToCoordinator::Eigenpairs`]).
+    GramSignature {
+        /// Eigenpairs to upload.
+        k: u32,
+        /// Encoding of the upload.
+        upload: Encoding,
+    },
+    /// MT-HFL round 0, on the broadcast topic only: every client's signature, client `j`'s at
+    /// position `j`, as the coordinator received them. Not a job: it waits for [`Self::Relevance`].
+    Relay(Eigenpairs),
+    /// MT-HFL round 0: compute the relevance row `r(i, ·)` (eq. 2-4) against the relay of this
+    /// run and round, with the exact Gram matrix, and upload it ([`ToCoordinator::RelevanceRow`]).
+    Relevance {
+        /// Signatures in the relay (the row's length).
+        clients: u32,
+        /// How to estimate the others' eigenvalues under the own Gram matrix.
+        estimate: Estimate,
+    },
 }
 
 /// Accuracy counts of one label on a client's test set.
@@ -399,6 +566,26 @@ pub enum ToCoordinator {
     },
     /// The client is gone (last will, or a clean exit).
     Gone,
+    /// MT-HFL round 0: the client's data signature (`n = 1`).
+    Eigenpairs(Eigenpairs),
+    /// MT-HFL round 0: the relevance row `r(i, ·)`, one value in `[0, 1]` per relayed signature.
+    RelevanceRow {
+        /// The row (uploaded in `f32`: it is small, and `f16` would blur the clustering).
+        row: Tensor,
+    },
+}
+
+/// Decodes a relevance row of `n` values, each finite and in `[0, 1]`.
+pub fn decode_row(row: &Tensor, n: usize) -> Result<Vec<f32>, ProtocolError> {
+    let values = row.decode(Some(n))?;
+    if let Some((index, &value)) = values
+        .iter()
+        .enumerate()
+        .find(|&(_, v)| !(0.0..=1.0).contains(v))
+    {
+        return Err(ProtocolError::OutOfRange { index, value });
+    }
+    Ok(values)
 }
 
 /// What every payload carries.
@@ -428,6 +615,19 @@ impl<B: Serialize + DeserializeOwned> Envelope<B> {
     /// Encodes with postcard.
     pub fn to_bytes(&self) -> Vec<u8> {
         postcard::to_allocvec(self).expect("postcard cannot fail on these types")
+    }
+
+    /// Encodes with postcard, refusing a payload larger than [`MAX_PAYLOAD`] (which no peer
+    /// would accept, and the MQTT packet limits would drop).
+    pub fn to_bytes_checked(&self) -> Result<Vec<u8>, ProtocolError> {
+        let bytes = self.to_bytes();
+        if bytes.len() > MAX_PAYLOAD {
+            return Err(ProtocolError::Oversized {
+                len: bytes.len(),
+                max: MAX_PAYLOAD,
+            });
+        }
+        Ok(bytes)
     }
 
     /// Decodes a payload: size limit, version (read first, so a future version is reported as
@@ -495,6 +695,11 @@ impl Topics {
     /// A client's commands.
     pub fn down(&self, client: &str) -> String {
         format!("{}/clients/{client}/down", self.prefix)
+    }
+
+    /// The fleet-wide broadcast topic (MT-HFL's signature relay); every client subscribes.
+    pub fn broadcast(&self) -> String {
+        format!("{}/broadcast", self.prefix)
     }
 
     /// Filter matching every client's status.
