@@ -14,6 +14,10 @@
 //!                                                     Finished
 //! ```
 //!
+//! MT-HFL's round 0 is two awaiting phases in `Clustering`: the Gram signatures
+//! ([`Expect::Eigenpairs`]), then, with relevance on the clients, the rows against the relay
+//! ([`Expect::RelevanceRow`]); an answer of one is `Unexpected` in the other.
+//!
 //! An awaiting phase ([`Awaiting`]) holds the clients it asked. It ends when each of them has
 //! answered, failed, or dropped out (its last will arrived), or when the phase timeout fires; the
 //! round loop then goes on with the answers it has. Everything else that arrives is a

@@ -53,7 +53,7 @@
 //! | topic | direction | retained | payload |
 //! | --- | --- | --- | --- |
 //! | `<prefix>/clients/<id>/status` | client → coordinator | yes | `Hello` on connect, `Gone` as last will and on exit |
-//! | `<prefix>/clients/<id>/up` | client → coordinator | no | `Signature`, `Update`, `Evaluation`, `Failed` |
+//! | `<prefix>/clients/<id>/up` | client → coordinator | no | `Signature`, `Update`, `Evaluation`, `Eigenpairs`, `RelevanceRow`, `Failed` |
 //! | `<prefix>/clients/<id>/down` | coordinator → client | no | `ToClient` |
 //! | `<prefix>/lps/<id>/status` | LPS → GPS | yes | [`ToGps::Hello`] on connect, `Gone` as last will and on exit |
 //! | `<prefix>/lps/<id>/up` | LPS → GPS | no | [`ToGps`]: `Common`, `Done`, `Failed` |
