@@ -234,9 +234,14 @@ fn dendrogram(path: &Path, d: &Dendrogram, cut: f64) -> DrawResult {
     Ok(())
 }
 
+/// Most cells per side of a heatmap: above this many clients, each cell is the mean over a block
+/// of clients (500 clients cell by cell made a 21 MB SVG).
+const HEATMAP_CELLS: usize = 100;
+
 /// A client × client matrix (`value(i, j)`, coloured on `0..=max` with viridis) with clients
 /// sorted by cluster, then index; white lines separate clusters. Up to 16 clients, every cell
-/// carries its value (like the paper's Table I).
+/// carries its value (like the paper's Table I); above [`HEATMAP_CELLS`] clients, a cell is the
+/// mean over a block of about `n / HEATMAP_CELLS` clients squared.
 fn heatmap(
     path: &Path,
     n: usize,
@@ -264,19 +269,30 @@ fn heatmap(
         .disable_mesh()
         .x_desc("client (by cluster)")
         .draw()?;
-    let cells = (0..n).flat_map(|r| (0..n).map(move |c| (r, c)));
-    chart.draw_series(cells.clone().map(|(r, c)| {
-        let v = (value(order[r], order[c]) / max).clamp(0.0, 1.0);
-        let color = ViridisRGB::get_color(v);
+    // Block b covers the sorted clients edges[b]..edges[b + 1] (one client each up to
+    // HEATMAP_CELLS clients).
+    let m = n.min(HEATMAP_CELLS);
+    let edges: Vec<usize> = (0..=m).map(|b| b * n / m).collect();
+    let blocks = (0..m).flat_map(|br| (0..m).map(move |bc| (br, bc)));
+    chart.draw_series(blocks.map(|(br, bc)| {
+        let (rows, cols) = (edges[br]..edges[br + 1], edges[bc]..edges[bc + 1]);
+        let sum: f64 = rows
+            .clone()
+            .flat_map(|r| cols.clone().map(move |c| (r, c)))
+            .map(|(r, c)| value(order[r], order[c]))
+            .sum();
+        let mean = sum / (rows.len() * cols.len()) as f64;
+        let color = ViridisRGB::get_color((mean / max).clamp(0.0, 1.0));
         Rectangle::new(
             [
-                (c as f64, (n - r) as f64),
-                (c as f64 + 1.0, (n - r - 1) as f64),
+                (cols.start as f64, (n - rows.start) as f64),
+                (cols.end as f64, (n - rows.end) as f64),
             ],
             color.filled(),
         )
     }))?;
     if n <= 16 {
+        let cells = (0..n).flat_map(|r| (0..n).map(move |c| (r, c)));
         chart.draw_series(cells.map(|(r, c)| {
             let v = value(order[r], order[c]);
             let ink = if v / max > 0.6 { BLACK } else { WHITE };
@@ -311,6 +327,34 @@ mod tests {
     use super::*;
     use edgecfl_shared::cluster::distance::CondensedMatrix;
     use edgecfl_shared::cluster::hc::{Linkage, linkage};
+
+    #[test]
+    fn large_heatmaps_are_drawn_in_blocks() {
+        let dir = std::env::temp_dir().join(format!("edgecfl-heatmap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rects = |n: usize| {
+            let path = dir.join(format!("h{n}.svg"));
+            let assignment: Vec<usize> = (0..n).map(|i| i % 3).collect();
+            heatmap(
+                &path,
+                n,
+                &|i, j| i.abs_diff(j) as f64,
+                n as f64,
+                "t",
+                &assignment,
+            )
+            .unwrap();
+            let svg = std::fs::read_to_string(&path).unwrap();
+            (svg.matches("<rect").count(), svg.len())
+        };
+        let (small, _) = rects(50);
+        let (large, bytes) = rects(500);
+        // 50 clients: a cell each; 500: at most 100 × 100 blocks (plus the background).
+        assert!((2500..2510).contains(&small), "{small}");
+        assert!((10_000..10_010).contains(&large), "{large}");
+        assert!(bytes < 2_000_000, "{bytes} bytes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn leaf_order_follows_the_tree() {
