@@ -714,16 +714,21 @@ impl Topics {
 
     /// Splits a client topic into (client id, kind), or `None` for a topic outside the scheme.
     pub fn parse<'t>(&self, topic: &'t str) -> Option<(&'t str, TopicKind)> {
+        self.parse_in(topic, "/clients/")
+    }
+
+    /// Splits `<prefix><scope><id>/<kind>` into (id, kind).
+    fn parse_in<'t>(&self, topic: &'t str, scope: &str) -> Option<(&'t str, TopicKind)> {
         let rest = topic.strip_prefix(self.prefix.as_str())?;
-        let rest = rest.strip_prefix("/clients/")?;
-        let (client, kind) = rest.split_once('/')?;
+        let rest = rest.strip_prefix(scope)?;
+        let (id, kind) = rest.split_once('/')?;
         let kind = match kind {
             "status" => TopicKind::Status,
             "up" => TopicKind::Up,
             "down" => TopicKind::Down,
             _ => return None,
         };
-        Some((client, kind))
+        Some((id, kind))
     }
 }
 
@@ -1051,15 +1056,6 @@ impl Topics {
 
     /// Splits an LPS topic into (LPS id, kind), or `None` for a topic outside the LPS scheme.
     pub fn parse_lps<'t>(&self, topic: &'t str) -> Option<(&'t str, TopicKind)> {
-        let rest = topic.strip_prefix(self.prefix.as_str())?;
-        let rest = rest.strip_prefix("/lps/")?;
-        let (lps, kind) = rest.split_once('/')?;
-        let kind = match kind {
-            "status" => TopicKind::Status,
-            "up" => TopicKind::Up,
-            "down" => TopicKind::Down,
-            _ => return None,
-        };
-        Some((lps, kind))
+        self.parse_in(topic, "/lps/")
     }
 }
