@@ -77,10 +77,11 @@ for f in "${features[@]}"; do
   : > "$log"
   echo "== $f: building in $target (profile $profile)" | tee -a "$log"
   start=$(date +%s)
-  "${env_[@]}" "${cargo_[@]}" build --profile "$profile" --target-dir "$target" -p edge-client -p coordinator \
-    --features "edge-client/$f,coordinator/$f" 2>&1 | tail -3 | tee -a "$log"
-  "${env_[@]}" "${cargo_[@]}" build --profile "$profile" --target-dir "$target" -p edgecfl-shared \
-    --features "$f" --example gpu_check 2>&1 | tail -1 | tee -a "$log"
+  # One feature set for the binaries, the example and the test: with another (e.g. `-p
+  # edgecfl-shared --features $f`) cargo rebuilds the whole GPU stack a second time.
+  feats=(--workspace --features "edgecfl-shared/$f,edge-client/$f,coordinator/$f")
+  "${env_[@]}" "${cargo_[@]}" build --profile "$profile" --target-dir "$target" "${feats[@]}" \
+    --bins --example gpu_check 2>&1 | tail -3 | tee -a "$log"
   echo "build: $(( $(date +%s) - start )) s; edge-client $(stat -c %s "$bin/edge-client") bytes (unstripped, $profile)" | tee -a "$log"
 
   echo "== $f: a device this build lacks gives the typed error" | tee -a "$log"
@@ -92,7 +93,7 @@ for f in "${features[@]}"; do
   if grep -q panicked "$out/$f-missing.txt"; then echo "it panicked"; exit 1; fi
 
   echo "== $f: test (shared/tests/gpu_backends.rs)" | tee -a "$log"
-  "${env_[@]}" "${cargo_[@]}" test --profile "$profile" --target-dir "$target" -p edgecfl-shared --features "$f" \
+  "${env_[@]}" "${cargo_[@]}" test --profile "$profile" --target-dir "$target" "${feats[@]}" \
     --test gpu_backends -- --nocapture 2>&1 | sed -E '/^ *(Compiling|Running|Finished)/d' | tee -a "$log"
 
   for d in "${devices[@]}"; do
