@@ -101,12 +101,7 @@ fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
         }
     }
     // Per ground-truth task (dashed), when the truth is known.
-    let tasks = result
-        .rounds
-        .iter()
-        .filter_map(|r| r.task_accuracy.as_ref().map(Vec::len))
-        .max()
-        .unwrap_or(0);
+    let tasks = result.n_tasks();
     for t in 0..tasks {
         let pts: Vec<(f64, f64)> = result
             .rounds

@@ -77,12 +77,7 @@ pub fn rounds_csv(result: &RunResult) -> String {
     for c in 0..result.n_clusters {
         let _ = write!(s, ",cluster{c}_accuracy");
     }
-    let tasks = result
-        .rounds
-        .iter()
-        .filter_map(|r| r.task_accuracy.as_ref().map(Vec::len))
-        .max()
-        .unwrap_or(0);
+    let tasks = result.n_tasks();
     for t in 0..tasks {
         let _ = write!(s, ",task{t}_accuracy");
     }

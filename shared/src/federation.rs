@@ -537,6 +537,15 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// Number of ground-truth tasks with a per-task accuracy (0 without a ground truth).
+    pub fn n_tasks(&self) -> usize {
+        self.rounds
+            .iter()
+            .filter_map(|r| r.task_accuracy.as_ref().map(Vec::len))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Mean local test accuracy after the last round.
     pub fn final_accuracy(&self) -> Option<f64> {
         self.rounds.iter().rev().find_map(|r| r.accuracy)
