@@ -964,8 +964,11 @@ fn run_inner(
     let mut gps_rounds = 0;
     // Position in `clients` of each pool index (round-0 clients: the same; newcomers may leave
     // gaps where one was dropped).
-    let mut position: std::collections::HashMap<usize, usize> =
-        clients.iter().enumerate().map(|(p, c)| (c.index, p)).collect();
+    let mut position: std::collections::HashMap<usize, usize> = clients
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect();
     let mut newcomers = Vec::new();
     let mut dropped_newcomers = Vec::new();
 

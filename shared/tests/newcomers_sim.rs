@@ -230,7 +230,10 @@ fn bad_newcomer_uploads_are_dropped_and_the_run_completes() {
     );
     // The dropped ones are never asked anything again; the good one trains in round 1.
     let t1 = Recording::in_round(&pool.trained, 1);
-    assert!(t1.contains(&8) && !t1.contains(&9) && !t1.contains(&10), "{t1:?}");
+    assert!(
+        t1.contains(&8) && !t1.contains(&9) && !t1.contains(&10),
+        "{t1:?}"
+    );
     assert!(!Recording::in_round(&pool.evaluated, 1).contains(&9));
     assert_eq!(r.clients.len(), 9);
     assert_eq!(r.newcomers[0].truth_match, Some(true));
