@@ -12,7 +12,8 @@
 //!          │          split into K = λ's k groups.  Every cluster model = θ⁰.
 //!          │          (FedAvg: one cluster of everyone; Local: one cluster per client)
 //!          ▼
-//!   ┌──────────────┐  sample max(⌊frac·N⌋, 1) clients; each trains its cluster's model for E
+//!   ┌──────────────┐  newcomers the pool hands over are placed first ([`Newcomer`]); then
+//!   │               │  sample max(⌊frac·N⌋, 1) clients; each trains its cluster's model for E
 //!   │ t. Training   │  epochs; each cluster (an LPS) averages the updates of its sampled members,
 //!   └──────┬───────┘  weighted by sample count (clusters without a sampled member keep their model)
 //!          ▼
@@ -598,7 +599,8 @@ pub struct RunResult {
     pub config: FederationConfig,
     /// Clients.
     pub clients: Vec<ClientInfo>,
-    /// Final cluster of each client.
+    /// Final cluster of each client, by position in `clients` (`clients[p].index` is the pool's
+    /// index: `p` itself unless a newcomer before it was dropped).
     pub assignment: Vec<usize>,
     /// Number of clusters.
     pub n_clusters: usize,

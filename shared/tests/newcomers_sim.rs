@@ -240,7 +240,7 @@ fn bad_newcomer_uploads_are_dropped_and_the_run_completes() {
 }
 
 #[test]
-fn fedavg_and_local_place_newcomers_without_signatures() {
+fn other_algorithms_place_or_drop_newcomers() {
     for algorithm in [Algorithm::FedAvg, Algorithm::Local] {
         let (mut pool, truth) = Recording::new(1, 1, 4);
         let mut cfg = config(algorithm, 1);
@@ -256,6 +256,25 @@ fn fedavg_and_local_place_newcomers_without_signatures() {
         // Its first evaluation happened.
         assert!(r.final_client_accuracy[3].is_finite(), "{algorithm}");
     }
+    // Random: the smallest group (3 round-0 clients in k = 2 groups of 2 and 1).
+    let (mut pool, truth) = Recording::new(1, 1, 4);
+    let mut cfg = config(Algorithm::Random, 1);
+    cfg.threshold = Threshold::Clusters(2);
+    let (r, _) = run(&mut pool, &cfg, &truth);
+    let small = usize::from(r.assignment[..3].iter().filter(|&&a| a == 0).count() == 2);
+    assert_eq!(r.newcomers[0].cluster, small, "{:?}", r.assignment);
+    // MT-HFL cannot place newcomers yet: dropped with its reason, the run completes.
+    let (mut pool, truth) = Recording::new(1, 1, 4);
+    let mut cfg = config(Algorithm::MtHfl, 1);
+    cfg.model = edgecfl_shared::model::ModelKind::Mlp;
+    cfg.threshold = Threshold::Clusters(2);
+    let (r, told) = run(&mut pool, &cfg, &truth);
+    assert_eq!(told.dropped, vec![3]);
+    assert_eq!(
+        r.dropped_newcomers[0].reason,
+        NewcomerError::Unsupported(Algorithm::MtHfl)
+    );
+    assert_eq!((r.clients.len(), r.rounds.len()), (3, 1));
     // Nothing held out is nothing handed over.
     let (mut pool, _) = Recording::new(0, 1, 4);
     assert!(pool.newcomers(1).is_empty());
