@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::mqtt::{Inbound, Link};
 use edgecfl_shared::protocol::{
-    BrokerAddr, Eigenpairs, Encoding, Envelope, Tensor, ToClient, ToCoordinator, Topics,
+    Eigenpairs, Encoding, Envelope, Tensor, ToClient, ToCoordinator, Topics,
 };
 use edgecfl_tests::*;
 use serde_json::Value;
@@ -132,25 +132,6 @@ fn assert_matches_simulate(served: &Value, flags: &[String], dir: &Path) {
     assert!(r[0][1] > r[0][5] + 0.2 && r[5][6] > r[5][8] + 0.2, "{r:?}");
 }
 
-/// A connection of the test's own to the broker.
-fn spy(port: u16, subscribe: Vec<String>) -> Link {
-    let broker = BrokerAddr {
-        host: "127.0.0.1".into(),
-        port,
-    };
-    let link = Link::start(LinkOptions {
-        broker: broker.clone(),
-        client_id: "spy".into(),
-        subscribe,
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
-    })
-    .expect("spy link");
-    link.wait_connected(&broker, Duration::from_secs(10))
-        .expect("spy connects");
-    link
-}
-
 /// Waits for the first message on the link whose command `pick` accepts.
 fn wait_for<T>(link: &Link, mut pick: impl FnMut(Envelope<ToClient>) -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -183,7 +164,7 @@ fn client_relevance_over_mosquitto_equals_simulate() {
     ]
     .map(String::from)
     .to_vec();
-    let link = spy(port, vec![topics.down("c1"), topics.broadcast()]);
+    let link = spy(port, "spy", vec![topics.down("c1"), topics.broadcast()]);
     let coordinator = serve(&dir, &net, &flags);
     let clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 4);
 

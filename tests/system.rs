@@ -8,14 +8,10 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
-use edgecfl_shared::protocol::{
-    BrokerAddr, Encoding, Envelope, Id, MAX_PAYLOAD, Tensor, ToClient, ToCoordinator, TopicKind,
-    Topics,
-};
+use edgecfl_shared::protocol::{Encoding, Envelope, MAX_PAYLOAD, Tensor, ToCoordinator, Topics};
 use edgecfl_tests::*;
 use serde_json::Value;
 
@@ -91,41 +87,6 @@ fn embedded_broker_run_recovers_groups_and_equals_simulate() {
         "{sig}"
     );
     assert_matches_simulate(&s, &flags, &dir);
-}
-
-/// A connection of the test's own to the broker.
-fn spy(port: u16, name: &str, subscribe: Vec<String>) -> Link {
-    let broker = BrokerAddr {
-        host: "127.0.0.1".into(),
-        port,
-    };
-    let link = Link::start(LinkOptions {
-        broker: broker.clone(),
-        client_id: name.into(),
-        subscribe,
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
-    })
-    .expect("spy link");
-    link.wait_connected(&broker, Duration::from_secs(10))
-        .expect("spy connects");
-    link
-}
-
-/// Waits for the first training command of round 1 seen on the clients' `down` topics; returns
-/// the run id and the client it went to.
-fn first_training_command(link: &Link, topics: &Topics) -> (Id, String) {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while let Some(ev) = link.recv_until(deadline) {
-        if let Inbound::Message { topic, payload, .. } = ev
-            && let Some((client, TopicKind::Down)) = topics.parse(&topic)
-            && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
-            && matches!(env.body, ToClient::Train(_))
-        {
-            return (env.run, client.to_string());
-        }
-    }
-    panic!("no training command within 300 s");
 }
 
 #[test]

@@ -7,7 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use edgecfl_shared::mqtt::MAX_PACKET;
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, MAX_PACKET};
+use edgecfl_shared::protocol::{BrokerAddr, Envelope, Id, ToClient, TopicKind, Topics};
 use serde_json::Value;
 
 /// The repository root.
@@ -201,7 +202,20 @@ pub fn fleet(
     n: usize,
     seed: u64,
 ) -> Vec<(Proc, PathBuf)> {
-    (0..n)
+    fleet_of(dir, broker_port, prefix, partition, 0..n, n, seed)
+}
+
+/// Starts edge clients `c{i}` holding shards `i ∈ shards` of `partition` into `of` clients.
+pub fn fleet_of(
+    dir: &Path,
+    broker_port: u16,
+    prefix: &str,
+    partition: &str,
+    shards: std::ops::Range<usize>,
+    of: usize,
+    seed: u64,
+) -> Vec<(Proc, PathBuf)> {
+    shards
         .map(|i| {
             let id = format!("c{i}");
             let log = dir.join(format!("{id}.log"));
@@ -213,7 +227,7 @@ pub fn fleet(
             ])
             .args(["--id", &id, "--prefix", prefix, "--partition", partition])
             .args(["--seed", &seed.to_string(), "--index", &i.to_string()])
-            .args(["--of", &n.to_string()])
+            .args(["--of", &of.to_string()])
             .arg("--data")
             .arg(bundled_data());
             (Proc::spawn(cmd, &id, &log), log)
@@ -252,4 +266,39 @@ pub fn accuracies(s: &Value) -> Vec<f64> {
         .iter()
         .map(|v| v.as_f64().expect("accuracy"))
         .collect()
+}
+
+/// A connection of the test's own to the broker.
+pub fn spy(port: u16, name: &str, subscribe: Vec<String>) -> Link {
+    let broker = BrokerAddr {
+        host: "127.0.0.1".into(),
+        port,
+    };
+    let link = Link::start(LinkOptions {
+        broker: broker.clone(),
+        client_id: name.into(),
+        subscribe,
+        last_will: None,
+        keep_alive: Duration::from_secs(30),
+    })
+    .expect("spy link");
+    link.wait_connected(&broker, Duration::from_secs(10))
+        .expect("spy connects");
+    link
+}
+
+/// Waits for the first training command of round 1 seen on the clients' `down` topics; returns
+/// the run id and the client it went to.
+pub fn first_training_command(link: &Link, topics: &Topics) -> (Id, String) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Some(ev) = link.recv_until(deadline) {
+        if let Inbound::Message { topic, payload, .. } = ev
+            && let Some((client, TopicKind::Down)) = topics.parse(&topic)
+            && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
+            && matches!(env.body, ToClient::Train(_))
+        {
+            return (env.run, client.to_string());
+        }
+    }
+    panic!("no training command within 300 s");
 }

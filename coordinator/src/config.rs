@@ -35,8 +35,19 @@ pub struct RunConfig {
     pub backend: Backend,
     /// Where results are written.
     pub out: PathBuf,
+    /// `simulate`: the last `newcomers` clients are held out of round 0 and join at
+    /// `join_round` (FedClust's newcomer experiment, Algorithm 2). 0: everyone is in round 0.
+    #[serde(default)]
+    pub newcomers: usize,
+    /// `simulate`: the training round (≥ 1) the held-out clients join at.
+    #[serde(default = "default_join_round")]
+    pub join_round: usize,
     /// The federation itself.
     pub federation: FederationConfig,
+}
+
+fn default_join_round() -> usize {
+    1
 }
 
 impl RunConfig {
@@ -60,6 +71,20 @@ impl RunConfig {
     /// Checks every field; the error names the bad one.
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.clients >= 1, "clients must be ≥ 1");
+        if self.newcomers > 0 {
+            anyhow::ensure!(
+                self.newcomers + 2 <= self.clients,
+                "newcomers ({}) must leave at least 2 of the {} clients for round 0",
+                self.newcomers,
+                self.clients
+            );
+            anyhow::ensure!(
+                (1..=self.federation.rounds).contains(&self.join_round),
+                "join-round must be between 1 and rounds ({}), got {}",
+                self.federation.rounds,
+                self.join_round
+            );
+        }
         self.backend.check_compiled()?;
         self.federation.validate()?;
         Ok(())
@@ -139,6 +164,13 @@ pub struct RunFlags {
     /// MT-HFL: encoding of the uploaded eigenpairs: f32 | f16
     #[arg(long)]
     pub signature_encoding: Option<Encoding>,
+    /// `simulate`: hold the last N clients out of round 0; they join at `--join-round` as
+    /// newcomers (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid).
+    #[arg(long)]
+    pub newcomers: Option<usize>,
+    /// `simulate`: the training round the newcomers join at (default 1).
+    #[arg(long)]
+    pub join_round: Option<usize>,
     /// Master seed (partition, initial model, sampling, local shuffles).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -202,6 +234,8 @@ impl RunFlags {
         set!(seed => f.seed);
         set!(partition => c.partition);
         set!(clients => c.clients);
+        set!(newcomers => c.newcomers);
+        set!(join_round => c.join_round);
         set!(backend => c.backend);
         set!(out => c.out);
         if self.data.is_some() {
@@ -240,6 +274,34 @@ mod tests {
         };
         let err = format!("{:#}", bad.resolve().unwrap_err());
         assert!(err.contains("frac"), "{err}");
+    }
+
+    #[test]
+    fn newcomer_flags_and_keys() {
+        let flags = RunFlags {
+            clients: Some(10),
+            rounds: Some(3),
+            newcomers: Some(2),
+            join_round: Some(2),
+            ..Default::default()
+        };
+        let c = flags.resolve().unwrap();
+        assert_eq!((c.newcomers, c.join_round), (2, 2));
+        let text = DEFAULT_CONFIG.replace("# newcomers = 0", "newcomers = 3");
+        let c = RunConfig::parse(&text, "t").unwrap();
+        assert_eq!((c.newcomers, c.join_round), (3, 1));
+        for (n, join) in [(9, 1), (2, 0), (2, 4)] {
+            let bad = RunFlags {
+                newcomers: Some(n),
+                join_round: Some(join),
+                ..flags.clone()
+            };
+            let err = format!("{:#}", bad.resolve().unwrap_err());
+            assert!(
+                err.contains("newcomers") || err.contains("join-round"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

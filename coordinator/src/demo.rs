@@ -198,10 +198,12 @@ fn print_clusters(served: &Served) {
     for c in 0..r.n_clusters {
         let members: Vec<String> = (0..r.assignment.len())
             .filter(|&i| r.assignment[i] == c)
-            .map(|i| match truth {
-                Some(t) => format!("{} (group {})", r.clients[i].id, t[i]),
-                None => r.clients[i].id.clone(),
-            })
+            .map(
+                |i| match truth.as_ref().and_then(|t| t.get(r.clients[i].index)) {
+                    Some(g) => format!("{} (group {g})", r.clients[i].id),
+                    None => r.clients[i].id.clone(),
+                },
+            )
             .collect();
         println!("  cluster {c}: {}", members.join(", "));
     }

@@ -5,7 +5,9 @@ use std::path::Path;
 
 use anyhow::Context;
 use edgecfl_shared::fedclust::Clustering;
-use edgecfl_shared::federation::{Algorithm, Observer, RoundRecord, RunResult};
+use edgecfl_shared::federation::{
+    Algorithm, DroppedNewcomer, Newcomer, Observer, RoundRecord, RunResult,
+};
 use edgecfl_shared::mthfl::Relevance;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
@@ -63,12 +65,50 @@ pub fn summary(
         "common_layers": result.common_layers,
         "common_floats_per_lps": f.hierarchical().then_some(result.common_len),
         "gps_rounds": result.gps_rounds,
+        "newcomers": newcomers_json(result),
+        "dropped_newcomers": dropped_json(result),
         "config": cfg,
     });
     if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut v) {
         map.extend(extra);
     }
     v
+}
+
+/// The clients placed after round 0: client index and id, join round, cluster, distance to the
+/// centroid (FedClust), and whether the cluster is its ground-truth group's (when known).
+pub fn newcomers_json(result: &RunResult) -> Value {
+    result
+        .newcomers
+        .iter()
+        .map(|n| {
+            json!({
+                "client": n.client.index,
+                "id": n.client.id,
+                "round": n.round,
+                "cluster": n.cluster,
+                "distance": n.distance,
+                "truth_match": n.truth_match,
+            })
+        })
+        .collect()
+}
+
+/// The clients turned away after round 0, with the reason.
+fn dropped_json(result: &RunResult) -> Value {
+    result
+        .dropped_newcomers
+        .iter()
+        .map(|d| {
+            json!({
+                "client": d.client.index,
+                "id": d.client.id,
+                "round": d.round,
+                "reason": d.reason.to_string(),
+                "kind": d.reason,
+            })
+        })
+        .collect()
 }
 
 /// The per-round CSV: round, sampled, received, train loss, mean accuracy, per-cluster accuracy.
@@ -145,6 +185,7 @@ pub fn clusters_json(result: &RunResult) -> Value {
         "members": members,
         "client_ids": result.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         "ari": result.ari,
+        "newcomers": newcomers_json(result),
         "clustering": result.clustering,
     })
 }
@@ -197,6 +238,15 @@ impl Progress {
         Progress { bar }
     }
 
+    /// Prints a line above the bar (on stderr when the bar is hidden).
+    fn line(&self, line: &str) {
+        if self.bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.bar.println(line);
+        }
+    }
+
     /// Finishes the bar.
     pub fn finish(&self) {
         self.bar.finish();
@@ -210,11 +260,24 @@ impl Observer for Progress {
             "round 0: {} clusters (linkage {}, cut at {:.4}), ARI vs truth {ari}",
             c.n_clusters, c.linkage, c.threshold
         );
-        if self.bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            self.bar.println(line);
-        }
+        self.line(&line);
+    }
+
+    fn newcomer(&mut self, n: &Newcomer) {
+        let distance = n
+            .distance
+            .map_or(String::new(), |d| format!(" (distance {d:.4})"));
+        self.line(&format!(
+            "round {}: newcomer {} joins cluster {}{distance}",
+            n.round, n.client.id, n.cluster
+        ));
+    }
+
+    fn newcomer_dropped(&mut self, d: &DroppedNewcomer) {
+        self.line(&format!(
+            "warn: round {}: newcomer {} dropped: {}",
+            d.round, d.client.id, d.reason
+        ));
     }
 
     fn round(&mut self, r: &RoundRecord, _of: usize) {

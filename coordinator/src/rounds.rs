@@ -18,6 +18,11 @@
 //! ([`Expect::Eigenpairs`]), then, with relevance on the clients, the rows against the relay
 //! ([`Expect::RelevanceRow`]); an answer of one is `Unexpected` in the other.
 //!
+//! A client that says `Hello` after round 0 is planned is queued as a newcomer (FedClust
+//! Algorithm 2) and handed to the round loop at the start of the next training round; its
+//! round-0 signature is then one more `Clustering` exchange (round 0's job, for it alone)
+//! before that round's `Training`.
+//!
 //! An awaiting phase ([`Awaiting`]) holds the clients it asked. It ends when each of them has
 //! answered, failed, or dropped out (its last will arrived), or when the phase timeout fires; the
 //! round loop then goes on with the answers it has. Everything else that arrives is a
@@ -104,7 +109,8 @@ pub enum Rejection {
     BadValue,
     /// The client reported that it could not do the job.
     ClientFailed,
-    /// A client announced itself after the clients were fixed.
+    /// A client announced itself after the clients were fixed, where the clients cannot grow (an
+    /// LPS's cluster; `serve` queues it as a newcomer instead).
     LateJoiner,
 }
 

@@ -158,6 +158,11 @@ pub struct MqttPool {
     pub wire: WireStats,
     /// Phases that ended by their timeout.
     pub timeouts: u64,
+    /// Whether a client that says `Hello` after the clients were fixed is queued as a newcomer
+    /// (`serve`) or rejected as [`Rejection::LateJoiner`] (an LPS's fixed cluster).
+    accept_newcomers: bool,
+    /// Newcomers heard since the last [`ClientPool::newcomers`], in arrival order.
+    queued: Vec<(Id, Hello)>,
 }
 
 fn warn(msg: impl std::fmt::Display) {
@@ -244,7 +249,9 @@ impl MqttPool {
         if members.iter().all(|m| m.hello.shard.is_some()) {
             members.sort_by_key(|m| m.hello.shard.as_ref().map(|s| s.index));
         }
-        Ok(Self::of_members(link, topics, run, net, members, tally))
+        let mut pool = Self::of_members(link, topics, run, net, members, tally);
+        pool.accept_newcomers = true;
+        Ok(pool)
     }
 
     fn of_members(
@@ -271,6 +278,8 @@ impl MqttPool {
             tally,
             wire: WireStats::default(),
             timeouts: 0,
+            accept_newcomers: false,
+            queued: Vec::new(),
         }
     }
 
@@ -518,21 +527,37 @@ impl MqttPool {
                 ),
                 Err(e) => reject(&mut self.tally, e.into()),
             },
-            (TopicKind::Status, None) => {
-                if let Ok(Envelope {
+            (TopicKind::Status, None) => match msg {
+                Ok(Envelope {
+                    body: ToCoordinator::Hello(hello),
+                    ..
+                }) if self.accept_newcomers => match protocol::id(id) {
+                    Ok(new) => {
+                        if let Some(q) = self.queued.iter_mut().find(|q| q.0 == new) {
+                            q.1 = hello;
+                        } else {
+                            eprintln!("{phase}: newcomer {id} queued; it joins at the next round");
+                            self.queued.push((new, hello));
+                        }
+                    }
+                    Err(e) => reject(&mut self.tally, e.into()),
+                },
+                Ok(Envelope {
                     body: ToCoordinator::Hello(_),
                     ..
-                }) = msg
-                {
-                    reject(
-                        &mut self.tally,
-                        Rejected {
-                            reason: Rejection::LateJoiner,
-                            detail: "joined after round 0 was planned".into(),
-                        },
-                    );
-                }
-            }
+                }) => reject(
+                    &mut self.tally,
+                    Rejected {
+                        reason: Rejection::LateJoiner,
+                        detail: "joined after round 0 was planned".into(),
+                    },
+                ),
+                Ok(Envelope {
+                    body: ToCoordinator::Gone,
+                    ..
+                }) => self.queued.retain(|q| q.0.as_str() != id),
+                _ => {}
+            },
             (TopicKind::Up, None) => reject(
                 &mut self.tally,
                 Rejected {
@@ -601,6 +626,28 @@ impl ClientPool for MqttPool {
                 samples: m.hello.samples,
             })
             .collect()
+    }
+
+    /// The clients that said `Hello` after the clients were fixed, heard during the phases
+    /// since the last call: each becomes a member with the next index. Its round-0 signature is
+    /// then asked in a [`Phase::Clustering`] exchange (round 0's job, for it alone).
+    fn newcomers(&mut self, _round: usize) -> Vec<ClientInfo> {
+        let mut out = Vec::new();
+        for (id, hello) in std::mem::take(&mut self.queued) {
+            let index = self.members.len();
+            out.push(ClientInfo {
+                index,
+                id: id.to_string(),
+                samples: hello.samples,
+            });
+            self.index.insert(id.to_string(), index);
+            self.members.push(Member {
+                id,
+                hello,
+                alive: true,
+            });
+        }
+        out
     }
 
     fn signatures(
@@ -889,6 +936,11 @@ pub fn run(
         observer.unwrap_or(&mut progress),
     )?;
     progress.finish();
+    // Newcomers' shards tell their ground-truth groups too.
+    let truth = pool.truth().or(truth);
+    if let Some(t) = &truth {
+        result.score_newcomers(t);
+    }
     let mut extra = json!({
         "run_id": run.as_str(),
         "broker": broker.to_string(),

@@ -27,6 +27,7 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
     )
     .with_context(|| format!("partition {}", cfg.partition))?;
     let mut pool = SimPool::new(&data, &part, cfg.backend)?;
+    pool.hold_out(cfg.newcomers, cfg.join_round)?;
     eprintln!(
         "{}: {} clients, partition {}, model {}, {} rounds",
         cfg.federation.algorithm,
@@ -35,6 +36,14 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
         cfg.federation.model,
         cfg.federation.rounds
     );
+    if cfg.newcomers > 0 {
+        eprintln!(
+            "newcomers: clients {}..{} join at round {}",
+            cfg.clients - cfg.newcomers,
+            cfg.clients,
+            cfg.join_round
+        );
+    }
     let mut progress = Progress::new(cfg.federation.rounds);
     let ctx = RunContext {
         backend: cfg.backend,

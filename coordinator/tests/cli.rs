@@ -82,8 +82,24 @@ fn simulate_writes_summary_csv_clusters_and_plots() {
 
 #[test]
 fn bad_flags_and_missing_data_fail_cleanly() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["simulate", "--frac", "1.5"], "frac"),
+        (
+            &["simulate", "--clients", "4", "--newcomers", "3"],
+            "newcomers",
+        ),
+        (
+            &[
+                "simulate",
+                "--newcomers",
+                "2",
+                "--rounds",
+                "2",
+                "--join-round",
+                "3",
+            ],
+            "join-round",
+        ),
         (&["simulate", "--partition", "label:0"], "label"),
         (&["simulate", "--lambda=-3"], "threshold"),
         (

@@ -193,6 +193,20 @@ pub fn centroids(signatures: &[Vec<f32>], assignment: &[usize], k: usize) -> Vec
 /// FedClust Algorithm 2: the cluster whose centroid is nearest (Euclidean) to `signature`.
 /// Ties go to the lower cluster index.
 pub fn assign_newcomer(signature: &[f32], centroids: &[Vec<f32>]) -> Result<usize, FedClustError> {
+    nearest_centroid(signature, centroids).map(|(c, _)| c)
+}
+
+/// [`assign_newcomer`] with the Euclidean distance to the chosen centroid (eq. 4's minimum).
+///
+/// # Errors
+///
+/// [`FedClustError::WrongDimension`] when the signature's length is not the centroids',
+/// [`FedClustError::Distance`] for a NaN or infinite value, [`FedClustError::Empty`] without
+/// centroids.
+pub fn nearest_centroid(
+    signature: &[f32],
+    centroids: &[Vec<f32>],
+) -> Result<(usize, f64), FedClustError> {
     let mut best: Option<(usize, f64)> = None;
     for (c, centroid) in centroids.iter().enumerate() {
         if centroid.len() != signature.len() {
@@ -216,7 +230,7 @@ pub fn assign_newcomer(signature: &[f32], centroids: &[Vec<f32>]) -> Result<usiz
             best = Some((c, d));
         }
     }
-    best.map(|(c, _)| c).ok_or(FedClustError::Empty)
+    best.map(|(c, d)| (c, d.sqrt())).ok_or(FedClustError::Empty)
 }
 
 #[cfg(test)]
@@ -270,5 +284,12 @@ mod tests {
         assert_eq!(assign_newcomer(&[1.5, 2.0], &centroids).unwrap(), 0);
         assert!(assign_newcomer(&[1.0], &centroids).is_err());
         assert!(assign_newcomer(&[f32::NAN, 0.0], &centroids).is_err());
+        let (c, d) = nearest_centroid(&[3.0, 0.0], &centroids).unwrap();
+        assert_eq!(c, 0);
+        assert!((d - 3.0).abs() < 1e-12);
+        assert!(matches!(
+            nearest_centroid(&[0.0, 0.0], &[]),
+            Err(FedClustError::Empty)
+        ));
     }
 }

@@ -12,7 +12,8 @@
 //!          │          split into K = λ's k groups.  Every cluster model = θ⁰.
 //!          │          (FedAvg: one cluster of everyone; Local: one cluster per client)
 //!          ▼
-//!   ┌──────────────┐  sample max(⌊frac·N⌋, 1) clients; each trains its cluster's model for E
+//!   ┌──────────────┐  newcomers the pool hands over are placed first ([`Newcomer`]); then
+//!   │               │  sample max(⌊frac·N⌋, 1) clients; each trains its cluster's model for E
 //!   │ t. Training   │  epochs; each cluster (an LPS) averages the updates of its sampled members,
 //!   └──────┬───────┘  weighted by sample count (clusters without a sampled member keep their model)
 //!          ▼
@@ -41,7 +42,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{AggregateError, fedavg};
-use crate::cluster::distance::CondensedMatrix;
+use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::Linkage;
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::data::partition::Partition;
@@ -386,6 +387,16 @@ pub trait ClientPool {
         cfg: &FederationConfig,
     ) -> Result<Vec<(usize, Signature)>, FederationError>;
 
+    /// Clients that joined after round 0 and are waiting to be placed (FedClust Algorithm 2),
+    /// asked at the start of every training round `round`. Each returned client's `index` is
+    /// the one the pool knows it by in later calls, and must not be one of the run's clients
+    /// yet; the loop then asks [`Self::signatures`] of it with round 0's initial model and
+    /// warm-up, and places it (see [`Newcomer`]). A client is handed over once. The default has
+    /// no newcomers.
+    fn newcomers(&mut self, _round: usize) -> Vec<ClientInfo> {
+        Vec::new()
+    }
+
     /// MT-HFL round 0, step 2, the paper's way: every client in `clients` receives `all`
     /// (`all[j]` = client `j`'s signature) and returns its relevance row `r(i, ·)` (eq. 2-4,
     /// [`mthfl::client_row`] with `cfg.estimate`), computed with its exact Gram matrix.
@@ -460,6 +471,93 @@ pub trait Observer {
     fn clustered(&mut self, _clustering: &Clustering, _ari: Option<f64>) {}
     /// A round is done.
     fn round(&mut self, _record: &RoundRecord, _of: usize) {}
+    /// A client that joined after round 0 was placed in a cluster.
+    fn newcomer(&mut self, _newcomer: &Newcomer) {}
+    /// A client that joined after round 0 was turned away (the run goes on without it).
+    fn newcomer_dropped(&mut self, _dropped: &DroppedNewcomer) {}
+}
+
+/// A client that joined after round 0 and was placed in a cluster, from whose training round on
+/// it is sampled and evaluated like the round-0 clients.
+///
+/// FedClust (Algorithm 2): it trains θ⁰ with round 0's warm-up (seed
+/// [`client_seed`]`(seed, 0, index)`, as if it had been there), uploads the same layers, and joins
+/// the cluster whose centroid of round-0 uploads is nearest ([`fedclust::nearest_centroid`]); the
+/// centroids stay those of round 0, so the order newcomers come in does not matter. FedAvg: the
+/// one cluster. Local: a cluster (model θ⁰) of its own. Random: the smallest group (ties: the
+/// lower index). MT-HFL is not supported yet (its relevance needs every round-0 signature): the
+/// newcomer is dropped with [`NewcomerError::Unsupported`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Newcomer {
+    /// The client (its `index` is the pool's).
+    pub client: ClientInfo,
+    /// The training round it joined at (first round it can be sampled in).
+    pub round: usize,
+    /// Its cluster.
+    pub cluster: usize,
+    /// FedClust: Euclidean distance of its upload to the cluster's centroid.
+    pub distance: Option<f64>,
+    /// Whether its ground-truth group is the most common group of the cluster's round-0 members
+    /// (when the truth covers it; see [`RunResult::score_newcomers`]).
+    pub truth_match: Option<bool>,
+}
+
+/// Why a newcomer was turned away.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum NewcomerError {
+    /// Its round-0 upload did not come back (it dropped out, failed, or timed out).
+    #[error("no round-0 signature came back")]
+    NoSignature,
+    /// Its upload has the wrong number of floats.
+    #[error("signature has {got} floats, the clusters' centroids have {expected}")]
+    WrongLength {
+        /// Centroid length.
+        expected: usize,
+        /// Received length.
+        got: usize,
+    },
+    /// Its upload holds a NaN or infinite value.
+    #[error("signature value {index} is not finite")]
+    NotFinite {
+        /// Position of the first bad value.
+        index: usize,
+    },
+    /// Another failure of the assignment.
+    #[error("assignment: {0}")]
+    Assignment(String),
+    /// The pool handed over an index the run already has.
+    #[error("client index {0} is already in the run")]
+    DuplicateIndex(usize),
+    /// The algorithm cannot place newcomers.
+    #[error("{0} cannot place newcomers")]
+    Unsupported(Algorithm),
+}
+
+impl From<FedClustError> for NewcomerError {
+    fn from(e: FedClustError) -> Self {
+        match e {
+            FedClustError::WrongDimension { expected, got } => {
+                NewcomerError::WrongLength { expected, got }
+            }
+            FedClustError::Distance(DistanceError::NotFinite { col, .. }) => {
+                NewcomerError::NotFinite { index: col }
+            }
+            e => NewcomerError::Assignment(e.to_string()),
+        }
+    }
+}
+
+/// A newcomer that was turned away, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DroppedNewcomer {
+    /// The client.
+    pub client: ClientInfo,
+    /// The training round it tried to join at.
+    pub round: usize,
+    /// Why.
+    pub reason: NewcomerError,
 }
 
 /// An observer that ignores everything.
@@ -501,7 +599,8 @@ pub struct RunResult {
     pub config: FederationConfig,
     /// Clients.
     pub clients: Vec<ClientInfo>,
-    /// Final cluster of each client.
+    /// Final cluster of each client, by position in `clients` (`clients[p].index` is the pool's
+    /// index: `p` itself unless a newcomer before it was dropped).
     pub assignment: Vec<usize>,
     /// Number of clusters.
     pub n_clusters: usize,
@@ -532,6 +631,11 @@ pub struct RunResult {
     /// The cluster models at the end.
     #[serde(skip)]
     pub models: Vec<Params>,
+    /// Clients that joined after round 0 and were placed (they follow the round-0 clients in
+    /// `clients`, `assignment` and `final_client_accuracy`, in the order they joined).
+    pub newcomers: Vec<Newcomer>,
+    /// Clients that joined after round 0 and were turned away.
+    pub dropped_newcomers: Vec<DroppedNewcomer>,
     /// Wall-clock seconds of the whole run.
     pub wall_seconds: f64,
 }
@@ -544,6 +648,34 @@ impl RunResult {
             .filter_map(|r| r.task_accuracy.as_ref().map(Vec::len))
             .max()
             .unwrap_or(0)
+    }
+
+    /// Sets each newcomer's [`Newcomer::truth_match`]: `truth[i]` is the ground-truth group of
+    /// the client the pool knows as `i`. A newcomer matches when its group is the most common
+    /// group among the round-0 members of its cluster (ties: the lower group); `None` where the
+    /// truth does not cover it or its cluster has no round-0 member.
+    pub fn score_newcomers(&mut self, truth: &[usize]) {
+        let round_zero = self.clients.len() - self.newcomers.len();
+        for n in &mut self.newcomers {
+            let mut counts = std::collections::BTreeMap::new();
+            for (i, c) in self.clients[..round_zero].iter().enumerate() {
+                if self.assignment[i] == n.cluster
+                    && let Some(&g) = truth.get(c.index)
+                {
+                    *counts.entry(g).or_insert(0usize) += 1;
+                }
+            }
+            // max_by_key keeps the last maximum; iterate descending for the lower group.
+            let majority = counts
+                .iter()
+                .rev()
+                .max_by_key(|&(_, k)| *k)
+                .map(|(&g, _)| g);
+            n.truth_match = match (truth.get(n.client.index), majority) {
+                (Some(&g), Some(m)) => Some(g == m),
+                _ => None,
+            };
+        }
     }
 
     /// Mean local test accuracy after the last round.
@@ -662,16 +794,22 @@ fn mthfl_round_zero(
 }
 
 /// Per-task accuracy of one evaluation (see [`RoundRecord::task_accuracy`]).
-fn task_accuracy(last_eval: &[Option<EvalReport>], ctx: &RunContext) -> Option<Vec<f64>> {
+fn task_accuracy(
+    last_eval: &[Option<EvalReport>],
+    clients: &[ClientInfo],
+    ctx: &RunContext,
+) -> Option<Vec<f64>> {
     let truth = ctx.truth.as_ref()?;
-    if truth.len() != last_eval.len() {
+    if clients.len() != last_eval.len() {
         return None;
     }
     let tasks = truth.iter().max().map_or(0, |m| m + 1);
     let mut sum = vec![(0.0, 0usize); tasks];
     for (i, e) in last_eval.iter().enumerate() {
-        let Some(e) = e else { continue };
-        let t = truth[i];
+        // `truth` is by pool index; a newcomer it does not cover has no task.
+        let (Some(e), Some(&t)) = (e, truth.get(clients[i].index)) else {
+            continue;
+        };
         let report = match ctx.task_labels.as_ref().and_then(|l| l.get(t)) {
             Some(labels) => e.restrict(labels),
             None => *e,
@@ -740,7 +878,7 @@ fn run_inner(
 ) -> Result<RunResult, FederationError> {
     cfg.validate()?;
     let start = Instant::now();
-    let clients = pool.clients();
+    let mut clients = pool.clients();
     let n = clients.len();
     if n == 0 {
         return Err(FederationError::NoClients);
@@ -792,20 +930,23 @@ fn run_inner(
         }
     };
     let RoundZero {
-        assignment,
+        mut assignment,
         clustering,
         distances,
         relevance,
         signature_len,
         signature_bytes,
     } = zero;
-    let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
+    let mut n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
     let clusters_found = matches!(
         cfg.algorithm,
         Algorithm::FedClust | Algorithm::MtHfl | Algorithm::Random
     );
     let ari = match &ctx.truth {
-        Some(t) if clusters_found && t.len() == n => Some(adjusted_rand_index(&assignment, t)),
+        // The truth may cover clients that join later too (pool indices n..).
+        Some(t) if clusters_found && t.len() >= n => {
+            Some(adjusted_rand_index(&assignment, &t[..n]))
+        }
         _ => None,
     };
     if let Some(c) = &clustering {
@@ -817,29 +958,77 @@ fn run_inner(
         cluster_samples[assignment[i]] += c.samples;
     }
 
-    let mut models = vec![initial; n_clusters];
+    let mut models = vec![initial.clone(); n_clusters];
     let mut last_eval: Vec<Option<EvalReport>> = vec![None; n];
     let mut stale = vec![true; n_clusters];
-    let per_round = ((cfg.frac * n as f64) as usize).clamp(1, n);
     let mut rounds = Vec::with_capacity(cfg.rounds);
     let mut final_client_accuracy = Vec::new();
     let mut gps_rounds = 0;
+    // Position in `clients` of each pool index (round-0 clients: the same; newcomers may leave
+    // gaps where one was dropped).
+    let mut position: std::collections::HashMap<usize, usize> = clients
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect();
+    let mut newcomers = Vec::new();
+    let mut dropped_newcomers = Vec::new();
 
     for round in 1..=cfg.rounds {
         let t0 = Instant::now();
+        let offered = pool.newcomers(round);
+        if !offered.is_empty() {
+            let placed = place_newcomers(
+                cfg,
+                pool,
+                round,
+                offered,
+                &initial,
+                clustering.as_ref(),
+                &assignment,
+                &position,
+            )?;
+            for d in placed.dropped {
+                observer.newcomer_dropped(&d);
+                dropped_newcomers.push(d);
+            }
+            for nc in placed.placed {
+                if nc.cluster == n_clusters {
+                    // Local: a model of its own.
+                    n_clusters += 1;
+                    models.push(initial.clone());
+                    stale.push(true);
+                    cluster_samples.push(0);
+                }
+                cluster_samples[nc.cluster] += nc.client.samples;
+                position.insert(nc.client.index, clients.len());
+                clients.push(nc.client.clone());
+                assignment.push(nc.cluster);
+                last_eval.push(None);
+                observer.newcomer(&nc);
+                newcomers.push(nc);
+            }
+        }
+        let n = clients.len();
+        let per_round = ((cfg.frac * n as f64) as usize).clamp(1, n);
         let mut rng = ChaCha8Rng::seed_from_u64(client_seed(cfg.seed, round, usize::MAX));
         let mut chosen: Vec<usize> = sample(&mut rng, n, per_round).into_vec();
         chosen.sort_unstable();
         let jobs: Vec<(usize, &Params)> = chosen
             .iter()
-            .map(|&i| (i, &models[assignment[i]]))
+            .map(|&p| (clients[p].index, &models[assignment[p]]))
             .collect();
         let mut updates = pool.train(round, &jobs, cfg)?;
         // Only answers to this round's jobs, of the right model, count (the pool should already
-        // ensure it; this keeps a faulty pool from corrupting a cluster).
+        // ensure it; this keeps a faulty pool from corrupting a cluster). From here on
+        // `u.client` is the position in `clients`.
         let expected_len = models[0].values.len();
-        updates.retain(|u| {
-            chosen.binary_search(&u.client).is_ok()
+        updates.retain_mut(|u| {
+            let Some(&p) = position.get(&u.client) else {
+                return false;
+            };
+            u.client = p;
+            chosen.binary_search(&p).is_ok()
                 && u.params.model == cfg.model
                 && u.params.values.len() == expected_len
                 && u.samples > 0
@@ -887,10 +1076,12 @@ fn run_inner(
         let (accuracy, cluster_accuracy, task_acc) = if evaluate_now {
             let jobs: Vec<(usize, &Params)> = (0..n)
                 .filter(|&i| stale[assignment[i]] || last_eval[i].is_none())
-                .map(|i| (i, &models[assignment[i]]))
+                .map(|i| (clients[i].index, &models[assignment[i]]))
                 .collect();
-            for (i, rep) in pool.evaluate(round, &jobs)? {
-                last_eval[i] = Some(rep);
+            for (c, rep) in pool.evaluate(round, &jobs)? {
+                if let Some(&p) = position.get(&c) {
+                    last_eval[p] = Some(rep);
+                }
             }
             stale.iter_mut().for_each(|s| *s = false);
             // Means over the clients with an evaluation (on a fleet, a client that never
@@ -918,7 +1109,7 @@ fn run_inner(
                         .map(|(s, k)| s / k.max(1) as f64)
                         .collect(),
                 ),
-                task_accuracy(&last_eval, ctx),
+                task_accuracy(&last_eval, &clients, ctx),
             )
         } else {
             (None, None, None)
@@ -943,7 +1134,7 @@ fn run_inner(
         rounds.push(record);
     }
 
-    Ok(RunResult {
+    let mut result = RunResult {
         config: cfg.clone(),
         clients,
         assignment,
@@ -960,8 +1151,116 @@ fn run_inner(
         rounds,
         final_client_accuracy,
         models,
+        newcomers,
+        dropped_newcomers,
         wall_seconds: start.elapsed().as_secs_f64(),
-    })
+    };
+    if let Some(truth) = &ctx.truth {
+        result.score_newcomers(truth);
+    }
+    Ok(result)
+}
+
+/// The outcome of [`place_newcomers`].
+struct Placement {
+    placed: Vec<Newcomer>,
+    dropped: Vec<DroppedNewcomer>,
+}
+
+/// Places the clients `offered` at the start of training round `round` (see [`Newcomer`]).
+/// Only a pool failure is an error; a bad newcomer is dropped with its reason.
+#[allow(clippy::too_many_arguments)]
+fn place_newcomers(
+    cfg: &FederationConfig,
+    pool: &mut dyn ClientPool,
+    round: usize,
+    offered: Vec<ClientInfo>,
+    initial: &Params,
+    clustering: Option<&Clustering>,
+    assignment: &[usize],
+    position: &std::collections::HashMap<usize, usize>,
+) -> Result<Placement, FederationError> {
+    let mut out = Placement {
+        placed: Vec::new(),
+        dropped: Vec::new(),
+    };
+    let mut fresh: Vec<ClientInfo> = Vec::new();
+    for c in offered {
+        if position.contains_key(&c.index) || fresh.iter().any(|f| f.index == c.index) {
+            out.dropped.push(DroppedNewcomer {
+                reason: NewcomerError::DuplicateIndex(c.index),
+                client: c,
+                round,
+            });
+        } else {
+            fresh.push(c);
+        }
+    }
+    if fresh.is_empty() {
+        return Ok(out);
+    }
+    let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
+    let mut sizes = vec![0usize; n_clusters];
+    for &a in assignment {
+        sizes[a] += 1;
+    }
+    // FedClust: round 0's upload, with round 0's model, warm-up and seeds.
+    let mut signatures = std::collections::HashMap::new();
+    if cfg.algorithm == Algorithm::FedClust {
+        let asked: Vec<usize> = fresh.iter().map(|c| c.index).collect();
+        signatures = pool
+            .signatures(&asked, initial, &cfg.signature_layers, cfg)?
+            .into_iter()
+            .filter(|(i, _)| asked.contains(i))
+            .collect();
+    }
+    for client in fresh {
+        let placed: Result<(usize, Option<f64>), NewcomerError> = match cfg.algorithm {
+            Algorithm::FedClust => match (signatures.remove(&client.index), clustering) {
+                (None, _) => Err(NewcomerError::NoSignature),
+                (Some(_), None) => Err(NewcomerError::Assignment("no clustering".into())),
+                (Some(sig), Some(c)) => fedclust::nearest_centroid(&sig, &c.centroids)
+                    .map(|(k, d)| (k, Some(d)))
+                    .map_err(NewcomerError::from),
+            },
+            Algorithm::FedAvg => Ok((0, None)),
+            Algorithm::Local => {
+                // A new cluster per newcomer, numbered after those placed before it.
+                let local = n_clusters
+                    + out
+                        .placed
+                        .iter()
+                        .filter(|p| p.cluster >= n_clusters)
+                        .count();
+                Ok((local, None))
+            }
+            Algorithm::Random => {
+                let smallest = (0..sizes.len()).min_by_key(|&k| (sizes[k], k)).unwrap_or(0);
+                Ok((smallest, None))
+            }
+            Algorithm::MtHfl => Err(NewcomerError::Unsupported(Algorithm::MtHfl)),
+        };
+        match placed {
+            Ok((cluster, distance)) => {
+                if let Some(s) = sizes.get_mut(cluster) {
+                    *s += 1;
+                }
+                out.placed.push(Newcomer {
+                    client,
+                    round,
+                    cluster,
+                    distance,
+                    truth_match: None,
+                });
+            }
+            Err(reason) => out.dropped.push(DroppedNewcomer {
+                client,
+                round,
+                reason,
+            }),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -1016,13 +1315,20 @@ mod tests {
         let mut b = EvalReport::default();
         b.correct_per_label[1] = 1;
         b.total_per_label[1] = 2;
+        let clients: Vec<ClientInfo> = (0..3)
+            .map(|index| ClientInfo {
+                index,
+                id: format!("c{index}"),
+                samples: 1,
+            })
+            .collect();
         let ctx = RunContext {
             truth: Some(vec![0, 1, 1]),
             task_labels: Some(vec![vec![0], vec![1]]),
             backend: Backend::Flex,
         };
         assert_eq!(
-            task_accuracy(&[Some(a), Some(b), None], &ctx),
+            task_accuracy(&[Some(a), Some(b), None], &clients, &ctx),
             Some(vec![0.75, 0.5])
         );
     }

@@ -70,6 +70,8 @@ pub struct SimPool {
     /// MT-HFL: each client's own signature, exact (before upload rounding), kept from
     /// [`ClientPool::gram_signatures`] for its relevance row.
     own_signatures: Vec<Option<Signature>>,
+    /// Clients held out of round 0 (the last ones) and the training round they join at.
+    held: Option<(usize, usize)>,
 }
 
 impl SimPool {
@@ -107,7 +109,28 @@ impl SimPool {
             test_set: data.test.clone(),
             device,
             own_signatures: vec![None; partition.clients.len()],
+            held: None,
         })
+    }
+
+    /// FedClust's newcomer experiment: the last `n` clients are not in round 0
+    /// ([`ClientPool::clients`] leaves them out) and are handed over as newcomers at the start
+    /// of training round `join_round` ([`ClientPool::newcomers`]), keeping their indices.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Config`] unless at least two clients stay for round 0 and
+    /// `join_round ≥ 1`.
+    pub fn hold_out(&mut self, n: usize, join_round: usize) -> Result<(), FederationError> {
+        let total = self.infos.len();
+        if n > 0 && (n + 2 > total || join_round == 0) {
+            return Err(FederationError::Config(format!(
+                "{n} newcomers of {total} clients joining at round {join_round}: at least 2 \
+                 clients must stay for round 0 and the join round must be ≥ 1"
+            )));
+        }
+        self.held = (n > 0).then_some((n, join_round));
+        Ok(())
     }
 
     fn test_data(&mut self, rotation: u8, label: u8) -> &LocalData {
@@ -140,7 +163,18 @@ impl SimPool {
 
 impl ClientPool for SimPool {
     fn clients(&self) -> Vec<ClientInfo> {
-        self.infos.clone()
+        let held = self.held.map_or(0, |(n, _)| n);
+        self.infos[..self.infos.len() - held].to_vec()
+    }
+
+    fn newcomers(&mut self, round: usize) -> Vec<ClientInfo> {
+        match self.held {
+            Some((n, join)) if round >= join => {
+                self.held = None;
+                self.infos[self.infos.len() - n..].to_vec()
+            }
+            _ => Vec::new(),
+        }
     }
 
     fn signatures(

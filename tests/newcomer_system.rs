@@ -1,0 +1,98 @@
+//! FedClust's newcomers over a real broker: `coordinator serve` with its embedded broker and 9
+//! edge-client processes; a 10th edge client is started only once round 1's training began
+//! (round 0 is over). It is queued, not rejected, placed at the next round by the nearest
+//! round-0 centroid into the cluster of its label group, evaluated, and told to finish; and the
+//! run equals `coordinator simulate --newcomers 1 --join-round R` with the same seed.
+
+use std::process::Command;
+use std::time::Duration;
+
+use edgecfl_shared::protocol::Topics;
+use edgecfl_tests::*;
+
+const PARTITION: &str = "groups:012-34-56-789";
+/// Shards of the partition; shard `i` is in group `i % 4`. Shards 0..9 start with the run, shard
+/// 9 (group 1, not the first cluster) is the newcomer.
+const SHARDS: usize = 10;
+const ROUND_ZERO: usize = 9;
+
+#[test]
+fn late_edge_client_joins_its_groups_cluster() {
+    let dir = scratch("newcomer");
+    let port = free_port();
+    let prefix = "edgecfl/t-newcomer";
+    let topics = Topics::new(prefix).unwrap();
+    let flags = run_flags(PARTITION, SHARDS, 3, 0.5, 5);
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+        .args(["--prefix", prefix, "--run-id", "newcomer"])
+        .args(["--min-clients", &ROUND_ZERO.to_string()])
+        .args(["--join-timeout", "120", "--phase-timeout", "60"])
+        .arg("--out")
+        .arg(dir.join("out"));
+    let log = dir.join("coordinator.log");
+    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &log);
+    wait_listening(port, Duration::from_secs(60));
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let clients = fleet_of(&dir, port, prefix, PARTITION, 0..ROUND_ZERO, SHARDS, 5);
+
+    // Round 0 is over once round 1's training commands go out.
+    first_training_command(&link, &topics);
+    let late = fleet_of(&dir, port, prefix, PARTITION, ROUND_ZERO..SHARDS, SHARDS, 5);
+
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients.into_iter().chain(late) {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    let s = summary(&dir.join("out"));
+    // Joining late is not a bad message.
+    assert_eq!(s["rejected_total"], 0, "{:#}", s["rejected"]);
+    assert_eq!(s["n_clusters"], 4, "{s:#}");
+    assert_eq!(s["ari"].as_f64(), Some(1.0));
+    assert_eq!(s["n_clients"], SHARDS);
+    let newcomers = s["newcomers"].as_array().unwrap();
+    assert_eq!(newcomers.len(), 1, "{s:#}");
+    let n = &newcomers[0];
+    assert_eq!(n["id"], "c9");
+    assert_eq!(n["client"], ROUND_ZERO);
+    let round = n["round"].as_u64().unwrap();
+    assert!((2..=3).contains(&round), "joined at round {round}");
+    // Shard 9 is in group 1 with shards 1 and 5.
+    assert_eq!(n["cluster"], s["assignment"][1], "{s:#}");
+    assert_eq!(n["cluster"], s["assignment"][5], "{s:#}");
+    assert_ne!(n["cluster"], s["assignment"][0], "{s:#}");
+    assert_eq!(n["truth_match"], true);
+    assert_eq!(s["assignment"][ROUND_ZERO], n["cluster"]);
+    assert!(s["dropped_newcomers"].as_array().unwrap().is_empty());
+    // It was evaluated under its cluster's model after joining.
+    let acc = s["client_accuracy"][ROUND_ZERO].as_f64().unwrap();
+    assert!(acc > 0.0, "newcomer accuracy {acc}");
+    let clusters: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("out/clusters.json")).unwrap())
+            .unwrap();
+    assert_eq!(clusters["newcomers"][0]["id"], "c9");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("newcomer c9 queued"), "{text}");
+
+    // `simulate --newcomers 1 --join-round R` is the same experiment in process: same clusters,
+    // same placement, same accuracy per round.
+    let mut twin_flags = flags.clone();
+    twin_flags.extend(["--newcomers".into(), "1".into()]);
+    twin_flags.extend(["--join-round".into(), round.to_string()]);
+    let twin = simulate(&twin_flags, &dir.join("simulate"));
+    assert_eq!(twin["assignment"], s["assignment"]);
+    assert_eq!(twin["newcomers"][0]["cluster"], n["cluster"]);
+    assert_eq!(twin["newcomers"][0]["round"], round);
+    assert_eq!(twin["newcomers"][0]["truth_match"], true);
+    let (a, b) = (accuracies(&s), accuracies(&twin));
+    assert_eq!(a.len(), b.len());
+    for (r, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= 0.005,
+            "round {}: served {x}, simulated {y}",
+            r + 1
+        );
+    }
+}
