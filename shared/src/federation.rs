@@ -1199,8 +1199,8 @@ fn place_newcomers(
     if fresh.is_empty() {
         return Ok(out);
     }
-    let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
-    let mut sizes = vec![0usize; n_clusters];
+    // Members per cluster, grown as newcomers are placed (Local: a new cluster each).
+    let mut sizes = vec![0usize; assignment.iter().max().map_or(0, |m| m + 1)];
     for &a in assignment {
         sizes[a] += 1;
     }
@@ -1224,16 +1224,7 @@ fn place_newcomers(
                     .map_err(NewcomerError::from),
             },
             Algorithm::FedAvg => Ok((0, None)),
-            Algorithm::Local => {
-                // A new cluster per newcomer, numbered after those placed before it.
-                let local = n_clusters
-                    + out
-                        .placed
-                        .iter()
-                        .filter(|p| p.cluster >= n_clusters)
-                        .count();
-                Ok((local, None))
-            }
+            Algorithm::Local => Ok((sizes.len(), None)),
             Algorithm::Random => {
                 let smallest = (0..sizes.len()).min_by_key(|&k| (sizes[k], k)).unwrap_or(0);
                 Ok((smallest, None))
@@ -1242,8 +1233,9 @@ fn place_newcomers(
         };
         match placed {
             Ok((cluster, distance)) => {
-                if let Some(s) = sizes.get_mut(cluster) {
-                    *s += 1;
+                match sizes.get_mut(cluster) {
+                    Some(s) => *s += 1,
+                    None => sizes.push(1),
                 }
                 out.placed.push(Newcomer {
                     client,
