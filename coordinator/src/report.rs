@@ -77,7 +77,7 @@ pub fn summary(
 
 /// The clients placed after round 0: client index and id, join round, cluster, distance to the
 /// centroid (FedClust), and whether the cluster is its ground-truth group's (when known).
-pub fn newcomers_json(result: &RunResult) -> Value {
+fn newcomers_json(result: &RunResult) -> Value {
     result
         .newcomers
         .iter()
