@@ -10,6 +10,8 @@
 //! | random groups | [`random`] | MT-HFL's baseline: a seeded random split into k groups |
 //! | FedAvg | [`fedavg`] | one global model |
 //! | Local | [`local`] | every client alone |
+//! | StoCFL | [`stocfl`] | singletons merged round by round on the cosine of anchor gradients (τ); bi-level training toward a global model (λ) |
+//! | IFCA | [`ifca`] | K models; each sampled client trains the one of lowest local loss |
 //!
 //! Adding a method: a file here implementing [`Strategy`], a variant of [`Algorithm`], and one
 //! line in each of [`Algorithm::strategy`], [`Algorithm::check`] and the name tables.
@@ -23,9 +25,11 @@ use crate::federation::{FederationConfig, FederationError, Strategy};
 
 pub mod fedavg;
 pub mod fedclust;
+pub mod ifca;
 pub mod local;
 pub mod mthfl;
 pub mod random;
+pub mod stocfl;
 
 /// The methods the round loop runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +48,12 @@ pub enum Algorithm {
     /// MT-HFL's baseline: a seeded random split of the clients into `k` near-equal groups
     /// (`threshold` must be `k=K`).
     Random,
+    /// StoCFL: every client its own cluster, merged round by round when the cosine of their
+    /// anchor gradients is ≥ τ (`tau`); cluster models trained toward a global model (λ = `mu`).
+    #[serde(rename = "stocfl")]
+    StoCfl,
+    /// IFCA: K models (`clusters`); each sampled client trains the one of lowest local loss.
+    Ifca,
 }
 
 /// Every method, with its command-line name.
@@ -51,6 +61,8 @@ const NAMES: &[(Algorithm, &str)] = &[
     (Algorithm::FedClust, "fedclust"),
     (Algorithm::MtHfl, "mthfl"),
     (Algorithm::Random, "random"),
+    (Algorithm::StoCfl, "stocfl"),
+    (Algorithm::Ifca, "ifca"),
     (Algorithm::FedAvg, "fedavg"),
     (Algorithm::Local, "local"),
 ];
@@ -69,6 +81,8 @@ impl Algorithm {
             Algorithm::Random => Box::new(random::Random::new(cfg)?),
             Algorithm::FedAvg => Box::new(fedavg::FedAvg),
             Algorithm::Local => Box::new(local::Local),
+            Algorithm::StoCfl => Box::new(stocfl::StoCfl::new(cfg)),
+            Algorithm::Ifca => Box::new(ifca::Ifca::new(cfg)?),
         })
     }
 
@@ -82,6 +96,8 @@ impl Algorithm {
             Algorithm::FedClust => fedclust::check(cfg),
             Algorithm::MtHfl => mthfl::check(cfg),
             Algorithm::Random => random::check(cfg),
+            Algorithm::StoCfl => stocfl::check(cfg),
+            Algorithm::Ifca => ifca::check(cfg),
             Algorithm::FedAvg | Algorithm::Local => Ok(()),
         }
     }
