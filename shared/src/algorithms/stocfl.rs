@@ -210,11 +210,11 @@ pub fn merge_clusters(reps: &[Option<(Vec<f64>, usize)>], tau: f64) -> Merging {
         merges.push(Merge { a, b, cosine: c });
         // The merged cluster's similarities to the others.
         if let Some(sa) = &sums[a] {
-            for o in 0..n {
+            for (o, so) in sums.iter().enumerate() {
                 if o == a {
                     continue;
                 }
-                if let Some(so) = &sums[o] {
+                if let Some(so) = so {
                     let v = cosine(sa, so);
                     let (i, j) = if o < a { (o, a) } else { (a, o) };
                     m[i * n + j] = v;
@@ -437,8 +437,8 @@ fn regroup(assignment: &[usize], root: &[usize]) -> (Vec<usize>, Vec<Vec<usize>>
         let next = number.len();
         new_assignment.push(*number.entry(r).or_insert(next));
     }
-    for r in 0..root.len() {
-        if root[r] == r && !number.contains_key(&r) {
+    for (r, &rr) in root.iter().enumerate() {
+        if rr == r && !number.contains_key(&r) {
             let next = number.len();
             number.insert(r, next);
         }
