@@ -12,6 +12,8 @@
 //! | Local | [`local`] | every client alone |
 //! | FedProx | [`fedprox`] | one global model, proximal local objective |
 //! | FeSEM | [`fesem`] | K-means EM over the clients' models every round |
+//! | StoCFL | [`stocfl`] | singletons merged round by round on the cosine of anchor gradients (τ); bi-level training toward a global model (λ) |
+//! | IFCA | [`ifca`] | K models; each sampled client trains the one of lowest local loss |
 //!
 //! Adding a method: a file here implementing [`Strategy`], a variant of [`Algorithm`], and one
 //! line in each of [`Algorithm::strategy`], [`Algorithm::check`] and the name tables.
@@ -27,9 +29,11 @@ pub mod fedavg;
 pub mod fedclust;
 pub mod fedprox;
 pub mod fesem;
+pub mod ifca;
 pub mod local;
 pub mod mthfl;
 pub mod random;
+pub mod stocfl;
 
 /// The methods the round loop runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +56,12 @@ pub enum Algorithm {
     FedProx,
     /// FeSEM: K-means EM over the clients' models every round.
     FeSem,
+    /// StoCFL: every client its own cluster, merged round by round when the cosine of their
+    /// anchor gradients is ≥ τ (`tau`); cluster models trained toward a global model (λ = `mu`).
+    #[serde(rename = "stocfl")]
+    StoCfl,
+    /// IFCA: K models (`clusters`); each sampled client trains the one of lowest local loss.
+    Ifca,
 }
 
 /// Every method, with its command-line name.
@@ -59,6 +69,8 @@ const NAMES: &[(Algorithm, &str)] = &[
     (Algorithm::FedClust, "fedclust"),
     (Algorithm::MtHfl, "mthfl"),
     (Algorithm::Random, "random"),
+    (Algorithm::StoCfl, "stocfl"),
+    (Algorithm::Ifca, "ifca"),
     (Algorithm::FedAvg, "fedavg"),
     (Algorithm::Local, "local"),
     (Algorithm::FedProx, "fedprox"),
@@ -81,6 +93,8 @@ impl Algorithm {
             Algorithm::Local => Box::new(local::Local),
             Algorithm::FedProx => Box::new(fedprox::FedProx::new(cfg)),
             Algorithm::FeSem => Box::new(fesem::FeSem::new(cfg)?),
+            Algorithm::StoCfl => Box::new(stocfl::StoCfl::new(cfg)),
+            Algorithm::Ifca => Box::new(ifca::Ifca::new(cfg)?),
         })
     }
 
@@ -96,6 +110,8 @@ impl Algorithm {
             Algorithm::Random => random::check(cfg),
             Algorithm::FedProx => fedprox::check(cfg),
             Algorithm::FeSem => fesem::check(cfg),
+            Algorithm::StoCfl => stocfl::check(cfg),
+            Algorithm::Ifca => ifca::check(cfg),
             Algorithm::FedAvg | Algorithm::Local => Ok(()),
         }
     }
