@@ -87,3 +87,28 @@ fn fesem_over_mqtt_equals_simulate() {
     let s = served_equals_simulated("fesem", &["--clusters", "4"]);
     assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
 }
+
+#[test]
+fn stocfl_over_mqtt_equals_simulate() {
+    served_equals_simulated("stocfl", &["--tau", "0.5", "--mu", "0.1"]);
+}
+
+#[test]
+fn ifca_over_mqtt_equals_simulate() {
+    let s = served_equals_simulated("ifca", &["--clusters", "4"]);
+    assert_eq!(final_clusters(&s), 4);
+}
+
+#[test]
+fn adacfl_over_mqtt_equals_simulate() {
+    let s = served_equals_simulated("adacfl", &[]);
+    assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+}
+
+#[test]
+fn cfl_over_mqtt_equals_simulate() {
+    // ε₁ huge and ε₂ zero: every cluster with two or more sampled members splits each round,
+    // so the run exercises the bi-partition and the cluster ids sent with every model.
+    let s = served_equals_simulated("cfl", &["--eps1", "1000", "--eps2", "0"]);
+    assert!(final_clusters(&s) >= 2, "{s:#}");
+}
