@@ -187,6 +187,10 @@ pub struct Cfl {
     pending: BTreeMap<usize, (usize, usize)>,
 }
 
+/// Where a descent of the parameter tree ends: the leaf cluster and `1 − cos` at the last split
+/// passed, or why the client could not be placed.
+type Descent = Result<(usize, Option<f64>), NewcomerError>;
+
 impl Cfl {
     /// The method for a run with `cfg` (ε₁, ε₂ from `cfg` or the defaults).
     pub fn new(cfg: &FederationConfig) -> Self {
@@ -225,7 +229,7 @@ impl Cfl {
         env: &mut Env<'_>,
         round: usize,
         from: &[(usize, (usize, usize))],
-    ) -> Result<BTreeMap<usize, Result<(usize, Option<f64>), NewcomerError>>, FederationError> {
+    ) -> Result<BTreeMap<usize, Descent>, FederationError> {
         let mut at: BTreeMap<usize, (usize, usize, Option<f64>)> = from
             .iter()
             .map(|&(p, (c, after))| (p, (c, after, None)))
