@@ -83,8 +83,47 @@ def gap_threshold(merges):
     return mid if mid < hi else lo
 
 
+def level_gaps(n, merges, cands):
+    """Width of the gap in (sorted) merge heights above each candidate cut (None for the top)."""
+    h = sorted(max_heights(n, merges))
+    out = []
+    for c in cands:
+        k = c["n_clusters"]
+        out.append(h[n - k] - h[n - k - 1] if 1 < k < n and n - k < len(h) else None)
+    return out
+
+
+def silhouette_rule(cands, gaps, eps, min_score=0.25):
+    """Best mean silhouette (>= min_score, else one cluster); with eps > 0, among the candidates
+    within eps of the best, the one with the widest gap above it (ties: fewer clusters)."""
+    scored = [(i, c["score"]) for i, c in enumerate(cands) if c.get("score") is not None]
+    if not scored:
+        return cands[-1]["threshold"] if cands else 0.0
+    best = max(s for _, s in scored)
+    if best < min_score:
+        return cands[-1]["threshold"]
+    near = [i for i, s in scored if s >= best - max(eps, 1e-12)]
+    if eps > 0:
+        i = max(near, key=lambda i: (gaps[i] or 0.0, -cands[i]["n_clusters"]))
+    else:
+        i = min(near, key=lambda i: cands[i]["n_clusters"])
+    return cands[i]["threshold"]
+
+
+# Rules evaluated offline on every run's recorded candidates (the evidence for the choice).
+# "auto" is the rule of shared/src/cluster/cut.rs (min 0.5, ties within 0.01 to the widest gap).
+AUTO = lambda c, g: silhouette_rule(c, g, 0.01, 0.5)
+VARIANTS = {
+    "silhouette max, one cluster below 0.25": lambda c, g: silhouette_rule(c, g, 0.0, 0.25),
+    "silhouette max, one cluster below 0.5": lambda c, g: silhouette_rule(c, g, 0.0, 0.5),
+    "auto: as above, ties within 0.01 to the widest gap": AUTO,
+    "as auto, ties within 0.02": lambda c, g: silhouette_rule(c, g, 0.02, 0.5),
+}
+
 rows = []
+variants = []
 checks = []
+stale = []
 for name in sorted(os.listdir(runs)):
     d = os.path.join(runs, name)
     if name.endswith("-gap") or not os.path.isfile(os.path.join(d, "summary.json")):
@@ -117,10 +156,20 @@ for name in sorted(os.listdir(runs)):
             else ""
         ),
     }
-    rows.append({**base, "rule": "auto", "n_clusters": max(auto) + 1,
-                 "ari": ari(truth, auto), "threshold": c["threshold"]})
+    gaps = level_gaps(n, merges, cands)
+    t_auto = AUTO(cands, gaps)
+    auto_now = cut_distance(n, merges, t_auto)
+    if auto_now != auto:
+        stale.append(name)
+    rows.append({**base, "rule": "auto", "n_clusters": max(auto_now) + 1,
+                 "ari": ari(truth, auto_now), "threshold": t_auto})
     rows.append({**base, "rule": "gap", "n_clusters": max(gap) + 1,
                  "ari": ari(truth, gap), "threshold": t_gap})
+    for vname, rule in VARIANTS.items():
+        lab = cut_distance(n, merges, rule(cands, gaps))
+        variants.append({"case": case, "seed": int(seed), "variant": vname,
+                         "n_clusters": max(lab) + 1, "ari": ari(truth, lab),
+                         "same_as_auto": lab == auto})
     g = os.path.join(runs, name + "-gap", "clusters.json")
     if os.path.isfile(g):
         real = json.load(open(g))["assignment"]
@@ -135,7 +184,8 @@ with open(os.path.join(root, "autocut.csv"), "w") as f:
             f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + "\n")
 
 order = ["groups", "label2", "label3", "rotate4", "tasks10", "tasks100", "tasks1000",
-         "tasks10-subset", "tasks100-subset", "tasks1000-subset"]
+         "tasks1000-server", "tasks10-subset", "tasks100-subset", "tasks1000-subset",
+         "tasks1000-subset-server"]
 groups = collections.defaultdict(list)
 for r in rows:
     groups[(r["case"], r["rule"])].append(r)
@@ -154,6 +204,26 @@ for case in sorted({r["case"] for r in rows}, key=lambda c: order.index(c) if c 
             f'{sum(r["ari"] for r in rs) / len(rs):.3f} | '
             + ", ".join(f"{k}×{v}" for k, v in sorted(found.items()))
             + f' ({", ".join(map(str, true))}) |')
+lines.append("")
+lines.append("Rules evaluated offline on the same runs (recorded silhouettes and merge heights): "
+             "seeds with ARI = 1 / seeds, min ARI")
+lines.append("")
+vcases = sorted({v["case"] for v in variants},
+                key=lambda c: order.index(c) if c in order else 99)
+lines.append("| rule | " + " | ".join(vcases) + " |")
+lines.append("| --- |" + " --- |" * len(vcases))
+rule_rows = [("gap (largest gap)", [r for r in rows if r["rule"] == "gap"])]
+rule_rows += [(k, [v for v in variants if v["variant"] == k]) for k in VARIANTS]
+for vname, vs in rule_rows:
+    cells = []
+    for case in vcases:
+        xs = [v for v in vs if v["case"] == case]
+        cells.append(f'{sum(v["ari"] > 1 - 1e-9 for v in xs)}/{len(xs)}, '
+                     f'{min(v["ari"] for v in xs):.3f}' if xs else "")
+    lines.append(f"| {vname} | " + " | ".join(cells) + " |")
+lines.append("")
+lines.append("Runs whose recorded `auto` cut differs from the rule above (made by an earlier "
+             "version of the rule; rerun them): " + (", ".join(stale) or "none"))
 lines.append("")
 lines.append("Offline gap cut equals a real `--lambda gap` run: "
              + ", ".join(f'{n}: {"yes" if ok else "NO"}' for n, ok in checks))

@@ -41,3 +41,43 @@ fn silhouette_finds_the_three_tasks_where_the_gap_rule_merges_two() {
     assert_eq!(gap.n_clusters, 2);
     assert!(adjusted_rand_index(&gap.assignment, &f.truth) < 1.0);
 }
+
+/// `tasks:fmnist3`, 100 clients, seed 7 (see `fixtures/autocut/tasks100-s7.json`): 2 of the 20 bag
+/// users sit about as far from the other 18 as the bags sit from the shoes. Splitting them off
+/// scores a slightly higher mean silhouette (a near-tie), and the tie rule takes the three tasks,
+/// whose cut holds over a much wider gap of merge heights.
+#[test]
+fn near_tie_goes_to_the_widest_gap() {
+    #[derive(serde::Deserialize)]
+    struct Upper {
+        n: usize,
+        upper: Vec<f64>,
+        truth: Vec<usize>,
+    }
+    let f: Upper =
+        serde_json::from_str(include_str!("fixtures/autocut/tasks100-s7.json")).expect("parses");
+    let mut r = vec![vec![1.0; f.n]; f.n];
+    let mut it = f.upper.iter();
+    for i in 0..f.n {
+        for j in i + 1..f.n {
+            let v = *it.next().unwrap();
+            r[i][j] = v;
+            r[j][i] = v;
+        }
+    }
+    let (auto, _) = mthfl::cluster(&r, DEFAULT_LINKAGE, Threshold::Auto).unwrap();
+    assert_eq!(auto.n_clusters, 3);
+    assert_eq!(adjusted_rand_index(&auto.assignment, &f.truth), 1.0);
+    let cut = auto.cut.as_ref().unwrap();
+    let best = cut
+        .candidates
+        .iter()
+        .filter(|c| c.score.is_some())
+        .max_by(|a, b| a.score.partial_cmp(&b.score).unwrap())
+        .unwrap();
+    assert_eq!(best.n_clusters, 4, "the best score alone splits the bags");
+    let chosen = cut.chosen().unwrap().score.unwrap();
+    assert!(best.score.unwrap() - chosen < edgecfl_shared::cluster::SILHOUETTE_TIE);
+    let (gap, _) = mthfl::cluster(&r, DEFAULT_LINKAGE, Threshold::Gap).unwrap();
+    assert_eq!(gap.n_clusters, 2);
+}

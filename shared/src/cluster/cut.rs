@@ -8,15 +8,16 @@
 //!
 //! * [`silhouette_cut`] (the default `auto` cut): every candidate with `2 ≤ k ≤ n − 1` clusters
 //!   is scored by its mean silhouette (Rousseeuw 1987) on the **same distances the tree was built
-//!   from**, and the best one wins (ties: fewer clusters). For observation `i` in cluster `C`,
-//!   `a(i)` is its mean distance to the other members of `C`, `b(i)` the smallest mean distance
-//!   to the members of another cluster, and `s(i) = (b − a) / max(a, b)` (0 when both are 0, and
-//!   0 for a singleton). The score is the mean of `s(i)` over all observations, equal to
-//!   scikit-learn's `silhouette_score(D, labels, metric="precomputed")`. When even the best
-//!   candidate scores below [`MIN_SILHOUETTE`], the rule answers one cluster: 0.25 is the bound
-//!   under which Kaufman & Rousseeuw (*Finding Groups in Data*, 1990, ch. 2) report "no
-//!   substantial structure". With `n ≤ 2` there is no candidate to score and the answer is one
-//!   cluster.
+//!   from**. For observation `i` in cluster `C`, `a(i)` is its mean distance to the other members
+//!   of `C`, `b(i)` the smallest mean distance to the members of another cluster, and
+//!   `s(i) = (b − a) / max(a, b)` (0 when both are 0, and 0 for a singleton). The score is the
+//!   mean of `s(i)` over all observations, equal to scikit-learn's
+//!   `silhouette_score(D, labels, metric="precomputed")`. The rule takes the best candidate;
+//!   candidates within [`SILHOUETTE_TIE`] (0.01) of the best count as tied, and among them it
+//!   takes the one with the widest gap in merge heights above it, i.e. the partition that holds
+//!   over the widest range of thresholds (ties again: fewer clusters). When even the best
+//!   candidate scores below [`MIN_SILHOUETTE`] (0.5), the rule answers one cluster. With `n ≤ 2`
+//!   there is no candidate to score and the answer is one cluster.
 //! * [`gap_cut`] (`gap`): the midpoint of the largest gap between consecutive merge heights
 //!   ([`Dendrogram::auto_threshold`]); each candidate's score is the width of the gap above it.
 //!
@@ -27,8 +28,12 @@
 //! spread of its own cluster with the distance to the nearest other one: splitting the two nearer
 //! groups lowers `a(i)` of all their members a lot and `b(i)` only to the (still large) distance
 //! between them, so the split scores higher. Splitting a tight group instead raises nothing (`a`
-//! and `b` of its members become alike) and makes singletons, which score 0. BENCHMARKS.md §6
-//! has the measurements behind the choice.
+//! and `b` of its members become alike) and makes singletons, which score 0. The tie rule is for
+//! a small subgroup as far from its group as the group is from the next one (2 of 20 bag users of
+//! `tasks:fmnist3`, 100 clients, seed 7: 4 clusters score 0.937, the 3 tasks 0.931): splitting it
+//! off changes the mean silhouette by less than a far singleton does (about 0.008 at `n = 100`,
+//! which `label:2` needs kept apart), but the 3-cluster partition holds over a gap seven times
+//! wider. BENCHMARKS.md ("The automatic cut") has the measurements behind the choice.
 //!
 //! Cost: `O(n²)` to sum the distances from each observation to each cluster once, then `O(n)`
 //! per merge to update the sums, plus a rescan of the clusters for the observations whose
@@ -44,8 +49,14 @@ use super::distance::CondensedMatrix;
 use super::hc::{Dendrogram, HcError};
 
 /// Below this mean silhouette, no cut is taken to reveal structure and [`silhouette_cut`] answers
-/// one cluster (Kaufman & Rousseeuw's "no substantial structure has been found").
-pub const MIN_SILHOUETTE: f64 = 0.25;
+/// one cluster (Kaufman & Rousseeuw: at most 0.5, "the structure is weak and could be
+/// artificial"). A single Gaussian blob reaches 0.2-0.37 in 5-10 dimensions by splitting off its
+/// outliers (0.45-0.56 in 2-D); the real cuts of BENCHMARKS.md ("The automatic cut") score 0.8-1.
+pub const MIN_SILHOUETTE: f64 = 0.5;
+
+/// Candidate cuts whose mean silhouette is within this of the best count as tied; among them
+/// [`silhouette_cut`] takes the one with the widest gap in merge heights above it.
+pub const SILHOUETTE_TIE: f64 = 0.01;
 
 /// Most entries of the observation × cluster table of distance sums (128 MiB of `f64`).
 const TABLE_BUDGET: usize = 1 << 24;
@@ -218,31 +229,37 @@ pub fn silhouette_cut(
     }
     let levels = levels(tree);
     let scores = silhouettes(tree, distances, &levels);
-    let mut cands: Vec<CutCandidate> = levels
+    let cands: Vec<CutCandidate> = levels
         .iter()
         .zip(scores)
-        .map(|(l, score)| CutCandidate { score, ..l.cut })
+        .map(|(l, score)| CutCandidate {
+            score: score.filter(|s| s.is_finite()),
+            ..l.cut
+        })
         .collect();
-    // Best score; ties (and near-ties from summation order) go to fewer clusters.
-    let mut best: Option<(usize, f64)> = None;
-    for (i, c) in cands.iter().enumerate() {
-        if let Some(s) = c.score
-            && best.is_none_or(|(_, b)| s >= b - 1e-12)
-        {
-            best = Some((i, s));
+    let best = cands
+        .iter()
+        .filter_map(|c| c.score)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let chosen = if best >= MIN_SILHOUETTE {
+        // Among the near-best, the widest gap above (ties: fewer clusters, i.e. later).
+        let gap = |i: usize| {
+            levels
+                .get(i + 1)
+                .map_or(0.0, |n| n.height - levels[i].height)
+        };
+        let mut pick: Option<(usize, f64)> = None;
+        for (i, c) in cands.iter().enumerate() {
+            if c.score.is_some_and(|s| s >= best - SILHOUETTE_TIE)
+                && pick.is_none_or(|(_, g)| gap(i) >= g)
+            {
+                pick = Some((i, gap(i)));
+            }
         }
-    }
-    let top = cands.len().checked_sub(1);
-    let chosen = match best {
-        Some((i, s)) if s >= MIN_SILHOUETTE => Some(i),
-        _ => top,
+        pick.map(|(i, _)| i)
+    } else {
+        cands.len().checked_sub(1)
     };
-    // Scores of cuts never evaluated stay `None`; make sure no NaN leaks out.
-    for c in &mut cands {
-        if c.score.is_some_and(f64::is_nan) {
-            c.score = None;
-        }
-    }
     Ok(CutScores {
         rule: CutRule::Silhouette,
         heights: tree.heights(),
@@ -575,8 +592,10 @@ mod tests {
             for m in Linkage::ALL {
                 let t = linkage(&d, m);
                 let s = silhouette_cut(&t, &d).unwrap();
-                // One level only: every merge at height 1.
-                assert_eq!(s.candidates.len(), 1, "{m}");
+                // One level only, every merge at height 1 (ward's heights grow with the sizes).
+                if m != Linkage::Ward {
+                    assert_eq!(s.candidates.len(), 1, "{m}");
+                }
                 assert_eq!(t.n_clusters_at(s.threshold()), 1, "{m}");
             }
         }
@@ -693,7 +712,7 @@ mod tests {
                 let chosen = s.chosen().unwrap();
                 match best {
                     Some(b) if b >= MIN_SILHOUETTE => {
-                        prop_assert!(chosen.score.unwrap() >= b - 1e-9)
+                        prop_assert!(chosen.score.unwrap() >= b - SILHOUETTE_TIE - 1e-12)
                     }
                     _ => prop_assert_eq!(chosen.n_clusters, 1),
                 }

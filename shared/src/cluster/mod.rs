@@ -28,8 +28,8 @@ pub mod hc;
 pub mod metrics;
 
 pub use cut::{
-    CutCandidate, CutError, CutRule, CutScores, MIN_SILHOUETTE, gap_cut, silhouette_cut,
-    silhouette_score,
+    CutCandidate, CutError, CutRule, CutScores, MIN_SILHOUETTE, SILHOUETTE_TIE, gap_cut,
+    silhouette_cut, silhouette_score,
 };
 pub use distance::{CondensedMatrix, DistanceError};
 pub use hc::{Dendrogram, HcError, Linkage, Merge, ParseLinkageError, linkage};
