@@ -93,6 +93,25 @@ def level_gaps(n, merges, cands):
     return out
 
 
+def grouped(n, merges, cand):
+    """Mean silhouette over the observations in clusters of two or more (singletons score 0, so
+    this is score · n / m, with m such observations)."""
+    lab = cut_distance(n, merges, cand["threshold"])
+    sizes = collections.Counter(lab)
+    m = sum(sizes[x] > 1 for x in lab)
+    return cand["score"] * n / m if m else 0.0
+
+
+def grouped_rule(n, merges, cands, gaps, eps=0.01, min_grouped=0.5):
+    """The auto rule of cut.rs: best mean silhouette, near-ties (eps) to the widest gap above;
+    one cluster when the chosen cut's grouped silhouette is below min_grouped."""
+    t = silhouette_rule(cands, gaps, eps, -1.0)
+    chosen = [c for c in cands if c["threshold"] == t]
+    if not chosen or chosen[0].get("score") is None or grouped(n, merges, chosen[0]) < min_grouped:
+        return cands[-1]["threshold"] if cands else 0.0
+    return t
+
+
 def silhouette_rule(cands, gaps, eps, min_score=0.25):
     """Best mean silhouette (>= min_score, else one cluster); with eps > 0, among the candidates
     within eps of the best, the one with the widest gap above it (ties: fewer clusters)."""
@@ -112,12 +131,17 @@ def silhouette_rule(cands, gaps, eps, min_score=0.25):
 
 # Rules evaluated offline on every run's recorded candidates (the evidence for the choice).
 # "auto" is the rule of shared/src/cluster/cut.rs (min 0.5, ties within 0.01 to the widest gap).
-AUTO = lambda c, g: silhouette_rule(c, g, 0.01, 0.5)
+AUTO = None  # set per run below (needs the tree)
 VARIANTS = {
-    "silhouette max, one cluster below 0.25": lambda c, g: silhouette_rule(c, g, 0.0, 0.25),
-    "silhouette max, one cluster below 0.5": lambda c, g: silhouette_rule(c, g, 0.0, 0.5),
-    "auto: as above, ties within 0.01 to the widest gap": AUTO,
-    "as auto, ties within 0.02": lambda c, g: silhouette_rule(c, g, 0.02, 0.5),
+    "silhouette max, one cluster below 0.25": lambda c, g, t: silhouette_rule(c, g, 0.0, 0.25),
+    "silhouette max, one cluster below 0.5": lambda c, g, t: silhouette_rule(c, g, 0.0, 0.5),
+    "ties within 0.01 to the widest gap, one cluster below 0.5":
+        lambda c, g, t: silhouette_rule(c, g, 0.01, 0.5),
+    "ties within 0.01 to the widest gap, one cluster below 0.25":
+        lambda c, g, t: silhouette_rule(c, g, 0.01, 0.25),
+    "auto: ties within 0.01 to the widest gap, one cluster when its grouped silhouette < 0.5":
+        lambda c, g, t: grouped_rule(t[0], t[1], c, g, 0.01, 0.5),
+    "as auto, ties within 0.02": lambda c, g, t: grouped_rule(t[0], t[1], c, g, 0.02, 0.5),
 }
 
 rows = []
@@ -157,7 +181,7 @@ for name in sorted(os.listdir(runs)):
         ),
     }
     gaps = level_gaps(n, merges, cands)
-    t_auto = AUTO(cands, gaps)
+    t_auto = grouped_rule(n, merges, cands, gaps, 0.01, 0.5)
     auto_now = cut_distance(n, merges, t_auto)
     if auto_now != auto:
         stale.append(name)
@@ -166,7 +190,7 @@ for name in sorted(os.listdir(runs)):
     rows.append({**base, "rule": "gap", "n_clusters": max(gap) + 1,
                  "ari": ari(truth, gap), "threshold": t_gap})
     for vname, rule in VARIANTS.items():
-        lab = cut_distance(n, merges, rule(cands, gaps))
+        lab = cut_distance(n, merges, rule(cands, gaps, (n, merges)))
         variants.append({"case": case, "seed": int(seed), "variant": vname,
                          "n_clusters": max(lab) + 1, "ari": ari(truth, lab),
                          "same_as_auto": lab == auto})
