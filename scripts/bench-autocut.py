@@ -130,7 +130,8 @@ def silhouette_rule(cands, gaps, eps, min_score=0.25):
 
 
 # Rules evaluated offline on every run's recorded candidates (the evidence for the choice).
-# "auto" is the rule of shared/src/cluster/cut.rs (min 0.5, ties within 0.01 to the widest gap).
+# "auto" is the rule of shared/src/cluster/cut.rs (ties within 0.01 to the widest gap, one cluster
+# when the chosen cut's grouped silhouette is below 0.4).
 AUTO = None  # set per run below (needs the tree)
 VARIANTS = {
     "silhouette max, one cluster below 0.25": lambda c, g, t: silhouette_rule(c, g, 0.0, 0.25),
@@ -139,9 +140,12 @@ VARIANTS = {
         lambda c, g, t: silhouette_rule(c, g, 0.01, 0.5),
     "ties within 0.01 to the widest gap, one cluster below 0.25":
         lambda c, g, t: silhouette_rule(c, g, 0.01, 0.25),
-    "auto: ties within 0.01 to the widest gap, one cluster when its grouped silhouette < 0.5":
+    "ties within 0.01 to the widest gap, one cluster when its grouped silhouette < 0.5":
         lambda c, g, t: grouped_rule(t[0], t[1], c, g, 0.01, 0.5),
-    "as auto, ties within 0.02": lambda c, g, t: grouped_rule(t[0], t[1], c, g, 0.02, 0.5),
+    "**auto**: as above, grouped silhouette < 0.4":
+        lambda c, g, t: grouped_rule(t[0], t[1], c, g, 0.01, 0.4),
+    "as auto, ties within 0.02": lambda c, g, t: grouped_rule(t[0], t[1], c, g, 0.02, 0.4),
+    "as auto, grouped below 0.25": lambda c, g, t: grouped_rule(t[0], t[1], c, g, 0.01, 0.25),
 }
 
 rows = []
@@ -181,7 +185,7 @@ for name in sorted(os.listdir(runs)):
         ),
     }
     gaps = level_gaps(n, merges, cands)
-    t_auto = grouped_rule(n, merges, cands, gaps, 0.01, 0.5)
+    t_auto = grouped_rule(n, merges, cands, gaps, 0.01, 0.4)
     auto_now = cut_distance(n, merges, t_auto)
     if auto_now != auto:
         stale.append(name)
