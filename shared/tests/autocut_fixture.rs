@@ -56,15 +56,19 @@ fn near_tie_goes_to_the_widest_gap() {
     }
     let f: Upper =
         serde_json::from_str(include_str!("fixtures/autocut/tasks100-s7.json")).expect("parses");
-    let mut r = vec![vec![1.0; f.n]; f.n];
-    let mut it = f.upper.iter();
-    for i in 0..f.n {
-        for j in i + 1..f.n {
-            let v = *it.next().unwrap();
-            r[i][j] = v;
-            r[j][i] = v;
-        }
-    }
+    // R(i, j) for i < j is upper[k] at scipy's condensed index k of (i, j).
+    let n = f.n;
+    let at = |i: usize, j: usize| {
+        let (i, j) = (i.min(j), i.max(j));
+        f.upper[n * i - i * (i + 1) / 2 + (j - i - 1)]
+    };
+    let r: Vec<Vec<f64>> = (0..n)
+        .map(|i| {
+            (0..n)
+                .map(|j| if i == j { 1.0 } else { at(i, j) })
+                .collect()
+        })
+        .collect();
     let (auto, _) = mthfl::cluster(&r, DEFAULT_LINKAGE, Threshold::Auto).unwrap();
     assert_eq!(auto.n_clusters, 3);
     assert_eq!(adjusted_rand_index(&auto.assignment, &f.truth), 1.0);

@@ -402,9 +402,9 @@ fn silhouettes(
                 lab[i] = ca;
             }
             members[ca].extend(moved);
-            for i in 0..n {
-                if nb[i].0 == ca || nb[i].0 == cb {
-                    nb[i] = nearest(i, &lab, &size, &alive, &sums);
+            for (i, slot) in nb.iter_mut().enumerate() {
+                if slot.0 == ca || slot.0 == cb {
+                    *slot = nearest(i, &lab, &size, &alive, &sums);
                 }
             }
         }
