@@ -128,7 +128,8 @@ pub struct RunFlags {
     /// SGD momentum.
     #[arg(long)]
     pub momentum: Option<f64>,
-    /// HC cut: a distance λ, `auto` (largest gap between merge heights) or `k=N` clusters.
+    /// HC cut: a distance λ, `auto` (best mean silhouette over the candidate cuts), `gap` (largest
+    /// gap between merge heights) or `k=N` clusters.
     #[arg(long = "lambda")]
     pub lambda: Option<Threshold>,
     /// single | complete | average | weighted | ward

@@ -22,9 +22,10 @@
 //!    (eq. 3), merging "until the distance between the nearest clusters exceeds λ" (lines 7-8;
 //!    [`adaptive_clustering`]). **Choice:** the linkage is `cfg.linkage` (default average).
 //!    `cfg.threshold` is the cut: a distance λ (paper: 1.4; pass `--lambda 1.4`, the run-wide
-//!    default stays `auto`) cuts every pre-cluster's tree at λ; `auto` takes λ from the
-//!    largest gap between the merge heights of the tree over *all* clients (FedClust's automatic
-//!    λ on the same uploads) and cuts every pre-cluster's tree there; `k=N` applies the lowest
+//!    default stays `auto`) cuts every pre-cluster's tree at λ; `auto` and `gap` take λ from
+//!    the tree over *all* clients, cut as FedClust would cut it (`auto`: the candidate cut of best
+//!    silhouette, [`crate::cluster::cut`]; `gap`: the largest gap between merge heights), and cut
+//!    every pre-cluster's tree there; `k=N` applies the lowest
 //!    merges of all the pre-clusters' trees together until `N` clusters remain (never fewer than
 //!    the pre-clusters). Clusters are numbered `0..κ` in order of first appearance by client
 //!    position.
@@ -55,8 +56,9 @@
 use std::collections::HashMap;
 
 use crate::algorithms::fedclust::{
-    Clustering, FedClustError, Threshold, centroids, nearest_centroid,
+    Clustering, FedClustError, Threshold, centroids, cut_tree, nearest_centroid,
 };
+use crate::cluster::cut::CutScores;
 use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::federation::{
@@ -154,6 +156,9 @@ pub struct AdaClustering {
     pub distances: CondensedMatrix,
     /// The tree over all clients (the clustering's tree when there is one pre-cluster).
     pub dendrogram: Dendrogram,
+    /// For `auto` and `gap`: the candidate cuts of the tree over all clients with their scores,
+    /// the chosen one giving the λ every pre-cluster's tree is cut at.
+    pub cut: Option<CutScores>,
 }
 
 /// Algorithm 1 lines 7-8: HC (linkage `method`) inside each pre-cluster (`pre`, one label per
@@ -199,10 +204,12 @@ pub fn adaptive_clustering(
             Ok(linkage(&d, method))
         })
         .collect::<Result<_, FedClustError>>()?;
+    let mut cut = None;
     let (local, height): (Vec<Vec<usize>>, f64) = match threshold {
         Threshold::Distance(t) => (trees.iter().map(|d| d.cut_distance(t)).collect(), t),
-        Threshold::Auto => {
-            let t = dendrogram.auto_threshold();
+        Threshold::Auto | Threshold::Gap => {
+            let (_, t, scores) = cut_tree(&dendrogram, &distances, threshold);
+            cut = scores;
             (trees.iter().map(|d| d.cut_distance(t)).collect(), t)
         }
         Threshold::Clusters(k) => {
@@ -254,6 +261,7 @@ pub fn adaptive_clustering(
         centroids,
         distances,
         dendrogram,
+        cut,
     })
 }
 
@@ -367,6 +375,7 @@ impl Strategy for AdaCfl {
                 threshold: c.threshold,
                 linkage: env.cfg.linkage,
                 centroids: c.centroids.clone(),
+                cut: c.cut.clone(),
             });
         }
         self.representations = c.centroids.clone();
