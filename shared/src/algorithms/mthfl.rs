@@ -25,7 +25,8 @@
 //! 4. **Clustering** ([`cluster`]): agglomerative HC on the distance `1 − R` (the paper's HAC),
 //!    cut by the automatic rule ([`Threshold::Auto`]: the best mean silhouette), at the number
 //!    of tasks `T` ([`Threshold::Clusters`]) or at a height; the same
-//!    [`Clustering`] as FedClust's, with no centroids (newcomers: [`assign_newcomer`]).
+//!    [`Clustering`] as FedClust's, with no centroids (newcomers: [`newcomer_relevance`],
+//!    [`assign_newcomer`]).
 //!
 //! **Relevance, server-side** ([`server_rows`]): instead of relaying `N·k·d` floats to each client
 //! and having each one multiply them by its `d × d` matrix, the coordinator rebuilds each Gram
@@ -79,8 +80,8 @@ use crate::algorithms::fedclust::{Clustering, Threshold, cut_tree};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
 use crate::federation::{
-    Answer, Clusters, Env, FederationConfig, FederationError, Init, Job, RoundStats, Strategy,
-    fedavg_round,
+    Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
+    Placement, RoundStats, Strategy, Target, fedavg_round,
 };
 use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
 use crate::train::{Device, LocalData, PIXELS};
@@ -1012,45 +1013,81 @@ pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
     Ok(())
 }
 
+/// A newcomer's symmetrised relevance `R(new, j) = (r(new, j) + r(j, new)) / 2` to every
+/// clustered client `j`, both directions estimated server-side from the uploads
+/// ([`server_rows`] over the clustered clients' signatures and the newcomer's).
+///
+/// # Errors
+///
+/// [`MtHflError::BadSignature`] / [`MtHflError::Mismatch`] for a signature of another `k` or `d`
+/// or with non-finite values.
+pub fn newcomer_relevance(
+    clustered: &[Signature],
+    newcomer: &Signature,
+    estimate: Estimate,
+    device: &Device,
+) -> Result<Vec<f64>, MtHflError> {
+    let n = clustered.len();
+    let mut all = clustered.to_vec();
+    all.push(newcomer.clone());
+    let rows = server_rows(&all, estimate, device)?;
+    Ok((0..n)
+        .map(|j| ((rows[n][j] + rows[j][n]) / 2.0).clamp(0.0, 1.0))
+        .collect())
+}
+
 /// MT-HFL as a [`Strategy`]: Algorithm 2's round 0 (signatures, relevance rows (eq. 2-4) on the
 /// clients or the server, `R` (eq. 5), HAC on `1 − R`) in [`Strategy::init`]; then every
 /// cluster is an LPS running FedAvg, and the driver's GPS step averages the common layers
-/// (MT-HFL runs are always hierarchical). Newcomers are not supported yet: their relevance
-/// needs every round-0 signature.
+/// (MT-HFL runs are always hierarchical).
+///
+/// Newcomers (the paper has none; a choice of ours): the newcomer uploads its signature as in
+/// round 0, the server estimates its relevance to every round-0 client in both directions from
+/// the uploads ([`newcomer_relevance`]; with `--relevance client` too, so no client computes or
+/// downloads anything more), and it joins the cluster of highest mean `R` ([`assign_newcomer`]).
+/// The reported distance is `1 −` that mean. The round-0 clustering does not change.
 #[derive(Debug, Clone, Default)]
-pub struct MtHfl;
+pub struct MtHfl {
+    /// The round-0 clients' signatures, by position.
+    signatures: Vec<Signature>,
+    /// The round-0 clustering.
+    clustering: Option<Clustering>,
+}
 
 impl MtHfl {
     /// The method for a run with `cfg`.
     pub fn new(_cfg: &FederationConfig) -> Self {
-        MtHfl
+        MtHfl::default()
     }
+}
+
+/// The signature job of round 0 (and of a newcomer).
+fn signature_job<'a>(cfg: &FederationConfig) -> Job<'a> {
+    Job::GramSignature {
+        k: cfg.eigenvectors,
+        encoding: cfg.signature_encoding,
+    }
+}
+
+/// The signatures among `answers`, by position.
+fn signatures_of(answers: Vec<(usize, Answer)>) -> Vec<(usize, Signature)> {
+    let mut sigs: Vec<(usize, Signature)> = answers
+        .into_iter()
+        .filter_map(|(p, a)| match a {
+            Answer::Eigenpairs(s) => Some((p, s)),
+            _ => None,
+        })
+        .collect();
+    sigs.sort_by_key(|(p, _)| *p);
+    sigs
 }
 
 impl Strategy for MtHfl {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let cfg = env.cfg;
         let n = env.clients.len();
-        let jobs = (0..n)
-            .map(|p| {
-                (
-                    p,
-                    Job::GramSignature {
-                        k: cfg.eigenvectors,
-                        encoding: cfg.signature_encoding,
-                    },
-                )
-            })
-            .collect();
-        let mut sigs: Vec<(usize, Signature)> = env
-            .run(0, jobs)?
-            .into_iter()
-            .filter_map(|(p, a)| match a {
-                Answer::Eigenpairs(s) => Some((p, s)),
-                _ => None,
-            })
-            .collect();
-        sigs.sort_by_key(|(p, _)| *p);
+        let jobs = (0..n).map(|p| (p, signature_job(cfg))).collect();
+        let sigs = signatures_of(env.run(0, jobs)?);
         if sigs.len() != n {
             return Err(FederationError::TooFewSignatures {
                 expected: n,
@@ -1101,11 +1138,13 @@ impl Strategy for MtHfl {
         let (clustering, distances) = cluster(&relevance, cfg.linkage, cfg.threshold)?;
         let floats = sigs[0].k * sigs[0].d + sigs[0].k;
         let mut init = Init::plain(clustering.assignment.clone(), env.initial, true);
-        init.clustering = Some(clustering);
+        init.clustering = Some(clustering.clone());
         init.distances = Some(distances);
         init.relevance = Some(relevance);
         init.signature_len = floats;
         init.signature_bytes = floats * cfg.signature_encoding.width();
+        self.signatures = sigs;
+        self.clustering = Some(clustering);
         Ok(init)
     }
 
@@ -1117,6 +1156,51 @@ impl Strategy for MtHfl {
         state: &mut Clusters,
     ) -> Result<RoundStats, FederationError> {
         fedavg_round(env, round, sampled, state)
+    }
+
+    fn place(
+        &mut self,
+        env: &mut Env<'_>,
+        _round: usize,
+        fresh: &[ClientInfo],
+        state: &Clusters,
+    ) -> Result<Vec<Result<Placement, NewcomerError>>, FederationError> {
+        let base = state.assignment().len();
+        let jobs = (base..base + fresh.len())
+            .map(|p| (p, signature_job(env.cfg)))
+            .collect();
+        let mut sigs: std::collections::HashMap<usize, Signature> =
+            signatures_of(env.run(0, jobs)?).into_iter().collect();
+        let device = env
+            .ctx
+            .backend
+            .device()
+            .map_err(|e| FederationError::Config(e.to_string()))?;
+        let Some(clustering) = &self.clustering else {
+            return Ok(fresh
+                .iter()
+                .map(|_| Err(NewcomerError::Assignment("no clustering".into())))
+                .collect());
+        };
+        Ok((base..base + fresh.len())
+            .map(|p| {
+                let sig = sigs.remove(&p).ok_or(NewcomerError::NoSignature)?;
+                let placed = newcomer_relevance(&self.signatures, &sig, env.cfg.estimate, &device)
+                    .and_then(|row| {
+                        let c = assign_newcomer(&row, clustering)?;
+                        let members = clustering.members(c);
+                        let mean = members.iter().map(|&j| row[j]).sum::<f64>()
+                            / members.len().max(1) as f64;
+                        Ok((c, 1.0 - mean))
+                    });
+                placed
+                    .map(|(c, d)| Placement {
+                        target: Target::Cluster(c),
+                        distance: Some(d),
+                    })
+                    .map_err(|e| NewcomerError::Assignment(e.to_string()))
+            })
+            .collect())
     }
 }
 
