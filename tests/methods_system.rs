@@ -131,7 +131,7 @@ fn f16_uploads_are_counted_at_their_wire_size() {
     // What the coordinator received: that payload plus the envelope (ids, round, framing).
     let wire = s["wire_bytes"]["signature_up"].as_u64().unwrap_or(0) / CLIENTS as u64;
     assert!(
-        wire >= 850 * 2 && wire < 850 * 2 + 200,
+        (850 * 2..850 * 2 + 200).contains(&wire),
         "{wire} B per client on the wire"
     );
 }
