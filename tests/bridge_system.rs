@@ -237,9 +237,11 @@ struct Seen {
     relays: usize,
 }
 
+/// Reads what `link` saw until it has been quiet for 5 s (the processes have all exited; the
+/// last statuses may still be crossing the bridge).
 fn drain(link: &Link, topics: &Topics) -> Seen {
     let mut seen = Seen::default();
-    while let Some(ev) = link.recv_until(Instant::now() + Duration::from_secs(2)) {
+    while let Some(ev) = link.recv_until(Instant::now() + Duration::from_secs(5)) {
         let Inbound::Message { topic, payload, .. } = ev else {
             continue;
         };
