@@ -133,24 +133,27 @@ impl Drop for Proc {
 /// mosquitto from Debian on a free loopback port, with the packet limit edgecfl needs.
 pub fn mosquitto(dir: &Path) -> (Proc, u16) {
     let port = free_port();
-    let conf = dir.join("mosquitto.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n\
-             max_packet_size {MAX_PACKET}\nmax_inflight_messages 100\nmax_queued_messages 10000\n"
-        ),
-    )
-    .expect("mosquitto.conf");
+    let conf = format!(
+        "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n\
+         max_packet_size {MAX_PACKET}\nmax_inflight_messages 100\nmax_queued_messages 10000\n"
+    );
+    (mosquitto_with(dir, "mosquitto", &conf, port), port)
+}
+
+/// mosquitto from Debian with the configuration `conf` (written to `dir/<name>.conf`, its log to
+/// `dir/<name>.log`), once it listens on `port` (which `conf` must name).
+pub fn mosquitto_with(dir: &Path, name: &str, conf: &str, port: u16) -> Proc {
+    let path = dir.join(format!("{name}.conf"));
+    std::fs::write(&path, conf).expect("mosquitto configuration");
     let exe = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
         .into_iter()
         .find(|p| Path::new(p).exists())
         .expect("mosquitto is not installed (apt-get install mosquitto); .ci/run installs it");
     let mut cmd = Command::new(exe);
-    cmd.arg("-c").arg(&conf);
-    let p = Proc::spawn(cmd, "mosquitto", &dir.join("mosquitto.log"));
+    cmd.arg("-c").arg(&path);
+    let p = Proc::spawn(cmd, name, &dir.join(format!("{name}.log")));
     wait_listening(port, Duration::from_secs(10));
-    (p, port)
+    p
 }
 
 /// A fresh scratch directory under target/.
