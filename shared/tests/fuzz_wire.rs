@@ -302,9 +302,11 @@ fn to_gps() -> Vec<ToGps> {
     all
 }
 
-/// Every message in an envelope, encoded; run ids of both kinds (empty, as in `Hello`, and set).
-fn corpus() -> Vec<Vec<u8>> {
-    fn wrap<B: Serialize + DeserializeOwned>(out: &mut Vec<Vec<u8>>, msgs: Vec<B>) {
+/// Every message in an envelope, encoded, by family; run ids of both kinds (empty, as in
+/// `Hello`, and set).
+fn corpus() -> [Vec<Vec<u8>>; 4] {
+    fn wrap<B: Serialize + DeserializeOwned>(msgs: Vec<B>) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
         for (i, b) in msgs.into_iter().enumerate() {
             let run = if i % 2 == 0 {
                 id("run-1").unwrap()
@@ -313,13 +315,14 @@ fn corpus() -> Vec<Vec<u8>> {
             };
             out.push(Envelope::new(run, i as u32, b).to_bytes());
         }
+        out
     }
-    let mut out = Vec::new();
-    wrap(&mut out, to_client());
-    wrap(&mut out, to_coordinator());
-    wrap(&mut out, to_lps());
-    wrap(&mut out, to_gps());
-    out
+    [
+        wrap(to_client()),
+        wrap(to_coordinator()),
+        wrap(to_lps()),
+        wrap(to_gps()),
+    ]
 }
 
 /// One to four stacked mutations of `seed` (and `other`, for splicing).
@@ -394,14 +397,8 @@ fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
     b
 }
 
-/// What decoded, by family.
-#[derive(Default, Debug)]
-struct Decoded {
-    to_client: u64,
-    to_coordinator: u64,
-    to_lps: u64,
-    to_gps: u64,
-}
+/// The message families, in the order of [`execute`]'s answer.
+const FAMILIES: [&str; 4] = ["ToClient", "ToCoordinator", "ToLps", "ToGps"];
 
 /// Decodes `bytes` as a `B`; what decodes must re-encode to bytes that are no longer and decode
 /// to the same bytes again, with a run id that checks.
@@ -445,10 +442,12 @@ fn check_pairs(p: &Eigenpairs, count: usize) {
     }
 }
 
-/// One execution: every family's decoder and the validators of what decoded.
-fn execute(bytes: &[u8], other: usize, seen: &mut Decoded) {
+/// One execution: every family's decoder and the validators of what decoded. Answers which
+/// families decoded.
+fn execute(bytes: &[u8], other: usize) -> [bool; 4] {
+    let mut decoded = [false; 4];
     if let Some(m) = round_trip::<ToClient>(bytes) {
-        seen.to_client += 1;
+        decoded[0] = true;
         match &m.body {
             ToClient::Signature { job, .. }
             | ToClient::Train(job)
@@ -471,7 +470,7 @@ fn execute(bytes: &[u8], other: usize, seen: &mut Decoded) {
         }
     }
     if let Some(m) = round_trip::<ToCoordinator>(bytes) {
-        seen.to_coordinator += 1;
+        decoded[1] = true;
         match &m.body {
             ToCoordinator::Signature { values }
             | ToCoordinator::Gradient { values }
@@ -499,7 +498,7 @@ fn execute(bytes: &[u8], other: usize, seen: &mut Decoded) {
         }
     }
     if let Some(m) = round_trip::<ToLps>(bytes) {
-        seen.to_lps += 1;
+        decoded[2] = true;
         match &m.body {
             ToLps::Assign(a) => {
                 if let Ok(theta) = a.validate() {
@@ -512,7 +511,7 @@ fn execute(bytes: &[u8], other: usize, seen: &mut Decoded) {
         }
     }
     if let Some(m) = round_trip::<ToGps>(bytes) {
-        seen.to_gps += 1;
+        decoded[3] = true;
         for n in [other, 2] {
             if let Ok(Some((samples, values))) = m.body.common(n) {
                 assert!(samples > 0);
@@ -520,6 +519,7 @@ fn execute(bytes: &[u8], other: usize, seen: &mut Decoded) {
             }
         }
     }
+    decoded
 }
 
 fn env_var<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -536,51 +536,63 @@ fn mutated_payloads_decode_or_fail_cleanly() {
     let budget = env_var::<u64>("EDGECFL_FUZZ_SECONDS").map(Duration::from_secs);
     let seed: u64 = env_var("EDGECFL_FUZZ_SEED").unwrap_or(0);
     let corpus = corpus();
-    // The corpus itself decodes, each entry as exactly one family.
-    for c in &corpus {
-        let mut seen = Decoded::default();
-        execute(c, 2, &mut seen);
-        let families = seen.to_client + seen.to_coordinator + seen.to_lps + seen.to_gps;
-        assert!(families >= 1, "a corpus entry does not decode: {c:02x?}");
+    // The corpus decodes, each entry as its family.
+    for (f, entries) in corpus.iter().enumerate() {
+        for c in entries {
+            assert!(
+                execute(c, 2)[f],
+                "a {} does not decode: {c:02x?}",
+                FAMILIES[f]
+            );
+        }
     }
-    // Inputs that decoded, as further seeds (bounded; replaced at random once full).
-    const POOL: usize = 4096;
-    let mut pool = corpus.clone();
+    // One pool per family: its corpus, then inputs that decoded as that family (bounded;
+    // replaced at random once full). Executions take the families in turn, so each is explored
+    // as deeply as the others.
+    const POOL: usize = 2048;
+    let mut pools = corpus.clone();
     let mut rng = Rng(seed);
-    let mut seen = Decoded::default();
+    let mut seen = [0u64; 4];
     let start = Instant::now();
     let mut done = 0u64;
     while done < execs {
         if done % 4096 == 0 && budget.is_some_and(|b| start.elapsed() >= b) {
             break;
         }
-        let (a, b) = (rng.below(pool.len()), rng.below(pool.len()));
-        let input = mutate(&mut rng, &pool[a], &pool[b]);
+        let pool = &pools[(done % 4) as usize];
+        let other_pool = &pools[rng.below(4)];
+        let (a, b) = (rng.below(pool.len()), rng.below(other_pool.len()));
+        let input = mutate(&mut rng, &pool[a], &other_pool[b]);
         let other = rng.below(8);
-        let before = seen.to_client + seen.to_coordinator + seen.to_lps + seen.to_gps;
-        let outcome = catch_unwind(AssertUnwindSafe(|| execute(&input, other, &mut seen)));
-        if let Err(e) = outcome {
-            panic!("execution {done} (seed {seed}) panicked on input {input:02x?}: {e:?}");
-        }
-        let after = seen.to_client + seen.to_coordinator + seen.to_lps + seen.to_gps;
-        if after > before && input.len() <= 512 {
-            if pool.len() < POOL {
-                pool.push(input);
+        let decoded = match catch_unwind(AssertUnwindSafe(|| execute(&input, other))) {
+            Ok(d) => d,
+            Err(e) => {
+                panic!("execution {done} (seed {seed}) panicked on input {input:02x?}: {e:?}")
+            }
+        };
+        for f in (0..4).filter(|&f| decoded[f]) {
+            seen[f] += 1;
+            if input.len() > 512 {
+                continue;
+            }
+            if pools[f].len() < POOL {
+                pools[f].push(input.clone());
             } else {
-                let i = corpus.len() + rng.below(POOL - corpus.len());
-                pool[i] = input;
+                let i = corpus[f].len() + rng.below(POOL - corpus[f].len());
+                pools[f][i] = input.clone();
             }
         }
         done += 1;
     }
     let secs = start.elapsed().as_secs_f64();
+    let decoded: Vec<String> = (0..4)
+        .map(|f| format!("{} {}", FAMILIES[f], seen[f]))
+        .collect();
     println!(
-        "fuzz_wire: {done} executions (seed {seed}) in {secs:.1} s, {:.0}/s, 0 crashes; decoded: {seen:?}",
-        done as f64 / secs.max(1e-9)
+        "fuzz_wire: {done} executions (seed {seed}) in {secs:.1} s, {:.0}/s, 0 crashes; decoded: {}",
+        done as f64 / secs.max(1e-9),
+        decoded.join(", ")
     );
     // The mutations must reach valid messages of every family, or the run proves little.
-    assert!(
-        seen.to_client > 0 && seen.to_coordinator > 0 && seen.to_lps > 0 && seen.to_gps > 0,
-        "{seen:?}"
-    );
+    assert!(seen.iter().all(|&n| n > 0), "{decoded:?}");
 }
