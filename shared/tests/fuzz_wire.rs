@@ -556,7 +556,7 @@ fn mutated_payloads_decode_or_fail_cleanly() {
     let start = Instant::now();
     let mut done = 0u64;
     while done < execs {
-        if done % 4096 == 0 && budget.is_some_and(|b| start.elapsed() >= b) {
+        if done.is_multiple_of(4096) && budget.is_some_and(|b| start.elapsed() >= b) {
             break;
         }
         let pool = &pools[(done % 4) as usize];
