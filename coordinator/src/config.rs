@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::algorithms::mthfl::{Estimate, Relevance};
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::partition::PartitionSpec;
-use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::federation::{Algorithm, FederationConfig};
 use edgecfl_shared::model::{LayerSet, ModelKind};
-use edgecfl_shared::algorithms::mthfl::{Estimate, Relevance};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::Backend;
 use serde::{Deserialize, Serialize};

@@ -32,7 +32,7 @@ use edgecfl_shared::federation::{
 };
 use edgecfl_shared::hierarchy::CommonLayers;
 use edgecfl_shared::model::{LayerSet, Params};
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Id, LpsAssignment, LpsDone, ProtocolError, Tensor, ToGps,
     ToLps, TopicKind, Topics,
@@ -51,7 +51,7 @@ pub const COMMON_FILE: &str = "common.f32";
 /// Arguments of `coordinator lps`.
 #[derive(Debug, Clone, Args)]
 pub struct LpsArgs {
-    /// Broker, mqtt://HOST:PORT (the GPS's).
+    /// Broker, mqtt://HOST:PORT or mqtts://HOST:PORT (the GPS's).
     #[arg(long, env = "EDGECFL_BROKER")]
     pub broker: BrokerAddr,
     /// This LPS's id (1-32 of A-Z a-z 0-9 - _ .), unique among the LPSs of the fleet.
@@ -75,6 +75,9 @@ pub struct LpsArgs {
     /// Seconds to wait for the GPS's average after sending the common layers.
     #[arg(long, default_value_t = 3600.0)]
     pub gps_timeout: f64,
+    /// TLS settings and login at the broker (username default: the --id).
+    #[command(flatten)]
+    pub login: SecurityArgs,
 }
 
 /// Errors of the LPS's exchange with the GPS.
@@ -300,12 +303,12 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
     let topics = Topics::new(&args.prefix).context("bad --prefix")?;
     let hello = Envelope::new(Id::new(), 0, ToGps::Hello).to_bytes();
     let gone = Envelope::new(Id::new(), 0, ToGps::Gone).to_bytes();
+    let security = args.login.resolve(id.as_str())?;
     let gps_link = Link::start(LinkOptions {
-        broker: args.broker.clone(),
-        client_id: format!("edgecfl-lps-{}", id.as_str()),
         subscribe: vec![topics.lps_down(&id)],
         last_will: Some((topics.lps_status(&id), gone.clone())),
-        keep_alive: Duration::from_secs(30),
+        security: security.clone(),
+        ..LinkOptions::new(args.broker.clone(), format!("edgecfl-lps-{}", id.as_str()))
     })?;
     let assigned = await_assignment(
         &gps_link,
@@ -391,11 +394,12 @@ fn serve_cluster(
         subscribe.push(topics.up(m));
     }
     let link = Link::start(LinkOptions {
-        broker: args.broker.clone(),
-        client_id: format!("edgecfl-lps-{}-c", gps.id.as_str()),
         subscribe,
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
+        security: args.login.resolve(gps.id.as_str())?,
+        ..LinkOptions::new(
+            args.broker.clone(),
+            format!("edgecfl-lps-{}-c", gps.id.as_str()),
+        )
     })?;
     link.wait_connected(&args.broker, Duration::from_secs(30))?;
     let net = NetFlags {

@@ -5,10 +5,10 @@ use std::path::Path;
 
 use anyhow::Context;
 use edgecfl_shared::algorithms::fedclust::Clustering;
+use edgecfl_shared::algorithms::mthfl::Relevance;
 use edgecfl_shared::federation::{
     Algorithm, DroppedNewcomer, Newcomer, Observer, RoundRecord, RunResult,
 };
-use edgecfl_shared::algorithms::mthfl::Relevance;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 

@@ -32,8 +32,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use edgecfl_shared::model::{ModelError, ModelKind, Params};
 use edgecfl_shared::algorithms::mthfl::Signature;
+use edgecfl_shared::model::{ModelError, ModelKind, Params};
 use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, ToCoordinator, decode_row};
 use edgecfl_shared::train::{CLASSES, EvalReport};
 use serde::Serialize;

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
+use edgecfl_shared::algorithms::mthfl::{self, Signature};
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{
     self, ClientInfo, ClientPool, FederationConfig, FederationError, Observer, RunContext,
     RunResult, Update, client_seed,
 };
 use edgecfl_shared::model::{LayerSet, ParamLayout, Params};
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
-use edgecfl_shared::algorithms::mthfl::{self, Signature};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, Security, SecurityArgs};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Hello, Id, Tensor, ToClient, ToCoordinator, TopicKind,
     Topics, TrainJob,
@@ -25,21 +25,23 @@ use edgecfl_shared::train::{EvalReport, PIXELS};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::broker::{self, BrokerSecurity};
 use crate::config::RunConfig;
 use crate::gps::{Gps, GpsPlan, GpsReport};
+use crate::plots;
 use crate::report::{self, Progress};
 use crate::rounds::{Answer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
-use crate::{broker, plots};
 
 /// Network settings of `serve` and `demo`.
 #[derive(Debug, Clone, Args)]
 pub struct NetFlags {
-    /// External broker, mqtt://HOST:PORT. Without it the coordinator starts its embedded broker.
+    /// External broker, mqtt://HOST:PORT or mqtts://HOST:PORT (TLS). Without it the coordinator
+    /// starts its embedded broker.
     #[arg(long)]
     pub broker: Option<BrokerAddr>,
-    /// Port of the embedded broker.
-    #[arg(long, default_value_t = 1883)]
-    pub port: u16,
+    /// Port of the embedded broker (default 1883, or 8883 with TLS).
+    #[arg(long)]
+    pub port: Option<u16>,
     /// Address the embedded broker listens on.
     #[arg(long, default_value = "0.0.0.0")]
     pub listen: IpAddr,
@@ -65,6 +67,13 @@ pub struct NetFlags {
     /// remote (`coordinator lps` processes on the same broker; this process is the GPS).
     #[arg(long, default_value = "local")]
     pub lps: LpsMode,
+    /// This coordinator's TLS settings and login at an external broker (username default
+    /// `coordinator`).
+    #[command(flatten)]
+    pub login: SecurityArgs,
+    /// The embedded broker's TLS, password file and ACL.
+    #[command(flatten)]
+    pub embedded: BrokerSecurity,
 }
 
 /// Where the local parameter servers of a hierarchical run live.
@@ -102,7 +111,7 @@ impl Default for NetFlags {
     fn default() -> Self {
         NetFlags {
             broker: None,
-            port: 1883,
+            port: None,
             listen: [0, 0, 0, 0].into(),
             prefix: Topics::DEFAULT_PREFIX.into(),
             run_id: None,
@@ -111,7 +120,21 @@ impl Default for NetFlags {
             phase_timeout: 600.0,
             upload: Encoding::F32,
             lps: LpsMode::Local,
+            login: SecurityArgs::default(),
+            embedded: BrokerSecurity::default(),
         }
+    }
+}
+
+impl NetFlags {
+    /// Where and how this process's links reach `broker`: the loopback door of an embedded
+    /// broker it started with security on, or `broker` itself with `--ca`/`--cert`/`--username`/
+    /// `--password-file` (default username `coordinator`).
+    pub fn link_to(&self, broker: &BrokerAddr) -> anyhow::Result<(BrokerAddr, Security)> {
+        if let Some(door) = broker::local_login(broker) {
+            return Ok(door);
+        }
+        Ok((broker.clone(), self.login.resolve("coordinator")?))
     }
 }
 
@@ -837,17 +860,39 @@ fn clock_run_id() -> String {
 /// The broker to use: the external one, or the embedded one started now.
 pub fn broker_for(net: &NetFlags) -> anyhow::Result<BrokerAddr> {
     Ok(match &net.broker {
-        Some(b) => b.clone(),
-        None => {
-            let addr = broker::start(net.listen, net.port)?;
-            eprintln!(
-                "embedded broker (rumqttd) listening on {}:{}",
-                net.listen, net.port
+        Some(b) => {
+            anyhow::ensure!(
+                !net.embedded.is_on(),
+                "--tls-cert/--broker-passwd/--broker-acl/--broker-config configure the embedded broker; with --broker they have no effect (configure that broker instead)"
             );
-            BrokerAddr {
-                host: addr.ip().to_string(),
-                port: addr.port(),
-            }
+            b.clone()
+        }
+        None => {
+            let security = net.embedded.resolved()?;
+            let port = net.port.unwrap_or(if security.tls() {
+                BrokerAddr::MQTTS_PORT
+            } else {
+                BrokerAddr::MQTT_PORT
+            });
+            let addr = broker::start(net.listen, port, &security)?;
+            eprintln!(
+                "embedded broker (rumqttd) listening on {}:{port}{}",
+                net.listen,
+                match (
+                    security.tls(),
+                    security.broker_passwd.is_some(),
+                    security.broker_acl.is_some()
+                ) {
+                    (false, false, false) => " (plain MQTT, anonymous, no ACL)".to_string(),
+                    (tls, pw, acl) => format!(
+                        " ({}, {}, {})",
+                        if tls { "TLS" } else { "plain MQTT" },
+                        if pw { "logins checked" } else { "anonymous" },
+                        if acl { "ACL enforced" } else { "no ACL" }
+                    ),
+                }
+            );
+            addr
         }
     })
 }
@@ -877,6 +922,7 @@ pub fn run(
     let topics = Topics::new(&net.prefix).context("bad --prefix")?;
     let run =
         protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id)).context("bad --run-id")?;
+    let (link_addr, security) = net.link_to(broker)?;
     // With remote LPSs this process is the GPS. It listens to the LPSs from the start, so their
     // announcements wait for it while round 0 runs.
     let gps_link = match net.lps {
@@ -887,24 +933,20 @@ pub fn run(
                 "--lps remote needs a hierarchical run (--hierarchy, or --algorithm mthfl)"
             );
             let link = Link::start(LinkOptions {
-                broker: broker.clone(),
-                client_id: format!("gps-{}", run.as_str()),
                 subscribe: Gps::subscriptions(&topics),
-                last_will: None,
-                keep_alive: Duration::from_secs(30),
+                security: security.clone(),
+                ..LinkOptions::new(link_addr.clone(), format!("gps-{}", run.as_str()))
             })?;
-            link.wait_connected(broker, Duration::from_secs(30))?;
+            link.wait_connected(&link_addr, Duration::from_secs(30))?;
             Some(link)
         }
     };
     let link = Link::start(LinkOptions {
-        broker: broker.clone(),
-        client_id: format!("coordinator-{}", run.as_str()),
         subscribe: vec![topics.all_status(), topics.all_up()],
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
+        security,
+        ..LinkOptions::new(link_addr.clone(), format!("coordinator-{}", run.as_str()))
     })?;
-    link.wait_connected(broker, Duration::from_secs(30))?;
+    link.wait_connected(&link_addr, Duration::from_secs(30))?;
     eprintln!("connected to {broker}; run {}", run.as_str());
     let min_clients = net.min_clients.unwrap_or(cfg.clients);
     let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;

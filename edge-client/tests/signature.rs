@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
+use edgecfl_shared::algorithms::fedclust::{Threshold, cluster};
 use edgecfl_shared::cluster::Linkage;
 use edgecfl_shared::cluster::metrics::adjusted_rand_index;
-use edgecfl_shared::algorithms::fedclust::{Threshold, cluster};
 
 #[test]
 fn signatures_from_separate_processes_cluster_by_group() {

@@ -26,11 +26,11 @@
 
 use std::time::Instant;
 
+use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE, Estimate, Signature};
 use edgecfl_shared::cluster::adjusted_rand_index;
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
-use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE, Estimate, Signature};
 use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, evaluate, train_local};
 use serde_json::json;
 

@@ -29,10 +29,10 @@
 
 use std::time::Instant;
 
-use edgecfl_shared::cluster::adjusted_rand_index;
-use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE, Estimate, Gram, Signature};
+use edgecfl_shared::cluster::adjusted_rand_index;
+use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::{Device, LocalData};
 

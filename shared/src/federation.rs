@@ -42,14 +42,16 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{AggregateError, fedavg};
+use crate::algorithms::fedclust::{self, Clustering, FedClustError, Threshold};
+use crate::algorithms::mthfl::{
+    self, DEFAULT_EIGENVECTORS, Estimate, MtHflError, Relevance, Signature,
+};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::Linkage;
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::data::partition::Partition;
-use crate::algorithms::fedclust::{self, Clustering, FedClustError, Threshold};
 use crate::hierarchy::{self, CommonLayers, HierarchyError};
 use crate::model::{LayerSet, ModelError, ModelKind, Params};
-use crate::algorithms::mthfl::{self, DEFAULT_EIGENVECTORS, Estimate, MtHflError, Relevance, Signature};
 use crate::protocol::Encoding;
 use crate::train::{Backend, EvalReport, PIXELS, TrainConfig};
 

@@ -9,13 +9,13 @@
 
 use std::collections::HashMap;
 
+use crate::algorithms::mthfl::{self, Gram, Signature};
 use crate::data::fmnist::{Dataset, FashionMnist};
 use crate::data::partition::Partition;
 use crate::federation::{
     ClientInfo, ClientPool, FederationConfig, FederationError, Update, client_seed,
 };
 use crate::model::{LayerSet, Params};
-use crate::algorithms::mthfl::{self, Gram, Signature};
 use crate::train::{
     Backend, CLASSES, EvalReport, LocalData, TrainConfig, TrainError, evaluate, train_local,
 };

@@ -1,10 +1,10 @@
 //! FedClust end to end in process, on the bundled Fashion-MNIST subset: the one-shot clustering
 //! must recover a known label-group structure exactly, and training must beat chance.
 
+use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
-use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;

@@ -14,9 +14,9 @@
 
 #![cfg(any(feature = "vulkan", feature = "tch"))]
 
+use edgecfl_shared::algorithms::mthfl::{self, Estimate};
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::algorithms::mthfl::{self, Estimate};
 use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, evaluate, train_local};
 
 fn device_from_env(var: &str, default: &str) -> (Backend, Device) {

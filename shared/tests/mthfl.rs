@@ -6,12 +6,12 @@
 
 use std::sync::OnceLock;
 
-use edgecfl_shared::cluster::{Linkage, adjusted_rand_index};
-use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::algorithms::mthfl::{
     self, DEFAULT_EIGENVECTORS, DEFAULT_LINKAGE, Estimate, Gram, MtHflError, Signature,
 };
+use edgecfl_shared::cluster::{Linkage, adjusted_rand_index};
+use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::{Device, LocalData};
 

@@ -5,12 +5,12 @@
 
 use std::sync::OnceLock;
 
+use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::algorithms::mthfl::Relevance;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{Partition, PartitionSpec, partition};
-use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext, RunResult};
 use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
-use edgecfl_shared::algorithms::mthfl::Relevance;
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;

@@ -5,16 +5,16 @@
 
 use std::collections::BTreeSet;
 
+use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::algorithms::mthfl::Signature;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
-use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::federation::{
     self, Algorithm, ClientInfo, ClientPool, FederationConfig, FederationError, NewcomerError,
     Observer, RunContext, RunResult, Update,
 };
 use edgecfl_shared::model::{LayerSet, Params};
-use edgecfl_shared::algorithms::mthfl::Signature;
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::{Backend, EvalReport};
 

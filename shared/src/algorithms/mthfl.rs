@@ -74,9 +74,9 @@ use burn::tensor::TensorData;
 use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
+use crate::algorithms::fedclust::{Clustering, Threshold};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
-use crate::algorithms::fedclust::{Clustering, Threshold};
 use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
 use crate::train::{Device, LocalData, PIXELS};
 
