@@ -160,7 +160,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                     );
                 }
                 let failures = link.failures();
-                let next = link.next_attempt().map(retry_note).unwrap_or_default();
+                let give_up = args.connect_retries > 0 && failures >= args.connect_retries;
+                let next = match link.next_attempt() {
+                    Some(at) if !give_up => retry_note(at),
+                    _ => String::new(),
+                };
                 if connected {
                     eprintln!("{}: lost the broker ({e}); reconnecting{next}", id.as_str());
                 } else {
@@ -171,7 +175,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                     );
                 }
                 connected = false;
-                if args.connect_retries > 0 && failures >= args.connect_retries {
+                if give_up {
                     anyhow::bail!(
                         "{}: gave up after {failures} failed connection attempts to {} (--connect-retries {}); last error: {e}",
                         id.as_str(),

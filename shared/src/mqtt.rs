@@ -393,7 +393,7 @@ pub fn describe(e: &ConnectionError, broker: &BrokerAddr, connected: bool) -> (S
                 true,
             ),
             ConnectReturnCode::NotAuthorized => (
-                "not authorized (no or unknown credentials, or a last will outside this user's ACL)"
+                "not authorized: the broker refused the login (no, unknown or wrong username/password), or a last will outside this user's ACL"
                     .into(),
                 true,
             ),
@@ -437,6 +437,10 @@ pub fn describe(e: &ConnectionError, broker: &BrokerAddr, connected: bool) -> (S
                 false,
             )
         }
+        ConnectionError::MqttState(_) if !connected && !broker.tls => (
+            format!("{e}; the broker did not answer in MQTT: is it a TLS port (use mqtts://)?"),
+            false,
+        ),
         other => (other.to_string(), false),
     }
 }
@@ -513,6 +517,9 @@ impl Link {
                 let forward = match eventloop.poll().await {
                     Ok(Event::Incoming(Packet::ConnAck(_))) => {
                         connected = true;
+                        if let Ok(mut r) = shared.refused.lock() {
+                            *r = None;
+                        }
                         shared.failures.store(0, Ordering::Relaxed);
                         shared.next_attempt_ms.store(0, Ordering::Relaxed);
                         for f in &subscribe {

@@ -1,0 +1,479 @@
+//! System tests of transport security and identity: a fleet over TLS with a password per client,
+//! on the embedded broker (behind its gate) and on mosquitto configured from the files
+//! `coordinator credentials` writes (the same generator as the shipped examples in `cross/`).
+//!
+//! Each run: bad logins (wrong password, none, wrong CA) are refused with a clear error on the
+//! client side; a credentialed intruder ("mallory", a user of the fleet) tries to speak for other
+//! clients (a forged upload, a retained `Gone`, a `Finish`, a subscription to every client's
+//! commands, a connection under another client's id), and the broker refuses all of it; a
+//! `Finish` of another run, published with the coordinator's own rights, is ignored by the client;
+//! and the run's result equals the in-process `coordinator simulate` run (the clean run). Kept
+//! short for CI: 4 clients, 2 rounds, 1 epoch.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use edgecfl_shared::model::{ModelKind, ParamLayout};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, Login, Security, read_password};
+use edgecfl_shared::protocol::{
+    self, BrokerAddr, Encoding, Envelope, Tensor, ToClient, ToCoordinator, Topics,
+};
+use edgecfl_tests::*;
+use serde_json::Value;
+
+const PARTITION: &str = "groups:01234-56789";
+const CLIENTS: usize = 4;
+const TOLERANCE: f64 = 0.005;
+
+fn ids() -> Vec<String> {
+    (0..CLIENTS).map(|i| format!("c{i}")).collect()
+}
+
+fn flags(seed: u64) -> Vec<String> {
+    [
+        "--partition",
+        PARTITION,
+        "--clients",
+        &CLIENTS.to_string(),
+        "--rounds",
+        "2",
+        "--frac",
+        "1.0",
+        "--epochs",
+        "1",
+        "--warmup-epochs",
+        "1",
+        "--lr",
+        "0.05",
+        "--seed",
+        &seed.to_string(),
+        "--data",
+        bundled_data().to_str().expect("utf-8 path"),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// `coordinator credentials` for the fleet and the intruder.
+fn credentials(dir: &Path, prefix: &str, extra: &[&str]) -> PathBuf {
+    let out = dir.join("credentials");
+    let mut all = ids();
+    all.push("mallory".into());
+    let o = Command::new(bin("coordinator"))
+        .args(["credentials", "--ids", &all.join(","), "--prefix", prefix])
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .output()
+        .expect("coordinator credentials");
+    assert!(
+        o.status.success(),
+        "credentials failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+fn password_file(creds: &Path, user: &str) -> PathBuf {
+    creds.join("users").join(format!("{user}.password"))
+}
+
+fn edge_client(broker: &str, ca: &Path, id: &str, index: usize, prefix: &str) -> Command {
+    let mut cmd = Command::new(bin("edge-client"));
+    cmd.args(["run", "--broker", broker, "--id", id, "--prefix", prefix])
+        .args(["--partition", PARTITION, "--seed", "1"])
+        .args(["--index", &index.to_string(), "--of", &CLIENTS.to_string()])
+        .arg("--data")
+        .arg(bundled_data())
+        .arg("--ca")
+        .arg(ca)
+        .env_remove("EDGECFL_PASSWORD");
+    cmd
+}
+
+/// A link of the test's own with `user`'s credentials.
+fn link_as(
+    broker: &BrokerAddr,
+    creds: &Path,
+    user: &str,
+    client_id: &str,
+    subscribe: Vec<String>,
+) -> Link {
+    let security = Security {
+        ca: Some(creds.join("ca.pem")),
+        client_cert: None,
+        login: Some(Login {
+            username: user.into(),
+            password: read_password(&password_file(creds, user)).unwrap(),
+        }),
+    };
+    Link::start(LinkOptions {
+        subscribe,
+        security,
+        ..LinkOptions::new(broker.clone(), client_id)
+    })
+    .expect("link")
+}
+
+/// A wrong password, none, and the wrong CA: each client exits at once with the reason.
+fn bad_logins_are_refused(dir: &Path, broker: &str, creds: &Path, prefix: &str) {
+    let wrong = dir.join("wrong.password");
+    std::fs::write(&wrong, "not-the-password\n").unwrap();
+    let other_ca = credentials(&dir.join("other"), prefix, &[]).join("ca.pem");
+    let ca = creds.join("ca.pem");
+    let cases: Vec<(&str, &Path, Vec<std::ffi::OsString>, &[&str])> = vec![
+        (
+            "wrong password",
+            &ca,
+            vec!["--password-file".into(), wrong.into()],
+            &["bad username or password", "not authorized"],
+        ),
+        ("no password", &ca, vec![], &["not authorized"]),
+        (
+            "wrong CA",
+            &other_ca,
+            vec!["--password-file".into(), password_file(creds, "c0").into()],
+            &["not signed by a trusted CA"],
+        ),
+    ];
+    for (what, ca, args, expected) in cases {
+        let start = Instant::now();
+        let o = edge_client(broker, ca, "c0", 0, prefix)
+            .args(["--connect-retries", "3"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{what}: the client was let in:\n{err}");
+        assert!(
+            err.contains("refused this client") && expected.iter().any(|e| err.contains(e)),
+            "{what}: unclear error:\n{err}"
+        );
+        // Refusals that retrying cannot fix end the client at the first attempt.
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what}: took {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+/// Which broker the run uses.
+enum Broker {
+    Embedded,
+    Mosquitto,
+}
+
+fn secure_run(kind: Broker, name: &str, seed: u64) {
+    let dir = scratch(name);
+    let prefix = format!("edgecfl/t-{name}");
+    let topics = Topics::new(&prefix).unwrap();
+    let run_id = "secure";
+    let flags = flags(seed);
+    // Ports: edge clients on `port`; the coordinator on `port` (embedded) or `port + 1`
+    // (mosquitto's coordinator/LPS listener).
+    let (port, infra_port, creds, _mosquitto) = match kind {
+        Broker::Embedded => {
+            let port = free_port();
+            let creds = credentials(&dir, &prefix, &[]);
+            (port, port, creds, None)
+        }
+        Broker::Mosquitto => {
+            let port = free_port_pair();
+            let p = port.to_string();
+            let creds = credentials(&dir, &prefix, &["--port", &p, "--bind", "127.0.0.1"]);
+            let conf = creds.join("mosquitto.conf");
+            if running_as_root() {
+                // mosquitto started as root switches to the user `mosquitto`, which cannot read
+                // the 0600 key and password files written by root.
+                let mut text = std::fs::read_to_string(&conf).unwrap();
+                text.push_str("user root\n");
+                std::fs::write(&conf, text).unwrap();
+            }
+            let exe = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
+                .into_iter()
+                .find(|p| Path::new(p).exists())
+                .expect("mosquitto is not installed (apt-get install mosquitto)");
+            let mut cmd = Command::new(exe);
+            cmd.arg("-c").arg(&conf).arg("-v");
+            let proc = Proc::spawn(cmd, "mosquitto", &dir.join("mosquitto.log"));
+            wait_listening(port, Duration::from_secs(10));
+            wait_listening(port + 1, Duration::from_secs(10));
+            (port, port + 1, creds, Some(proc))
+        }
+    };
+    let client_url = format!("mqtts://127.0.0.1:{port}");
+    let infra = BrokerAddr {
+        host: "127.0.0.1".into(),
+        port: infra_port,
+        tls: true,
+    };
+    let clients_broker: BrokerAddr = client_url.parse().unwrap();
+
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--prefix", &prefix, "--run-id", run_id])
+        .args([
+            "--min-clients",
+            &CLIENTS.to_string(),
+            "--join-timeout",
+            "120",
+        ])
+        .args(["--phase-timeout", "120"])
+        .arg("--out")
+        .arg(dir.join("out"))
+        .env_remove("EDGECFL_PASSWORD");
+    match kind {
+        Broker::Embedded => {
+            cmd.args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+                .arg("--broker-config")
+                .arg(creds.join("broker.toml"));
+        }
+        Broker::Mosquitto => {
+            cmd.args(["--broker", &infra.to_string()])
+                .arg("--ca")
+                .arg(creds.join("ca.pem"))
+                .args(["--username", "coordinator", "--password-file"])
+                .arg(password_file(&creds, "coordinator"));
+        }
+    }
+    let coordinator_log = dir.join("coordinator.log");
+    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &coordinator_log);
+    wait_listening(port, Duration::from_secs(60));
+
+    bad_logins_are_refused(&dir, &client_url, &creds, &prefix);
+
+    // The coordinator's eye on the broker (its own credentials; everything under the prefix).
+    let spy = link_as(
+        &infra,
+        &creds,
+        "coordinator",
+        "spy",
+        vec![
+            format!("{prefix}/clients/+/up"),
+            format!("{prefix}/clients/+/status"),
+            format!("{prefix}/clients/+/down"),
+        ],
+    );
+    spy.wait_connected(&infra, Duration::from_secs(10)).unwrap();
+
+    let mut clients: Vec<(Proc, PathBuf)> = ids()
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let log = dir.join(format!("{id}.log"));
+            let mut cmd = edge_client(&client_url, &creds.join("ca.pem"), id, i, &prefix);
+            cmd.arg("--password-file").arg(password_file(&creds, id));
+            (Proc::spawn(cmd, id, &log), log)
+        })
+        .collect();
+
+    // While round 1 trains, mallory (a legitimate user of the fleet) speaks for others.
+    let (run, _) = first_training_command(&spy, &topics);
+    assert_eq!(run.as_str(), run_id);
+    let params = vec![0.25f32; ParamLayout::of(ModelKind::LeNet5).len()];
+    let forged_update = Envelope::new(
+        run.clone(),
+        1,
+        ToCoordinator::Update {
+            model: ModelKind::LeNet5,
+            params: Tensor::encode(&params, Encoding::F32),
+            samples: 1_000_000,
+            loss: 0.01,
+        },
+    )
+    .to_bytes();
+    let forged_gone = Envelope::new(run.clone(), 0, ToCoordinator::Gone).to_bytes();
+    let forged_finish = Envelope::new(run.clone(), 1, ToClient::Finish).to_bytes();
+    let forgeries: Vec<(String, Vec<u8>, bool)> = vec![
+        (topics.up("c1"), forged_update.clone(), false),
+        (topics.status("c2"), forged_gone.clone(), true),
+        (topics.down("c3"), forged_finish.clone(), false),
+    ];
+    let mut closed_by_broker = 0;
+    for (topic, payload, retain) in &forgeries {
+        let m = link_as(&clients_broker, &creds, "mallory", "mallory", vec![]);
+        m.wait_connected(&clients_broker, Duration::from_secs(10))
+            .unwrap();
+        m.publish(topic, payload.clone(), *retain).unwrap();
+        if let Some(Inbound::Disconnected(_)) =
+            m.recv_until(Instant::now() + Duration::from_secs(2))
+        {
+            closed_by_broker += 1;
+        }
+    }
+    // Reading every client's commands.
+    let m = link_as(
+        &clients_broker,
+        &creds,
+        "mallory",
+        "mallory",
+        vec![format!("{prefix}/clients/+/down")],
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while let Some(ev) = m.recv_until(deadline) {
+        assert!(
+            !matches!(ev, Inbound::Message { .. }),
+            "mallory read another client's commands: {ev:?}"
+        );
+    }
+    drop(m);
+    // Taking over c1's session (its MQTT client id): refused by the embedded broker; mosquitto
+    // replaces the client id with the username. Either way c1 stays connected (a takeover
+    // would fire its last will, and the run would lose it).
+    takeover_attempt(port, &creds, &prefix);
+    // A `Finish` of another run, with the coordinator's rights: the client ignores it.
+    let foreign = Envelope::new(protocol::id("another-run").unwrap(), 0, ToClient::Finish);
+    spy.publish(&topics.down("c3"), foreign.to_bytes(), false)
+        .unwrap();
+
+    coordinator.wait_ok(Duration::from_secs(600), &coordinator_log);
+    for (p, log) in &mut clients {
+        p.wait_ok(Duration::from_secs(60), log);
+    }
+    let c3 = std::fs::read_to_string(dir.join("c3.log")).unwrap();
+    assert!(
+        c3.contains("ignored a command of run another-run"),
+        "c3 did not ignore the foreign Finish:\n{c3}"
+    );
+    // No forgery reached anyone.
+    while let Some(ev) = spy.recv_until(Instant::now() + Duration::from_secs(1)) {
+        if let Inbound::Message { topic, payload, .. } = ev {
+            assert!(
+                !forgeries.iter().any(|(_, f, _)| *f == payload),
+                "a forgery was delivered on {topic}"
+            );
+        }
+    }
+    if matches!(kind, Broker::Embedded) {
+        assert_eq!(
+            closed_by_broker, 3,
+            "the embedded broker closes a connection that publishes outside its ACL"
+        );
+        let log = std::fs::read_to_string(&coordinator_log).unwrap();
+        for t in ["clients/c1/up", "clients/c2/status", "clients/c3/down"] {
+            assert!(
+                log.contains(&format!("may not publish on \"{prefix}/{t}\"")),
+                "{t}:\n{log}"
+            );
+        }
+    } else {
+        let log = std::fs::read_to_string(dir.join("mosquitto.log")).unwrap();
+        assert!(log.contains("Denied PUBLISH from mallory"), "{log}");
+    }
+    let s = summary(&dir.join("out"));
+    assert_eq!(s["broker"], infra.to_string());
+    assert_matches_simulate(&s, &flags, &dir);
+}
+
+/// mosquitto_pub (Debian's mosquitto-clients) as mallory under c1's client id.
+fn takeover_attempt(port: u16, creds: &Path, prefix: &str) {
+    let password = read_password(&password_file(creds, "mallory")).unwrap();
+    let o = Command::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .arg("--cafile")
+        .arg(creds.join("ca.pem"))
+        .args(["-u", "mallory", "-P", &password, "-i", "c1", "-q", "1"])
+        .args(["-t", &format!("{prefix}/clients/mallory/up"), "-m", "x"])
+        .output()
+        .expect("mosquitto_pub (apt-get install mosquitto-clients)");
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Embedded broker: "identifier rejected"; mosquitto: accepted as client id "mallory".
+    assert!(
+        o.status.success() || err.contains("identifier rejected"),
+        "{err}"
+    );
+}
+
+/// Same clusters and accuracy as the in-process run with the same seed and settings.
+fn assert_matches_simulate(served: &Value, flags: &[String], dir: &Path) {
+    assert_eq!(served["n_clients"], CLIENTS, "{served:#}");
+    let twin = simulate(flags, &dir.join("simulate"));
+    assert_eq!(served["assignment"], twin["assignment"], "{served:#}");
+    let (a, b) = (accuracies(served), accuracies(&twin));
+    assert_eq!(a.len(), b.len());
+    for (round, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= TOLERANCE,
+            "round {}: served {x}, simulated {y}",
+            round + 1
+        );
+    }
+}
+
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let p = free_port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no two consecutive free ports");
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[test]
+fn embedded_broker_tls_logins_and_acl() {
+    secure_run(Broker::Embedded, "secure-embedded", 11);
+}
+
+#[test]
+fn mosquitto_tls_logins_and_acl_from_generated_files() {
+    secure_run(Broker::Mosquitto, "secure-mosquitto", 12);
+}
+
+#[test]
+fn unreachable_broker_logs_each_attempt_and_gives_up() {
+    let dir = scratch("connect-retries");
+    let port = free_port(); // nothing listens there
+    let exe = bin("edge-client");
+    let start = Instant::now();
+    let o = Command::new(exe)
+        .args(["run", "--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args([
+            "--id",
+            "x",
+            "--partition",
+            "label:2",
+            "--index",
+            "0",
+            "--of",
+            "2",
+        ])
+        .args(["--seed", "0", "--connect-retries", "3"])
+        .arg("--data")
+        .arg(bundled_data())
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    for attempt in 1..=3 {
+        assert!(
+            err.contains(&format!("connection attempt {attempt} to mqtt://127.0.0.1:{port} failed: nothing accepts connections")),
+            "attempt {attempt}:\n{err}"
+        );
+    }
+    // Backoff 1 s then 2 s, each announced with its time; none after the last attempt.
+    assert!(err.contains("next attempt in 1 s ("), "{err}");
+    assert!(err.contains("next attempt in 2 s ("), "{err}");
+    assert_eq!(err.matches("next attempt in").count(), 2, "{err}");
+    assert!(
+        err.contains("gave up after 3 failed connection attempts")
+            && err.contains("--connect-retries 3"),
+        "{err}"
+    );
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(60),
+        "{took:?}"
+    );
+}
