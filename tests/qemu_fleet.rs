@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
-use edgecfl_shared::federation::ClientPool;
+use edgecfl_shared::federation::{Answer, ClientPool, Job};
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
@@ -111,9 +111,18 @@ fn initial_accuracy() -> f64 {
     let part = partition(&spec, &data.train.labels, CLIENTS, SEED).expect("partition");
     let mut pool = SimPool::new(&data, &part, Backend::Flex).expect("flex backend");
     let initial = Params::init(ModelKind::LeNet5, SEED);
-    let jobs: Vec<(usize, &Params)> = (0..CLIENTS).map(|c| (c, &initial)).collect();
-    let reports = pool.evaluate(0, &jobs).expect("evaluation");
-    reports.iter().map(|(_, r)| r.accuracy()).sum::<f64>() / CLIENTS as f64
+    let jobs: Vec<(usize, Job<'_>)> = (0..CLIENTS)
+        .map(|c| (c, Job::Evaluate { model: &initial }))
+        .collect();
+    let answers = pool.run(0, &jobs).expect("evaluation");
+    let accuracy: f64 = answers
+        .iter()
+        .map(|(_, a)| match a {
+            Answer::Evaluation(r) => r.accuracy(),
+            other => panic!("{} for an evaluation", other.name()),
+        })
+        .sum();
+    accuracy / CLIENTS as f64
 }
 
 /// The totals line an edge client prints when it exits:

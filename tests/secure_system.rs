@@ -10,6 +10,7 @@
 //! and the run's result equals the in-process `coordinator simulate` run (the clean run). Kept
 //! short for CI: 4 clients, 2 rounds, 1 epoch.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use edgecfl_shared::model::{ModelKind, ParamLayout};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, Login, Security, read_password};
 use edgecfl_shared::protocol::{
-    self, BrokerAddr, Encoding, Envelope, Tensor, ToClient, ToCoordinator, Topics,
+    self, BrokerAddr, Encoding, Envelope, Tensor, ToClient, ToCoordinator, TopicKind, Topics,
 };
 use edgecfl_tests::*;
 use serde_json::Value;
@@ -79,10 +80,18 @@ fn password_file(creds: &Path, user: &str) -> PathBuf {
     creds.join("users").join(format!("{user}.password"))
 }
 
-fn edge_client(broker: &str, ca: &Path, id: &str, index: usize, prefix: &str) -> Command {
+/// An edge client of the fleet; `seed` is the partition seed, the coordinator's.
+fn edge_client(
+    broker: &str,
+    ca: &Path,
+    id: &str,
+    index: usize,
+    prefix: &str,
+    seed: u64,
+) -> Command {
     let mut cmd = Command::new(bin("edge-client"));
     cmd.args(["run", "--broker", broker, "--id", id, "--prefix", prefix])
-        .args(["--partition", PARTITION, "--seed", "1"])
+        .args(["--partition", PARTITION, "--seed", &seed.to_string()])
         .args(["--index", &index.to_string(), "--of", &CLIENTS.to_string()])
         .arg("--data")
         .arg(bundled_data())
@@ -139,7 +148,7 @@ fn bad_logins_are_refused(dir: &Path, broker: &str, creds: &Path, prefix: &str) 
     ];
     for (what, ca, args, expected) in cases {
         let start = Instant::now();
-        let o = edge_client(broker, ca, "c0", 0, prefix)
+        let o = edge_client(broker, ca, "c0", 0, prefix, 0)
             .args(["--connect-retries", "3"])
             .args(args)
             .output()
@@ -259,20 +268,24 @@ fn secure_run(kind: Broker, name: &str, seed: u64) {
     );
     spy.wait_connected(&infra, Duration::from_secs(10)).unwrap();
 
+    // Every client but c0 joins; the coordinator waits for c0, so the attacks below all happen
+    // while the others are connected and the run is pending, however fast the run is.
+    let spawn = |i: usize, id: &str| {
+        let log = dir.join(format!("{id}.log"));
+        let mut cmd = edge_client(&client_url, &creds.join("ca.pem"), id, i, &prefix, seed);
+        cmd.arg("--password-file").arg(password_file(&creds, id));
+        (Proc::spawn(cmd, id, &log), log)
+    };
     let mut clients: Vec<(Proc, PathBuf)> = ids()
         .iter()
         .enumerate()
-        .map(|(i, id)| {
-            let log = dir.join(format!("{id}.log"));
-            let mut cmd = edge_client(&client_url, &creds.join("ca.pem"), id, i, &prefix);
-            cmd.arg("--password-file").arg(password_file(&creds, id));
-            (Proc::spawn(cmd, id, &log), log)
-        })
+        .skip(1)
+        .map(|(i, id)| spawn(i, id))
         .collect();
+    wait_for_hellos(&spy, &topics, &ids()[1..]);
 
-    // While round 1 trains, mallory (a legitimate user of the fleet) speaks for others.
-    let (run, _) = first_training_command(&spy, &topics);
-    assert_eq!(run.as_str(), run_id);
+    // mallory (a legitimate user of the fleet) speaks for others.
+    let run = protocol::id(run_id).unwrap();
     let params = vec![0.25f32; ParamLayout::of(ModelKind::LeNet5).len()];
     let forged_update = Envelope::new(
         run.clone(),
@@ -324,7 +337,12 @@ fn secure_run(kind: Broker, name: &str, seed: u64) {
     // replaces the client id with the username. Either way c1 stays connected (a takeover
     // would fire its last will, and the run would lose it).
     takeover_attempt(port, &creds, &prefix);
-    // A `Finish` of another run, with the coordinator's rights: the client ignores it.
+
+    // c0 joins and the run starts.
+    clients.insert(0, spawn(0, "c0"));
+    // A `Finish` of another run, with the coordinator's rights, once c3 serves this run: c3
+    // ignores it.
+    first_command_to(&spy, &topics, "c3");
     let foreign = Envelope::new(protocol::id("another-run").unwrap(), 0, ToClient::Finish);
     spy.publish(&topics.down("c3"), foreign.to_bytes(), false)
         .unwrap();
@@ -366,6 +384,37 @@ fn secure_run(kind: Broker, name: &str, seed: u64) {
     let s = summary(&dir.join("out"));
     assert_eq!(s["broker"], infra.to_string());
     assert_matches_simulate(&s, &flags, &dir);
+}
+
+/// Waits (up to 120 s) until each of `ids` has announced itself on its status topic.
+fn wait_for_hellos(spy: &Link, topics: &Topics, ids: &[String]) {
+    let mut missing: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !missing.is_empty() {
+        match spy.recv_until(deadline) {
+            Some(Inbound::Message { topic, .. }) => {
+                if let Some((client, TopicKind::Status)) = topics.parse(&topic) {
+                    missing.remove(client);
+                }
+            }
+            Some(_) => {}
+            None => panic!("no hello from {missing:?} within 120 s"),
+        }
+    }
+}
+
+/// Waits (up to 300 s) for the first command the coordinator sends to `client`.
+fn first_command_to(spy: &Link, topics: &Topics, client: &str) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Some(ev) = spy.recv_until(deadline) {
+        if let Inbound::Message { topic, .. } = ev
+            && let Some((c, TopicKind::Down)) = topics.parse(&topic)
+            && c == client
+        {
+            return;
+        }
+    }
+    panic!("no command to {client} within 300 s");
 }
 
 /// mosquitto_pub (Debian's mosquitto-clients) as mallory under c1's client id.

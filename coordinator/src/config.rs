@@ -97,10 +97,11 @@ pub struct RunFlags {
     /// TOML configuration file (see `coordinator generate-config`); flags override it.
     #[arg(long, short = 'c')]
     pub config: Option<PathBuf>,
-    /// fedclust | mthfl | random | fedavg | local
+    /// fedclust | mthfl | random | fedavg | local | fedprox | fesem
     #[arg(long)]
     pub algorithm: Option<Algorithm>,
-    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | tasks:fmnist3
+    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | shift:G | rotate:R*BASE |
+    /// dominant:ALPHA | pairs | tasks:fmnist3
     #[arg(long)]
     pub partition: Option<PartitionSpec>,
     /// Number of clients.
@@ -164,6 +165,30 @@ pub struct RunFlags {
     /// MT-HFL: encoding of the uploaded eigenpairs: f32 | f16
     #[arg(long)]
     pub signature_encoding: Option<Encoding>,
+    /// FedProx / FeSEM proximal μ, StoCFL's λ (default per method: 0.01 / 0.1 / 0.05).
+    #[arg(long)]
+    pub mu: Option<f64>,
+    /// StoCFL: cosine threshold τ for merging clusters (default 0.5).
+    #[arg(long)]
+    pub tau: Option<f64>,
+    /// AdaCFL: newcomer distance ε above which a newcomer forms a new cluster (default 1.8).
+    #[arg(long)]
+    pub epsilon: Option<f64>,
+    /// AdaCFL: pre-clustering by class count and label entropy: on | off (default on).
+    #[arg(long, value_parser = parse_on_off)]
+    pub pre_cluster: Option<bool>,
+    /// FeSEM, IFCA: number of clusters K.
+    #[arg(long)]
+    pub clusters: Option<usize>,
+    /// FeSEM: layers its EM distances use: all | final (default all).
+    #[arg(long)]
+    pub fesem_layers: Option<LayerSet>,
+    /// CFL: split when the mean update norm of a cluster is below ε₁ (default 0.4).
+    #[arg(long)]
+    pub eps1: Option<f64>,
+    /// CFL: ... and its largest member update norm is above ε₂ (default 1.6).
+    #[arg(long)]
+    pub eps2: Option<f64>,
     /// `simulate`: hold the last N clients out of round 0; they join at `--join-round` as
     /// newcomers (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid).
     #[arg(long)]
@@ -185,6 +210,15 @@ pub struct RunFlags {
     /// Output directory.
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// `on` / `off` (also `true` / `false`).
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("expected on or off, got {s:?}")),
+    }
 }
 
 impl RunFlags {
@@ -231,6 +265,26 @@ impl RunFlags {
         set!(relevance => f.relevance);
         set!(estimate => f.estimate);
         set!(signature_encoding => f.signature_encoding);
+        for (flag, field) in [
+            (self.mu, &mut f.mu),
+            (self.tau, &mut f.tau),
+            (self.epsilon, &mut f.epsilon),
+            (self.eps1, &mut f.eps1),
+            (self.eps2, &mut f.eps2),
+        ] {
+            if flag.is_some() {
+                *field = flag;
+            }
+        }
+        if self.pre_cluster.is_some() {
+            f.pre_cluster = self.pre_cluster;
+        }
+        if self.clusters.is_some() {
+            f.clusters = self.clusters;
+        }
+        if self.fesem_layers.is_some() {
+            f.fesem_layers = self.fesem_layers.clone();
+        }
         set!(seed => f.seed);
         set!(partition => c.partition);
         set!(clients => c.clients);

@@ -7,7 +7,8 @@
 //!     --clusters bench-results/fedclust/label-2-fedclust/clusters.json
 //! ```
 //!
-//! Prints JSON: per client its sample count, label histogram, rotation and ground-truth group;
+//! Prints JSON: per client its sample count, label histogram (labels as the client sees them,
+//! i.e. after a `shift:` label shift), rotation, label shift and ground-truth group;
 //! with `--clusters`, each client's cluster and a `by_label_set` check: how many distinct label
 //! sets there are, how many clusters hold a single label set ("pure"), and which label sets are
 //! split over several clusters. For `label:K` partitions the distinct label sets are the natural
@@ -18,13 +19,14 @@ use std::path::PathBuf;
 
 use anyhow::{Context, ensure};
 use edgecfl_shared::data::fmnist::FashionMnist;
-use edgecfl_shared::data::partition::{PartitionSpec, partition};
+use edgecfl_shared::data::partition::{PartitionSpec, partition, shift_label};
 use serde_json::{Value, json};
 
 /// Arguments of `coordinator partition`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PartitionArgs {
-    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | tasks:fmnist3
+    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | shift:G | rotate:R*BASE |
+    /// dominant:ALPHA | pairs | tasks:fmnist3
     #[arg(long)]
     pub partition: PartitionSpec,
     /// Number of clients.
@@ -59,13 +61,16 @@ pub fn run(args: &PartitionArgs) -> anyhow::Result<Value> {
         .map(|(i, c)| {
             let mut hist = BTreeMap::new();
             for &s in &c.train {
-                *hist.entry(data.train.labels[s]).or_insert(0usize) += 1;
+                *hist
+                    .entry(shift_label(data.train.labels[s], c.label_shift))
+                    .or_insert(0usize) += 1;
             }
             json!({
                 "index": i,
                 "samples": c.train.len(),
                 "labels": hist,
                 "rotation": c.rotation,
+                "label_shift": c.label_shift,
                 "truth": part.truth.as_ref().map(|t| t[i]),
                 "cluster": assignment.as_ref().map(|a| a[i]),
             })

@@ -65,6 +65,13 @@ pub fn summary(
         "common_layers": result.common_layers,
         "common_floats_per_lps": f.hierarchical().then_some(result.common_len),
         "gps_rounds": result.gps_rounds,
+        "clusters_per_round": result.rounds.iter().map(|r| r.clusters).collect::<Vec<_>>(),
+        "ari_per_round": result.rounds.iter().map(|r| r.ari).collect::<Vec<_>>(),
+        "final_ari": result.rounds.last().and_then(|r| r.ari),
+        // Payload floats × 4 bytes (f32), per client of the run, both ways, all rounds (round 0,
+        // training, evaluation models); over MQTT, `wire_bytes` has the measured payloads.
+        "bytes_up_per_client": 4 * result.floats_up / n.max(1) as u64,
+        "bytes_down_per_client": 4 * result.floats_down / n.max(1) as u64,
         "newcomers": newcomers_json(result),
         "dropped_newcomers": dropped_json(result),
         "config": cfg,
@@ -125,6 +132,7 @@ pub fn rounds_csv(result: &RunResult) -> String {
     if hierarchical {
         s.push_str(",gps");
     }
+    s.push_str(",clusters,ari");
     s.push('\n');
     let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.6}"));
     for r in &result.rounds {
@@ -149,6 +157,7 @@ pub fn rounds_csv(result: &RunResult) -> String {
         if hierarchical {
             let _ = write!(s, ",{}", u8::from(r.gps));
         }
+        let _ = write!(s, ",{},{}", r.clusters, opt(r.ari));
         s.push('\n');
     }
     s
@@ -185,6 +194,8 @@ pub fn clusters_json(result: &RunResult) -> Value {
         "members": members,
         "client_ids": result.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         "ari": result.ari,
+        "clusters_per_round": result.rounds.iter().map(|r| r.clusters).collect::<Vec<_>>(),
+        "ari_per_round": result.rounds.iter().map(|r| r.ari).collect::<Vec<_>>(),
         "newcomers": newcomers_json(result),
         "clustering": result.clustering,
     })

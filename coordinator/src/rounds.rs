@@ -34,7 +34,7 @@ use std::fmt;
 
 use edgecfl_shared::algorithms::mthfl::Signature;
 use edgecfl_shared::model::{ModelError, ModelKind, Params};
-use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, ToCoordinator, decode_row};
+use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, Tensor, ToCoordinator, decode_row};
 use edgecfl_shared::train::{CLASSES, EvalReport};
 use serde::Serialize;
 
@@ -193,6 +193,14 @@ pub enum Expect {
     },
     /// MT-HFL relevance rows of this many values.
     RelevanceRow(usize),
+    /// AdaCFL signatures of this many floats with label statistics.
+    SignatureStats(usize),
+    /// StoCFL pairs of models of this kind.
+    Pair(ModelKind),
+    /// IFCA picks among this many candidates of this kind.
+    Picked(ModelKind, usize),
+    /// StoCFL anchor gradients of this many values.
+    Gradient(usize),
 }
 
 /// A valid answer.
@@ -215,6 +223,41 @@ pub enum Answer {
     Eigenpairs(Signature),
     /// MT-HFL relevance row, checked (length, finite, in `[0, 1]`).
     RelevanceRow(Vec<f64>),
+    /// AdaCFL signature with label statistics (classes ≤ 10, entropy finite in `[0, log₂ 10]`).
+    SignatureStats {
+        /// The layers' values.
+        values: Vec<f32>,
+        /// Classes present.
+        classes: u32,
+        /// Label entropy in bits.
+        entropy: f64,
+    },
+    /// StoCFL's two trained models.
+    Pair {
+        /// Global model.
+        global: Params,
+        /// Cluster model.
+        cluster: Params,
+        /// Samples.
+        samples: u64,
+        /// Last-epoch losses (global, cluster).
+        losses: (f64, f64),
+    },
+    /// IFCA's choice and trained model.
+    Picked {
+        /// Chosen candidate.
+        choice: usize,
+        /// Loss of each candidate.
+        losses: Vec<f64>,
+        /// Trained model.
+        params: Params,
+        /// Samples.
+        samples: u64,
+        /// Last-epoch loss.
+        loss: f64,
+    },
+    /// StoCFL's anchor gradient (finite, of the model's length).
+    Gradient(Vec<f32>),
 }
 
 /// An awaiting phase: which clients were asked, which answered.
@@ -315,25 +358,8 @@ impl Awaiting {
                     loss,
                 },
             ) => {
-                if model != kind {
-                    return Err(Rejected::new(
-                        Rejection::WrongSize,
-                        format!("model {model}, the run trains {kind}"),
-                    ));
-                }
-                if samples == 0 || !loss.is_finite() {
-                    return Err(Rejected::new(
-                        Rejection::NotFinite,
-                        format!("samples {samples}, loss {loss}"),
-                    ));
-                }
-                let values = params.decode(None)?;
-                let params = Params::new(model, values).map_err(|e| match e {
-                    ModelError::NotFinite { .. } => {
-                        Rejected::new(Rejection::NotFinite, e.to_string())
-                    }
-                    e => Rejected::new(Rejection::WrongSize, e.to_string()),
-                })?;
+                check_samples_loss(samples, loss)?;
+                let params = model_of(kind, model, &params)?;
                 Answer::Update {
                     params,
                     samples,
@@ -365,6 +391,84 @@ impl Awaiting {
                 r.loss_sum = r.loss_per_label.iter().sum();
                 Answer::Evaluation(Box::new(r))
             }
+            (
+                Expect::SignatureStats(len),
+                ToCoordinator::SignatureStats {
+                    values,
+                    classes,
+                    entropy,
+                },
+            ) => {
+                if classes == 0
+                    || classes as usize > CLASSES
+                    || !(0.0..=(CLASSES as f64).log2() + 1e-9).contains(&entropy)
+                {
+                    return Err(Rejected::new(
+                        Rejection::Malformed,
+                        format!("label statistics: {classes} classes, entropy {entropy}"),
+                    ));
+                }
+                Answer::SignatureStats {
+                    values: values.decode(Some(len))?,
+                    classes,
+                    entropy,
+                }
+            }
+            (
+                Expect::Pair(kind),
+                ToCoordinator::Pair {
+                    model,
+                    global,
+                    cluster,
+                    samples,
+                    global_loss,
+                    cluster_loss,
+                },
+            ) => {
+                check_samples_loss(samples, global_loss)?;
+                check_samples_loss(samples, cluster_loss)?;
+                Answer::Pair {
+                    global: model_of(kind, model, &global)?,
+                    cluster: model_of(kind, model, &cluster)?,
+                    samples,
+                    losses: (global_loss, cluster_loss),
+                }
+            }
+            (
+                Expect::Picked(kind, k),
+                ToCoordinator::Picked {
+                    choice,
+                    losses,
+                    model,
+                    params,
+                    samples,
+                    loss,
+                },
+            ) => {
+                check_samples_loss(samples, loss)?;
+                if choice as usize >= k
+                    || losses.len() != k
+                    || losses.iter().any(|l| !l.is_finite())
+                {
+                    return Err(Rejected::new(
+                        Rejection::Malformed,
+                        format!(
+                            "choice {choice} with {} losses of {k} candidates",
+                            losses.len()
+                        ),
+                    ));
+                }
+                Answer::Picked {
+                    choice: choice as usize,
+                    losses,
+                    params: model_of(kind, model, &params)?,
+                    samples,
+                    loss,
+                }
+            }
+            (Expect::Gradient(len), ToCoordinator::Gradient { values }) => {
+                Answer::Gradient(values.decode(Some(len))?)
+            }
             (_, other) => {
                 return Err(Rejected::new(
                     Rejection::Unexpected,
@@ -378,6 +482,33 @@ impl Awaiting {
     }
 }
 
+/// An uploaded model of `model` checked against the run's `kind`: decoded, of the right size,
+/// finite.
+fn model_of(kind: ModelKind, model: ModelKind, params: &Tensor) -> Result<Params, Rejected> {
+    if model != kind {
+        return Err(Rejected::new(
+            Rejection::WrongSize,
+            format!("model {model}, the run trains {kind}"),
+        ));
+    }
+    let values = params.decode(None)?;
+    Params::new(model, values).map_err(|e| match e {
+        ModelError::NotFinite { .. } => Rejected::new(Rejection::NotFinite, e.to_string()),
+        e => Rejected::new(Rejection::WrongSize, e.to_string()),
+    })
+}
+
+/// A trained model's sample count (> 0) and loss (finite).
+fn check_samples_loss(samples: u64, loss: f64) -> Result<(), Rejected> {
+    if samples == 0 || !loss.is_finite() {
+        return Err(Rejected::new(
+            Rejection::NotFinite,
+            format!("samples {samples}, loss {loss}"),
+        ));
+    }
+    Ok(())
+}
+
 fn kind_name(m: &ToCoordinator) -> &'static str {
     match m {
         ToCoordinator::Hello(_) => "hello",
@@ -388,6 +519,10 @@ fn kind_name(m: &ToCoordinator) -> &'static str {
         ToCoordinator::Gone => "gone",
         ToCoordinator::Eigenpairs(_) => "eigenpairs",
         ToCoordinator::RelevanceRow { .. } => "relevance row",
+        ToCoordinator::Pair { .. } => "model pair",
+        ToCoordinator::Picked { .. } => "pick",
+        ToCoordinator::Gradient { .. } => "gradient",
+        ToCoordinator::SignatureStats { .. } => "signature with statistics",
     }
 }
 
@@ -410,6 +545,92 @@ mod tests {
             params: Tensor::encode(values, Encoding::F32),
             samples: 10,
             loss: 0.5,
+        }
+    }
+
+    #[test]
+    fn method_answers_are_checked() {
+        let good = Params::init(ModelKind::Mlp, 1).values;
+        let t = |v: &[f32]| Tensor::encode(v, Encoding::F32);
+        let judge = |expect: Expect, body: ToCoordinator| {
+            let mut aw = Awaiting::new(Phase::Training(1), id("r").unwrap(), expect, [0]);
+            aw.accept(0, env("r", 1, body))
+        };
+        let pair = |cluster: &[f32], loss: f64| ToCoordinator::Pair {
+            model: ModelKind::Mlp,
+            global: t(&good),
+            cluster: t(cluster),
+            samples: 10,
+            global_loss: 0.5,
+            cluster_loss: loss,
+        };
+        assert!(matches!(
+            judge(Expect::Pair(ModelKind::Mlp), pair(&good, 0.4)),
+            Ok(Answer::Pair {
+                losses: (0.5, 0.4),
+                ..
+            })
+        ));
+        let reason = |r: Result<Answer, Rejected>| r.unwrap_err().reason;
+        assert_eq!(
+            reason(judge(Expect::Pair(ModelKind::Mlp), pair(&good[1..], 0.4))),
+            Rejection::WrongSize
+        );
+        assert_eq!(
+            reason(judge(Expect::Pair(ModelKind::Mlp), pair(&good, f64::NAN))),
+            Rejection::NotFinite
+        );
+        let picked = |choice: u32, losses: Vec<f64>| ToCoordinator::Picked {
+            choice,
+            losses,
+            model: ModelKind::Mlp,
+            params: t(&good),
+            samples: 10,
+            loss: 0.5,
+        };
+        assert!(matches!(
+            judge(Expect::Picked(ModelKind::Mlp, 2), picked(1, vec![0.9, 0.3])),
+            Ok(Answer::Picked { choice: 1, .. })
+        ));
+        for (choice, losses) in [
+            (2, vec![0.9, 0.3]),
+            (0, vec![0.9]),
+            (0, vec![f64::NAN, 1.0]),
+        ] {
+            assert_eq!(
+                reason(judge(
+                    Expect::Picked(ModelKind::Mlp, 2),
+                    picked(choice, losses)
+                )),
+                Rejection::Malformed
+            );
+        }
+        let gradient = ToCoordinator::Gradient {
+            values: t(&[0.6, 0.8]),
+        };
+        assert!(matches!(
+            judge(Expect::Gradient(2), gradient.clone()),
+            Ok(Answer::Gradient(_))
+        ));
+        assert_eq!(
+            reason(judge(Expect::Gradient(3), gradient)),
+            Rejection::WrongSize
+        );
+        let stats = |classes: u32, entropy: f64| ToCoordinator::SignatureStats {
+            values: t(&[1.0, 2.0]),
+            classes,
+            entropy,
+        };
+        assert!(matches!(
+            judge(Expect::SignatureStats(2), stats(2, 1.0)),
+            Ok(Answer::SignatureStats { classes: 2, .. })
+        ));
+        // 0 or 11 classes, negative entropy, entropy above log2(10): refused.
+        for (c, e) in [(0, 0.0), (11, 1.0), (2, -0.1), (10, 3.4)] {
+            assert_eq!(
+                reason(judge(Expect::SignatureStats(2), stats(c, e))),
+                Rejection::Malformed
+            );
         }
     }
 

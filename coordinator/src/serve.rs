@@ -9,19 +9,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::algorithms::mthfl::{self, Signature};
+use edgecfl_shared::algorithms::mthfl;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{
-    self, ClientInfo, ClientPool, FederationConfig, FederationError, Observer, RunContext,
-    RunResult, Update, client_seed,
+    self, Answer, ClientInfo, ClientPool, Job, LabelStats, Observer, PoolError, RunContext,
+    RunResult, Training, Update,
 };
-use edgecfl_shared::model::{LayerSet, ParamLayout, Params};
+use edgecfl_shared::model::ParamLayout;
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, Security, SecurityArgs};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Hello, Id, Tensor, ToClient, ToCoordinator, TopicKind,
     Topics, TrainJob,
 };
-use edgecfl_shared::train::{EvalReport, PIXELS};
+use edgecfl_shared::train::PIXELS;
 use serde::Serialize;
 use serde_json::json;
 
@@ -30,7 +30,7 @@ use crate::config::RunConfig;
 use crate::gps::{Gps, GpsPlan, GpsReport};
 use crate::plots;
 use crate::report::{self, Progress};
-use crate::rounds::{Answer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
+use crate::rounds::{Answer as WireAnswer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
 
 /// Network settings of `serve` and `demo`.
 #[derive(Debug, Clone, Args)]
@@ -412,43 +412,34 @@ impl MqttPool {
         Some((first.partition.parse().ok()?, first.seed))
     }
 
-    fn send(&mut self, client: usize, round: u32, msg: ToClient) -> Result<(), FederationError> {
+    fn send(&mut self, client: usize, round: u32, msg: ToClient) -> Result<(), PoolError> {
         let bytes = Envelope::new(self.run.clone(), round, msg).to_bytes();
         self.wire.down += bytes.len() as u64;
         self.link
             .publish(&self.topics.down(&self.members[client].id), bytes, false)
-            .map_err(|e| FederationError::Pool(e.to_string()))
+            .map_err(|e| PoolError::Transport(e.to_string()))
     }
 
     /// Publishes an encoded envelope on the broadcast topic (once for the whole fleet).
-    fn broadcast(&mut self, bytes: &[u8]) -> Result<(), FederationError> {
+    fn broadcast(&mut self, bytes: &[u8]) -> Result<(), PoolError> {
         self.wire.down += bytes.len() as u64;
         self.wire.broadcast += bytes.len() as u64;
         self.link
             .publish(&self.topics.broadcast(), bytes.to_vec(), false)
-            .map_err(|e| FederationError::Pool(e.to_string()))
+            .map_err(|e| PoolError::Transport(e.to_string()))
     }
 
     /// One awaiting phase: sends each job, then collects answers until everyone asked has
-    /// answered, failed or dropped out, or the phase timeout fires.
+    /// answered, failed or dropped out, or the phase timeout fires. `broadcast`, a message every
+    /// job depends on, is published first on the broadcast topic (not retained) and again when an
+    /// asked client reconnects.
     fn exchange(
         &mut self,
         phase: Phase,
         expect: Expect,
         jobs: Vec<(usize, ToClient)>,
-    ) -> Result<Vec<(usize, Answer)>, FederationError> {
-        self.exchange_with(phase, expect, jobs, None)
-    }
-
-    /// [`Self::exchange`], with a message every job depends on published first on the broadcast
-    /// topic (not retained) and published again when an asked client reconnects.
-    fn exchange_with(
-        &mut self,
-        phase: Phase,
-        expect: Expect,
-        jobs: Vec<(usize, ToClient)>,
         broadcast: Option<&[u8]>,
-    ) -> Result<Vec<(usize, Answer)>, FederationError> {
+    ) -> Result<Vec<(usize, WireAnswer)>, PoolError> {
         let mut aw = Awaiting::new(phase, self.run.clone(), expect, jobs.iter().map(|j| j.0));
         let round = phase.round();
         if let Some(bytes) = broadcast {
@@ -500,7 +491,7 @@ impl MqttPool {
         broadcast: Option<&[u8]>,
         topic: &str,
         payload: &[u8],
-    ) -> Result<Option<(usize, Answer)>, FederationError> {
+    ) -> Result<Option<(usize, WireAnswer)>, PoolError> {
         let Some((id, kind)) = self.topics.parse(topic) else {
             return Ok(None);
         };
@@ -593,15 +584,20 @@ impl MqttPool {
                 match aw.accept(c, msg) {
                     Ok(a) => {
                         match &a {
-                            Answer::Signature(_) | Answer::Eigenpairs(_) => {
+                            WireAnswer::Signature(_)
+                            | WireAnswer::SignatureStats { .. }
+                            | WireAnswer::Eigenpairs(_)
+                            | WireAnswer::Gradient(_) => {
                                 self.wire.signature_up += len;
                             }
-                            Answer::RelevanceRow(_) => self.wire.relevance_up += len,
-                            Answer::Update { .. } => {
+                            WireAnswer::RelevanceRow(_) => self.wire.relevance_up += len,
+                            WireAnswer::Update { .. }
+                            | WireAnswer::Pair { .. }
+                            | WireAnswer::Picked { .. } => {
                                 self.wire.update_up += len;
                                 self.wire.updates += 1;
                             }
-                            Answer::Evaluation(_) => self.wire.evaluation_up += len,
+                            WireAnswer::Evaluation(_) => self.wire.evaluation_up += len,
                         }
                         return Ok(Some((c, a)));
                     }
@@ -613,17 +609,226 @@ impl MqttPool {
         Ok(None)
     }
 
-    fn job(&self, cfg: &FederationConfig, params: &Params, epochs: usize, seed: u64) -> TrainJob {
+    fn job(&self, t: &Training<'_>) -> TrainJob {
         TrainJob {
-            model: params.model,
-            params: Tensor::encode(&params.values, Encoding::F32),
-            epochs: epochs as u32,
-            batch_size: cfg.batch_size as u32,
-            lr: cfg.lr,
-            momentum: cfg.momentum,
-            seed,
+            model: t.start.model,
+            params: Tensor::encode(&t.start.values, Encoding::F32),
+            epochs: t.cfg.epochs as u32,
+            batch_size: t.cfg.batch_size as u32,
+            lr: t.cfg.lr,
+            momentum: t.cfg.momentum,
+            seed: t.cfg.seed,
             upload: self.upload,
         }
+    }
+
+    /// One exchange for jobs of one kind (`jobs` non-empty, all of `jobs[0]`'s kind).
+    fn run_kind(
+        &mut self,
+        round: usize,
+        jobs: &[&(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        let unsupported = |job: &Job<'_>| PoolError::Job {
+            job: job.name(),
+            reason: "not carried over MQTT yet".into(),
+        };
+        let first = &jobs[0].1;
+        let phase = match first {
+            _ if round == 0 => Phase::Clustering,
+            Job::Evaluate { .. } => Phase::Evaluating(round as u32),
+            _ => Phase::Training(round as u32),
+        };
+        let mut relay = None;
+        let expect = match first {
+            Job::Train(t) => Expect::Update(t.start.model),
+            Job::Signature {
+                train,
+                layers,
+                stats,
+            } => {
+                let len = ParamLayout::of(train.start.model)
+                    .select(layers)
+                    .map_err(|e| PoolError::Job {
+                        job: first.name(),
+                        reason: e.to_string(),
+                    })?
+                    .len();
+                if *stats {
+                    Expect::SignatureStats(len)
+                } else {
+                    Expect::Signature(len)
+                }
+            }
+            Job::TrainPair { global, .. } => Expect::Pair(global.start.model),
+            Job::Pick { train, candidates } => Expect::Picked(train.start.model, candidates.len()),
+            Job::Gradient { at, .. } => Expect::Gradient(at.values.len()),
+            Job::Evaluate { .. } => Expect::Evaluation,
+            Job::GramSignature { k, .. } => Expect::Eigenpairs { k: *k, d: PIXELS },
+            Job::Relevance { all, .. } => {
+                let n = all.len();
+                let wire = mthfl::relay(all).map_err(|e| PoolError::Job {
+                    job: first.name(),
+                    reason: e.to_string(),
+                })?;
+                let encoding = wire.values.encoding;
+                relay = Some(
+                    Envelope::new(
+                        self.run.clone(),
+                        Phase::Clustering.round(),
+                        ToClient::Relay(wire),
+                    )
+                    .to_bytes_checked()
+                    .map_err(|e| PoolError::Job {
+                        job: first.name(),
+                        reason: format!(
+                            "the relay of {n} signatures (k = {}, {encoding}) cannot be sent: \
+                             {e}; use --signature-encoding f16, fewer --eigenvectors, or \
+                             --relevance server",
+                            all.first().map_or(0, |s| s.k)
+                        ),
+                    })?,
+                );
+                Expect::RelevanceRow(n)
+            }
+            other => return Err(unsupported(other)),
+        };
+        let mut msgs = Vec::with_capacity(jobs.len());
+        for &&(c, ref job) in jobs {
+            let msg = match job {
+                Job::Train(t) => match t.prox {
+                    None => ToClient::Train(self.job(t)),
+                    Some(p) if p.anchor == t.start => ToClient::TrainProx {
+                        job: self.job(t),
+                        mu: p.mu,
+                    },
+                    Some(_) => return Err(unsupported(job)),
+                },
+                Job::Signature {
+                    train,
+                    layers,
+                    stats,
+                } if train.prox.is_none() => {
+                    let (job, layers) = (self.job(train), protocol::text(&layers.to_string()));
+                    if *stats {
+                        ToClient::SignatureStats { job, layers }
+                    } else {
+                        ToClient::Signature { job, layers }
+                    }
+                }
+                Job::TrainPair { global, cluster } => match (global.prox, cluster.prox) {
+                    (None, Some(p)) if p.anchor == global.start => ToClient::TrainPair {
+                        global: self.job(global),
+                        cluster: self.job(cluster),
+                        mu: p.mu,
+                    },
+                    _ => return Err(unsupported(job)),
+                },
+                Job::Pick { candidates, train } if train.prox.is_none() => {
+                    let mut settings = self.job(train);
+                    settings.params = Tensor::encode(&[], Encoding::F32);
+                    ToClient::Pick {
+                        job: settings,
+                        candidates: candidates
+                            .iter()
+                            .map(|c| Tensor::encode(&c.values, Encoding::F32))
+                            .collect(),
+                    }
+                }
+                Job::Gradient { at, batch_size } => ToClient::Gradient {
+                    model: at.model,
+                    params: Tensor::encode(&at.values, Encoding::F32),
+                    batch_size: *batch_size as u32,
+                    upload: self.upload,
+                },
+                Job::Evaluate { model } => ToClient::Evaluate {
+                    model: model.model,
+                    params: Tensor::encode(&model.values, Encoding::F32),
+                },
+                Job::GramSignature { k, encoding } => ToClient::GramSignature {
+                    k: *k as u32,
+                    upload: *encoding,
+                },
+                Job::Relevance { all, estimate } => ToClient::Relevance {
+                    clients: all.len() as u32,
+                    estimate: *estimate,
+                },
+                other => return Err(unsupported(other)),
+            };
+            if c >= self.members.len() {
+                return Err(PoolError::NoClient(c));
+            }
+            msgs.push((c, msg));
+        }
+        let answers = self.exchange(phase, expect, msgs, relay.as_deref())?;
+        Ok(answers
+            .into_iter()
+            .map(|(client, a)| {
+                let answer = match a {
+                    WireAnswer::Signature(values) => Answer::Signature {
+                        values,
+                        stats: None,
+                    },
+                    WireAnswer::Update {
+                        params,
+                        samples,
+                        loss,
+                    } => Answer::Update(Update {
+                        client,
+                        params,
+                        samples,
+                        loss,
+                    }),
+                    WireAnswer::Evaluation(r) => Answer::Evaluation(*r),
+                    WireAnswer::Eigenpairs(s) => Answer::Eigenpairs(s),
+                    WireAnswer::RelevanceRow(r) => Answer::Row(r),
+                    WireAnswer::SignatureStats {
+                        values,
+                        classes,
+                        entropy,
+                    } => Answer::Signature {
+                        values,
+                        stats: Some(LabelStats { classes, entropy }),
+                    },
+                    WireAnswer::Pair {
+                        global,
+                        cluster,
+                        samples,
+                        losses,
+                    } => Answer::Pair {
+                        global: Update {
+                            client,
+                            params: global,
+                            samples,
+                            loss: losses.0,
+                        },
+                        cluster: Update {
+                            client,
+                            params: cluster,
+                            samples,
+                            loss: losses.1,
+                        },
+                    },
+                    WireAnswer::Picked {
+                        choice,
+                        losses,
+                        params,
+                        samples,
+                        loss,
+                    } => Answer::Picked {
+                        choice,
+                        losses,
+                        update: Update {
+                            client,
+                            params,
+                            samples,
+                            loss,
+                        },
+                    },
+                    WireAnswer::Gradient(g) => Answer::Gradient(g),
+                };
+                (client, answer)
+            })
+            .collect())
     }
 
     /// Tells every client the run is over.
@@ -673,173 +878,25 @@ impl ClientPool for MqttPool {
         out
     }
 
-    fn signatures(
-        &mut self,
-        clients: &[usize],
-        initial: &Params,
-        layers: &LayerSet,
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Vec<f32>)>, FederationError> {
-        let len = ParamLayout::of(initial.model).select(layers)?.len();
-        let jobs = clients
-            .iter()
-            .map(|&c| {
-                let job = self.job(cfg, initial, cfg.warmup_epochs, client_seed(cfg.seed, 0, c));
-                let layers = protocol::text(&layers.to_string());
-                (c, ToClient::Signature { job, layers })
-            })
-            .collect();
-        let answers = self.exchange(Phase::Clustering, Expect::Signature(len), jobs)?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|(c, a)| match a {
-                Answer::Signature(v) => Some((c, v)),
-                _ => None,
-            })
-            .collect())
-    }
-
-    fn train(
+    /// One exchange per kind of job, in the order the kinds first appear.
+    fn run(
         &mut self,
         round: usize,
-        jobs: &[(usize, &Params)],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<Update>, FederationError> {
-        let msgs = jobs
-            .iter()
-            .map(|&(c, p)| {
-                let job = self.job(cfg, p, cfg.epochs, client_seed(cfg.seed, round, c));
-                (c, ToClient::Train(job))
-            })
-            .collect();
-        let answers = self.exchange(
-            Phase::Training(round as u32),
-            Expect::Update(cfg.model),
-            msgs,
-        )?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|(client, a)| match a {
-                Answer::Update {
-                    params,
-                    samples,
-                    loss,
-                } => Some(Update {
-                    client,
-                    params,
-                    samples,
-                    loss,
-                }),
-                _ => None,
-            })
-            .collect())
-    }
-
-    fn evaluate(
-        &mut self,
-        round: usize,
-        jobs: &[(usize, &Params)],
-    ) -> Result<Vec<(usize, EvalReport)>, FederationError> {
-        let msgs = jobs
-            .iter()
-            .map(|&(c, p)| {
-                (
-                    c,
-                    ToClient::Evaluate {
-                        model: p.model,
-                        params: Tensor::encode(&p.values, Encoding::F32),
-                    },
-                )
-            })
-            .collect();
-        let answers = self.exchange(Phase::Evaluating(round as u32), Expect::Evaluation, msgs)?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|(c, a)| match a {
-                Answer::Evaluation(r) => Some((c, *r)),
-                _ => None,
-            })
-            .collect())
-    }
-
-    fn gram_signatures(
-        &mut self,
-        clients: &[usize],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Signature)>, FederationError> {
-        let k = cfg.eigenvectors;
-        let jobs = clients
-            .iter()
-            .map(|&c| {
-                (
-                    c,
-                    ToClient::GramSignature {
-                        k: k as u32,
-                        upload: cfg.signature_encoding,
-                    },
-                )
-            })
-            .collect();
-        let answers =
-            self.exchange(Phase::Clustering, Expect::Eigenpairs { k, d: PIXELS }, jobs)?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|(c, a)| match a {
-                Answer::Eigenpairs(s) => Some((c, s)),
-                _ => None,
-            })
-            .collect())
-    }
-
-    /// Publishes the relay of `all` once on the broadcast topic, then asks each client for its
-    /// row (see the protocol module docs).
-    fn relevance_rows(
-        &mut self,
-        clients: &[usize],
-        all: &[Signature],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Vec<f64>)>, FederationError> {
-        let n = all.len();
-        let wire = mthfl::relay(all)?;
-        let encoding = wire.values.encoding;
-        let relay = Envelope::new(
-            self.run.clone(),
-            Phase::Clustering.round(),
-            ToClient::Relay(wire),
-        )
-        .to_bytes_checked()
-        .map_err(|e| {
-            FederationError::Pool(format!(
-                "the relay of {n} signatures (k = {}, {encoding}) cannot be sent: {e}; \
-                     use --signature-encoding f16, fewer --eigenvectors, or --relevance server",
-                all.first().map_or(0, |s| s.k)
-            ))
-        })?;
-        let jobs = clients
-            .iter()
-            .map(|&c| {
-                (
-                    c,
-                    ToClient::Relevance {
-                        clients: n as u32,
-                        estimate: cfg.estimate,
-                    },
-                )
-            })
-            .collect();
-        let answers = self.exchange_with(
-            Phase::Clustering,
-            Expect::RelevanceRow(n),
-            jobs,
-            Some(&relay),
-        )?;
-        Ok(answers
-            .into_iter()
-            .filter_map(|(c, a)| match a {
-                Answer::RelevanceRow(r) => Some((c, r)),
-                _ => None,
-            })
-            .collect())
+        jobs: &[(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        let mut kinds: Vec<&'static str> = Vec::new();
+        for (_, j) in jobs {
+            if !kinds.contains(&j.name()) {
+                kinds.push(j.name());
+            }
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        for kind in kinds {
+            let of_kind: Vec<&(usize, Job<'_>)> =
+                jobs.iter().filter(|(_, j)| j.name() == kind).collect();
+            out.extend(self.run_kind(round, &of_kind)?);
+        }
+        Ok(out)
     }
 }
 

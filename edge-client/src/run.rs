@@ -18,18 +18,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::algorithms::mthfl::{self, Gram, Signature};
+use edgecfl_shared::client::{self, ClientData};
+use edgecfl_shared::federation::{Answer, Job, Prox, Training, Update};
 use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, Hello, Id, LabelEval, Tensor,
     ToClient, ToCoordinator, Topics, TrainJob,
 };
-use edgecfl_shared::train::{Backend, CLASSES, Device, TrainConfig, evaluate, train_local};
+use edgecfl_shared::train::{Backend, CLASSES, Device, TrainConfig};
 
 use crate::shard::{Shard, ShardArgs};
-
-/// Batch size of evaluation (no effect on the result).
-const EVAL_BATCH: usize = 500;
 
 /// Arguments of `edge-client run`.
 #[derive(Debug, Clone, Args)]
@@ -271,21 +270,24 @@ fn decode_params(model: ModelKind, params: &Tensor) -> anyhow::Result<Params> {
     Ok(Params::new(model, values)?)
 }
 
-fn train(job: &TrainJob, shard: &Shard, device: &Device) -> anyhow::Result<(Params, f64)> {
-    let cfg = TrainConfig {
+/// A job's training of `start`.
+fn training<'a>(start: &'a Params, job: &TrainJob, prox: Option<Prox<'a>>) -> Training<'a> {
+    Training {
+        start,
+        cfg: settings(job),
+        prox,
+    }
+}
+
+/// The local-training settings of a job.
+fn settings(job: &TrainJob) -> TrainConfig {
+    TrainConfig {
         epochs: job.epochs as usize,
         batch_size: job.batch_size as usize,
         lr: job.lr,
         momentum: job.momentum,
         seed: job.seed,
-    };
-    let (trained, report) = train_local(
-        &decode_params(job.model, &job.params)?,
-        &shard.train,
-        &cfg,
-        device,
-    )?;
-    Ok((trained, report.last_epoch_loss))
+    }
 }
 
 /// The exact MT-HFL signature of this client's data (before upload rounding) and its Gram
@@ -401,44 +403,144 @@ impl Worker<'_> {
     }
 }
 
-/// Does one job that needs no state.
+/// Does one job that needs no state: decodes the command into a [`Job`], runs it with the
+/// shared client code ([`client::execute`], the same as a simulated client's), and encodes the
+/// answer in the job's upload encoding.
 fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoordinator> {
+    let data = ClientData {
+        train: &shard.train,
+        test: Some(&shard.test),
+    };
+    let run = |job: Job<'_>| client::execute(&job, data, device).map_err(anyhow::Error::from);
+    let finite = |u: &Update| -> anyhow::Result<()> {
+        anyhow::ensure!(u.loss.is_finite(), "training diverged (loss {})", u.loss);
+        Ok(())
+    };
+    let signature = |job: &TrainJob, layers: &str, stats: bool| -> anyhow::Result<Answer> {
+        let layers: LayerSet = layers.parse()?;
+        let start = decode_params(job.model, &job.params)?;
+        run(Job::Signature {
+            train: training(&start, job, None),
+            layers: &layers,
+            stats,
+        })
+    };
     Ok(match cmd {
-        ToClient::Signature { job, layers } => {
-            let layers: LayerSet = layers.parse()?;
-            let selection = ParamLayout::of(job.model).select(&layers)?;
-            let (trained, _) = train(&job, shard, device)?;
-            ToCoordinator::Signature {
-                values: Tensor::encode(&selection.extract(&trained.values), job.upload),
+        ToClient::Signature { job, layers } => match signature(&job, &layers, false)? {
+            Answer::Signature { values, .. } => ToCoordinator::Signature {
+                values: Tensor::encode(&values, job.upload),
+            },
+            other => anyhow::bail!("{} for a signature job", other.name()),
+        },
+        ToClient::SignatureStats { job, layers } => match signature(&job, &layers, true)? {
+            Answer::Signature {
+                values,
+                stats: Some(stats),
+            } => ToCoordinator::SignatureStats {
+                values: Tensor::encode(&values, job.upload),
+                classes: stats.classes,
+                entropy: stats.entropy,
+            },
+            other => anyhow::bail!("{} for a signature job", other.name()),
+        },
+        ToClient::Train(job) => train_update(&job, None, data, device)?,
+        ToClient::TrainProx { job, mu } => train_update(&job, Some(mu), data, device)?,
+        ToClient::TrainPair {
+            global,
+            cluster,
+            mu,
+        } => {
+            anyhow::ensure!(
+                global.model == cluster.model,
+                "pair of {} and {}",
+                global.model,
+                cluster.model
+            );
+            let omega = decode_params(global.model, &global.params)?;
+            let theta = decode_params(cluster.model, &cluster.params)?;
+            let prox = Prox { anchor: &omega, mu };
+            match run(Job::TrainPair {
+                global: training(&omega, &global, None),
+                cluster: training(&theta, &cluster, Some(prox)),
+            })? {
+                Answer::Pair {
+                    global: g,
+                    cluster: c,
+                } => {
+                    finite(&g)?;
+                    finite(&c)?;
+                    ToCoordinator::Pair {
+                        model: g.params.model,
+                        global: Tensor::encode(&g.params.values, global.upload),
+                        cluster: Tensor::encode(&c.params.values, cluster.upload),
+                        samples: g.samples,
+                        global_loss: g.loss,
+                        cluster_loss: c.loss,
+                    }
+                }
+                other => anyhow::bail!("{} for a pair job", other.name()),
             }
         }
-        ToClient::Train(job) => {
-            let (trained, loss) = train(&job, shard, device)?;
-            anyhow::ensure!(loss.is_finite(), "training diverged (loss {loss})");
-            ToCoordinator::Update {
-                model: job.model,
-                params: Tensor::encode(&trained.values, job.upload),
-                samples: shard.train.len() as u64,
-                loss,
+        ToClient::Pick { job, candidates } => {
+            let models: Vec<Params> = candidates
+                .iter()
+                .map(|c| decode_params(job.model, c))
+                .collect::<anyhow::Result<_>>()?;
+            anyhow::ensure!(!models.is_empty(), "no candidate model");
+            match run(Job::Pick {
+                candidates: models.iter().collect(),
+                train: training(&models[0], &job, None),
+            })? {
+                Answer::Picked {
+                    choice,
+                    losses,
+                    update,
+                } => {
+                    finite(&update)?;
+                    ToCoordinator::Picked {
+                        choice: choice as u32,
+                        losses,
+                        model: update.params.model,
+                        params: Tensor::encode(&update.params.values, job.upload),
+                        samples: update.samples,
+                        loss: update.loss,
+                    }
+                }
+                other => anyhow::bail!("{} for a pick job", other.name()),
+            }
+        }
+        ToClient::Gradient {
+            model,
+            params,
+            batch_size,
+            upload,
+        } => {
+            let at = decode_params(model, &params)?;
+            match run(Job::Gradient {
+                at: &at,
+                batch_size: batch_size.max(1) as usize,
+            })? {
+                Answer::Gradient(g) => ToCoordinator::Gradient {
+                    values: Tensor::encode(&g, upload),
+                },
+                other => anyhow::bail!("{} for a gradient job", other.name()),
             }
         }
         ToClient::Evaluate { model, params } => {
-            let r = evaluate(
-                &decode_params(model, &params)?,
-                &shard.test,
-                EVAL_BATCH,
-                device,
-            );
-            ToCoordinator::Evaluation {
-                per_label: (0..CLASSES)
-                    .filter(|&l| r.total_per_label[l] > 0)
-                    .map(|l| LabelEval {
-                        label: l as u8,
-                        correct: r.correct_per_label[l] as u32,
-                        total: r.total_per_label[l] as u32,
-                        loss_sum: r.loss_per_label[l],
-                    })
-                    .collect(),
+            let model = decode_params(model, &params)?;
+            match run(Job::Evaluate { model: &model })? {
+                Answer::Evaluation(r) => ToCoordinator::Evaluation {
+                    per_label: (0..CLASSES)
+                        .filter(|&l| r.total_per_label[l] > 0)
+                        .map(|l| LabelEval {
+                            label: l as u8,
+                            correct: r.correct_per_label[l] as u32,
+                            total: r.total_per_label[l] as u32,
+                            loss_sum: r.loss_per_label[l],
+                        })
+                        .collect(),
+                },
+                other => anyhow::bail!("{} for an evaluation job", other.name()),
             }
         }
         ToClient::Finish => anyhow::bail!("`finish` is not a job"),
@@ -446,4 +548,28 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
             anyhow::bail!("MT-HFL round 0 is handled by the worker")
         }
     })
+}
+
+/// A plain or proximal (toward the model sent) training job, answered with the update in the
+/// job's upload encoding.
+fn train_update(
+    job: &TrainJob,
+    mu: Option<f64>,
+    data: ClientData<'_>,
+    device: &Device,
+) -> anyhow::Result<ToCoordinator> {
+    let start = decode_params(job.model, &job.params)?;
+    let prox = mu.map(|mu| Prox { anchor: &start, mu });
+    match client::execute(&Job::Train(training(&start, job, prox)), data, device)? {
+        Answer::Update(u) => {
+            anyhow::ensure!(u.loss.is_finite(), "training diverged (loss {})", u.loss);
+            Ok(ToCoordinator::Update {
+                model: u.params.model,
+                params: Tensor::encode(&u.params.values, job.upload),
+                samples: u.samples,
+                loss: u.loss,
+            })
+        }
+        other => anyhow::bail!("{} for a training job", other.name()),
+    }
 }

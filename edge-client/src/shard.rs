@@ -16,7 +16,8 @@ pub struct ShardArgs {
     /// Fashion-MNIST directory (IDX files). Without --partition, all of it is this client's data.
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Take one shard of this partition (iid | label:K | dir:BETA | groups:… | rotate:G).
+    /// Take one shard of this partition (iid | label:K | dir:BETA | groups:… | rotate:G | shift:G |
+    /// rotate:R*BASE | dominant:ALPHA | pairs | tasks:fmnist3).
     #[arg(long)]
     pub partition: Option<PartitionSpec>,
     /// Partition seed (must match the coordinator's for a shared split).
@@ -34,7 +35,8 @@ pub struct ShardArgs {
 pub struct Shard {
     /// Training samples.
     pub train: LocalData,
-    /// Local test set (every test sample of the training labels, rotated alike).
+    /// Local test set (every test sample of the training labels, rotated and label-shifted
+    /// alike).
     pub test: LocalData,
     /// Where the images came from.
     pub source: String,
@@ -68,8 +70,18 @@ impl ShardArgs {
         let shard = &part.clients[self.index];
         let test = local_test_indices(shard, &data.test.labels);
         Ok(Shard {
-            train: LocalData::from_dataset(&data.train, &shard.train, shard.rotation),
-            test: LocalData::from_dataset(&data.test, &test, shard.rotation),
+            train: LocalData::from_dataset_shifted(
+                &data.train,
+                &shard.train,
+                shard.rotation,
+                shard.label_shift,
+            ),
+            test: LocalData::from_dataset_shifted(
+                &data.test,
+                &test,
+                shard.rotation,
+                shard.label_shift,
+            ),
             source: format!("{source}, {spec} shard {}/{}", self.index, self.of),
             info: Some(ShardInfo {
                 partition: text(&spec.to_string()),

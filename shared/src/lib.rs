@@ -13,9 +13,10 @@
 //! | [`train`] | local SGD training and evaluation |
 //! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index |
 //! | [`algorithms`] | one file per method: [`algorithms::fedclust`] (one-shot HC on final-layer weights, newcomers), [`algorithms::mthfl`] (Gram-matrix eigenvectors, relevance, HAC on 1 − R), ... |
+//! | [`client`] | what a client computes for each job, shared by the in-process pool and the edge client |
 //! | [`aggregate`] | sample-weighted FedAvg |
 //! | [`hierarchy`] | MT-HFL's LPS/GPS step: sample-weighted average of the common layers only |
-//! | [`federation`] | the round loop of FedClust / MT-HFL / random clusters / FedAvg / Local over an abstract pool of clients |
+//! | [`federation`] | the method interface ([`federation::Strategy`]), the job vocabulary of client pools, and the generic round driver |
 //! | [`sim`] | the in-process client pool used by `coordinator simulate` |
 //! | [`protocol`] | the wire protocol: postcard messages, tensors, MQTT topic scheme (`no_std`) |
 //!
@@ -33,6 +34,8 @@ pub mod protocol;
 pub mod aggregate;
 #[cfg(feature = "std")]
 pub mod algorithms;
+#[cfg(feature = "std")]
+pub mod client;
 #[cfg(feature = "std")]
 pub mod cluster;
 #[cfg(feature = "std")]

@@ -26,7 +26,7 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Linear, Relu};
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{Gradients, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -428,6 +428,11 @@ fn linear(w: &[f32], b: &[f32], shape: &[usize], device: &Device) -> Linear {
     }
 }
 
+/// Something that looks at each parameter tensor of a [`Net`] in layout order ([`Net::walk`]).
+trait ParamVisitor {
+    fn visit<const D: usize>(&mut self, p: &Param<Tensor<D>>);
+}
+
 fn param_values<const D: usize>(p: &Param<Tensor<D>>, out: &mut Vec<f32>) {
     let data = p.val().into_data();
     out.extend(data.iter::<f32>());
@@ -480,36 +485,90 @@ impl Net {
         }
     }
 
-    /// Reads the parameters back into the flat layout.
-    pub fn to_params(&self) -> Params {
-        let mut values = Vec::with_capacity(ParamLayout::of(self.kind()).len());
-        let linear_values = |l: &Linear, out: &mut Vec<f32>| {
-            param_values(&l.weight, out);
+    /// Visits every parameter tensor in [`ParamLayout`] order (weight before bias, layer by
+    /// layer): the one place that ties the burn modules to the flat layout.
+    fn walk<V: ParamVisitor>(&self, v: &mut V) {
+        let linear = |l: &Linear, v: &mut V| {
+            v.visit(&l.weight);
             if let Some(b) = &l.bias {
-                param_values(b, out);
+                v.visit(b);
             }
         };
         match self {
             Net::LeNet5(m) => {
                 for c in [&m.conv1, &m.conv2] {
-                    param_values(&c.weight, &mut values);
+                    v.visit(&c.weight);
                     if let Some(b) = &c.bias {
-                        param_values(b, &mut values);
+                        v.visit(b);
                     }
                 }
                 for l in [&m.fc1, &m.fc2, &m.fc3] {
-                    linear_values(l, &mut values);
+                    linear(l, v);
                 }
             }
             Net::Mlp(m) => {
-                linear_values(&m.fc1, &mut values);
-                linear_values(&m.fc2, &mut values);
+                linear(&m.fc1, v);
+                linear(&m.fc2, v);
             }
         }
+    }
+
+    /// Reads the parameters back into the flat layout.
+    pub fn to_params(&self) -> Params {
+        struct Values(Vec<f32>);
+        impl ParamVisitor for Values {
+            fn visit<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+                param_values(p, &mut self.0);
+            }
+        }
+        let mut values = Values(Vec::with_capacity(ParamLayout::of(self.kind()).len()));
+        self.walk(&mut values);
         Params {
             model: self.kind(),
-            values,
+            values: values.0,
         }
+    }
+
+    /// Every parameter tensor flattened to one dimension, in [`ParamLayout`] order (one tensor per
+    /// layout entry). On an autodiff device these are the tracked parameters themselves, so a loss
+    /// built from them (FedProx's proximal term) back-propagates into the network.
+    pub fn param_tensors(&self) -> Vec<Tensor<1>> {
+        struct Flat(Vec<Tensor<1>>);
+        impl ParamVisitor for Flat {
+            fn visit<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+                let t = p.val();
+                let n = t.shape().num_elements();
+                self.0.push(t.reshape([n]));
+            }
+        }
+        let mut flat = Flat(Vec::with_capacity(10));
+        self.walk(&mut flat);
+        flat.0
+    }
+
+    /// The gradient of every parameter in `grads` (from a backward pass through this network on an
+    /// autodiff device), flat in [`ParamLayout`] order; a parameter without a gradient (not reached
+    /// by the loss) contributes zeros.
+    pub fn flat_grads(&self, grads: &Gradients) -> Vec<f32> {
+        struct Grads<'g>(&'g Gradients, Vec<f32>);
+        impl ParamVisitor for Grads<'_> {
+            fn visit<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+                let t = p.val();
+                match t.grad(self.0) {
+                    Some(g) => self.1.extend(g.into_data().iter::<f32>()),
+                    None => {
+                        let n = t.shape().num_elements();
+                        self.1.extend(std::iter::repeat_n(0.0, n));
+                    }
+                }
+            }
+        }
+        let mut out = Grads(
+            grads,
+            Vec::with_capacity(ParamLayout::of(self.kind()).len()),
+        );
+        self.walk(&mut out);
+        out.1
     }
 
     /// Logits `[batch, 10]` for images `[batch, 1, 28, 28]`.

@@ -489,6 +489,53 @@ pub enum ToClient {
         /// How to estimate the others' eigenvalues under the own Gram matrix.
         estimate: Estimate,
     },
+    /// Train with a proximal term `μ/2 · ‖θ − θ_sent‖²` toward the model sent (FedProx, FeSEM)
+    /// and upload the result ([`ToCoordinator::Update`]).
+    TrainProx {
+        /// The training.
+        job: TrainJob,
+        /// μ ≥ 0.
+        mu: f64,
+    },
+    /// StoCFL's bi-level step: train `global` plainly and `cluster` with the proximal term
+    /// `μ/2 · ‖θ − ω‖²` toward `global`'s parameters ω; upload both ([`ToCoordinator::Pair`]).
+    TrainPair {
+        /// The global model's training.
+        global: TrainJob,
+        /// The cluster model's training.
+        cluster: TrainJob,
+        /// μ ≥ 0 (StoCFL's λ).
+        mu: f64,
+    },
+    /// IFCA: the mean training loss of each candidate model, then the candidate of lowest loss
+    /// (ties: the lower index) is trained with `job`'s settings (`job.params` is empty) and
+    /// uploaded with its index ([`ToCoordinator::Picked`]).
+    Pick {
+        /// Settings of the training (`params` empty).
+        job: TrainJob,
+        /// The candidates, of `job.model`.
+        candidates: Vec<Tensor>,
+    },
+    /// StoCFL: the gradient of the mean cross-entropy over all training data at the model sent,
+    /// normalised to unit length ([`ToCoordinator::Gradient`]).
+    Gradient {
+        /// Architecture.
+        model: ModelKind,
+        /// The anchor model.
+        params: Tensor,
+        /// Batch size of the passes (no effect beyond rounding).
+        batch_size: u32,
+        /// Encoding of the upload.
+        upload: Encoding,
+    },
+    /// AdaCFL round 0: [`Self::Signature`], plus the label statistics of the training data
+    /// ([`ToCoordinator::SignatureStats`]).
+    SignatureStats {
+        /// Warm-up training.
+        job: TrainJob,
+        /// Which layers to upload.
+        layers: Text,
+    },
 }
 
 /// Accuracy counts of one label on a client's test set.
@@ -572,6 +619,50 @@ pub enum ToCoordinator {
     RelevanceRow {
         /// The row (uploaded in `f32`: it is small, and `f16` would blur the clustering).
         row: Tensor,
+    },
+    /// StoCFL: both trained models of a [`ToClient::TrainPair`].
+    Pair {
+        /// Architecture.
+        model: ModelKind,
+        /// The trained global model.
+        global: Tensor,
+        /// The trained cluster model.
+        cluster: Tensor,
+        /// Samples trained on (the FedAvg weight of both).
+        samples: u64,
+        /// Mean training loss of the global model's last epoch.
+        global_loss: f64,
+        /// Mean training loss of the cluster model's last epoch.
+        cluster_loss: f64,
+    },
+    /// IFCA: the answer to a [`ToClient::Pick`].
+    Picked {
+        /// Index of the chosen candidate.
+        choice: u32,
+        /// Mean training loss of each candidate before training.
+        losses: Vec<f64>,
+        /// Architecture.
+        model: ModelKind,
+        /// The trained choice.
+        params: Tensor,
+        /// Samples trained on.
+        samples: u64,
+        /// Mean training loss of the last epoch.
+        loss: f64,
+    },
+    /// StoCFL: the normalised anchor gradient.
+    Gradient {
+        /// The gradient (one value per parameter).
+        values: Tensor,
+    },
+    /// AdaCFL round 0: the signature and the label statistics.
+    SignatureStats {
+        /// The layers' values.
+        values: Tensor,
+        /// Classes present in the training data (L).
+        classes: u32,
+        /// Shannon entropy of the label histogram in bits.
+        entropy: f64,
     },
 }
 

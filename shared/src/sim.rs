@@ -2,27 +2,22 @@
 //! process and its local training runs here, one client after the other.
 //!
 //! Evaluation is shared between clients: a client's local test set is every test sample of its
-//! training labels (rotated like its training data), so the accuracy of a model on it follows
-//! exactly from the model's per-label counts on the test set. Each distinct model is therefore
-//! evaluated once per rotation, on the labels its clients need, and each client's report is cut
-//! out of that ([`EvalReport::restrict`]).
+//! training labels (rotated and label-shifted like its training data), so the accuracy of a model
+//! on it follows exactly from the model's per-label counts on the test set. Each distinct model is
+//! therefore evaluated once per (rotation, label shift), on the labels its clients need, and each
+//! client's report is cut out of that ([`EvalReport::restrict`]).
 
 use std::collections::HashMap;
 
-use crate::algorithms::mthfl::{self, Gram, Signature};
+use crate::algorithms::mthfl::{self, Estimate, Gram, Signature};
+use crate::client::{self, ClientData, EVAL_BATCH};
 use crate::data::fmnist::{Dataset, FashionMnist};
-use crate::data::partition::Partition;
-use crate::federation::{
-    ClientInfo, ClientPool, FederationConfig, FederationError, Update, client_seed,
-};
-use crate::model::{LayerSet, Params};
-use crate::train::{
-    Backend, CLASSES, EvalReport, LocalData, TrainConfig, TrainError, evaluate, train_local,
-};
+use crate::data::partition::{Partition, shift_label};
+use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
+use crate::model::Params;
+use crate::protocol::Encoding;
+use crate::train::{Backend, CLASSES, EvalReport, LocalData, TrainError, evaluate};
 use burn::prelude::Device;
-
-/// Batch size used for evaluation (no effect on the result).
-const EVAL_BATCH: usize = 500;
 
 /// Maps `f` over `items` on all cores (clients train independently, so the result does not depend
 /// on the number of threads). Keeps the order of `items`.
@@ -63,8 +58,11 @@ pub struct SimPool {
     train: Vec<LocalData>,
     labels: Vec<Vec<u8>>,
     rotation: Vec<u8>,
-    /// `test[r][l]`: the test samples of label `l`, rotated by `r` quarter turns (built lazily).
-    test: Vec<Vec<Option<LocalData>>>,
+    /// Each client's label shift (`shift:` partitions), `0..10`.
+    shift: Vec<u8>,
+    /// `test[(r, s, l)]`: the test samples whose label shifted by `s` is `l`, rotated by `r`
+    /// quarter turns and labelled `l` (built lazily).
+    test: HashMap<(u8, u8, u8), LocalData>,
     test_set: Dataset,
     device: Device,
     /// MT-HFL: each client's own signature, exact (before upload rounding), kept from
@@ -86,26 +84,30 @@ impl SimPool {
         let mut train = Vec::new();
         let mut labels = Vec::new();
         let mut rotation = Vec::new();
+        let mut shift = Vec::new();
         for (i, shard) in partition.clients.iter().enumerate() {
             infos.push(ClientInfo {
                 index: i,
                 id: format!("sim-{i:04}"),
                 samples: shard.train.len() as u64,
             });
-            train.push(LocalData::from_dataset(
+            train.push(LocalData::from_dataset_shifted(
                 &data.train,
                 &shard.train,
                 shard.rotation,
+                shard.label_shift,
             ));
             labels.push(shard.labels.clone());
             rotation.push(shard.rotation % 4);
+            shift.push(shard.label_shift % CLASSES as u8);
         }
         Ok(SimPool {
             infos,
             train,
             labels,
             rotation,
-            test: vec![vec![None; CLASSES]; 4],
+            shift,
+            test: HashMap::new(),
             test_set: data.test.clone(),
             device,
             own_signatures: vec![None; partition.clients.len()],
@@ -133,31 +135,16 @@ impl SimPool {
         Ok(())
     }
 
-    fn test_data(&mut self, rotation: u8, label: u8) -> &LocalData {
-        let slot = &mut self.test[usize::from(rotation)][usize::from(label)];
+    fn test_data(&mut self, rotation: u8, shift: u8, label: u8) -> &LocalData {
         let test_set = &self.test_set;
-        slot.get_or_insert_with(|| {
-            let idx: Vec<usize> = (0..test_set.len())
-                .filter(|&i| test_set.labels[i] == label)
-                .collect();
-            LocalData::from_dataset(test_set, &idx, rotation)
-        })
-    }
-
-    fn train_one(
-        &self,
-        client: usize,
-        params: &Params,
-        cfg: &TrainConfig,
-    ) -> Result<Update, FederationError> {
-        let (params, report) = train_local(params, &self.train[client], cfg, &self.device)
-            .map_err(|e| FederationError::Pool(format!("client {client}: {e}")))?;
-        Ok(Update {
-            client,
-            params,
-            samples: self.infos[client].samples,
-            loss: report.last_epoch_loss,
-        })
+        self.test
+            .entry((rotation, shift, label))
+            .or_insert_with(|| {
+                let idx: Vec<usize> = (0..test_set.len())
+                    .filter(|&i| shift_label(test_set.labels[i], shift) == label)
+                    .collect();
+                LocalData::from_dataset_shifted(test_set, &idx, rotation, shift)
+            })
     }
 }
 
@@ -177,101 +164,125 @@ impl ClientPool for SimPool {
         }
     }
 
-    fn signatures(
+    /// Evaluations are shared (see the module docs); MT-HFL's jobs keep each client's exact
+    /// signature between its two jobs; everything else is [`client::execute`], clients in
+    /// parallel. Answers come in job order, then MT-HFL's, then evaluations by client.
+    fn run(
         &mut self,
-        clients: &[usize],
-        initial: &Params,
-        layers: &LayerSet,
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Vec<f32>)>, FederationError> {
-        let selection = initial.layout().select(layers)?;
-        par_map(clients, |&c| {
-            let mut tc = cfg.train_config(client_seed(cfg.seed, 0, c));
-            tc.epochs = cfg.warmup_epochs;
-            let update = self.train_one(c, initial, &tc)?;
-            Ok((c, selection.extract(&update.params.values)))
+        _round: usize,
+        jobs: &[(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        if let Some(&(c, _)) = jobs.iter().find(|(c, _)| *c >= self.train.len()) {
+            return Err(PoolError::NoClient(c));
+        }
+        let fail = |c: usize, e: &dyn std::fmt::Display| PoolError::Client {
+            client: c,
+            reason: e.to_string(),
+        };
+        let plain: Vec<&(usize, Job<'_>)> = jobs
+            .iter()
+            .filter(|(_, j)| {
+                !matches!(
+                    j,
+                    Job::Evaluate { .. } | Job::GramSignature { .. } | Job::Relevance { .. }
+                )
+            })
+            .collect();
+        let mut out: Vec<(usize, Answer)> = par_map(&plain, |&&(c, ref job)| {
+            let data = ClientData {
+                train: &self.train[c],
+                test: None,
+            };
+            let mut answer = client::execute(job, data, &self.device).map_err(|e| fail(c, &e))?;
+            set_client(&mut answer, c);
+            Ok((c, answer))
         })
         .into_iter()
-        .collect()
-    }
+        .collect::<Result<_, PoolError>>()?;
 
-    fn train(
-        &mut self,
-        round: usize,
-        jobs: &[(usize, &Params)],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<Update>, FederationError> {
-        par_map(jobs, |&(c, p)| {
-            self.train_one(c, p, &cfg.train_config(client_seed(cfg.seed, round, c)))
-        })
-        .into_iter()
-        .collect()
-    }
-
-    fn gram_signatures(
-        &mut self,
-        clients: &[usize],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Signature)>, FederationError> {
-        let exact: Vec<(usize, Signature)> = par_map(clients, |&c| {
-            let data = self
-                .train
-                .get(c)
-                .ok_or_else(|| FederationError::Pool(format!("no client {c}")))?;
-            mthfl::signature_of(data, cfg.eigenvectors)
-                .map(|s| (c, s))
-                .map_err(|e| FederationError::Pool(format!("client {c}: {e}")))
+        let grams: Vec<(usize, usize, Encoding)> = jobs
+            .iter()
+            .filter_map(|(c, j)| match j {
+                Job::GramSignature { k, encoding } => Some((*c, *k, *encoding)),
+                _ => None,
+            })
+            .collect();
+        let exact: Vec<(usize, Signature, Encoding)> = par_map(&grams, |&(c, k, encoding)| {
+            mthfl::signature_of(&self.train[c], k)
+                .map(|s| (c, s, encoding))
+                .map_err(|e| fail(c, &e))
         })
         .into_iter()
         .collect::<Result<_, _>>()?;
-        Ok(exact
-            .into_iter()
-            .map(|(c, s)| {
-                let uploaded = s.rounded(cfg.signature_encoding);
-                self.own_signatures[c] = Some(s);
-                (c, uploaded)
-            })
-            .collect())
-    }
+        for (c, s, encoding) in exact {
+            let uploaded = s.rounded(encoding);
+            self.own_signatures[c] = Some(s);
+            out.push((c, Answer::Eigenpairs(uploaded)));
+        }
 
-    fn relevance_rows(
-        &mut self,
-        clients: &[usize],
-        all: &[Signature],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Vec<f64>)>, FederationError> {
-        par_map(clients, |&c| {
-            let fail = |e: mthfl::MtHflError| FederationError::Pool(format!("client {c}: {e}"));
-            let data = self
-                .train
-                .get(c)
-                .ok_or_else(|| FederationError::Pool(format!("no client {c}")))?;
+        let rows: Vec<(usize, &[Signature], Estimate)> = jobs
+            .iter()
+            .filter_map(|(c, j)| match j {
+                Job::Relevance { all, estimate } => Some((*c, *all, *estimate)),
+                _ => None,
+            })
+            .collect();
+        let rows: Vec<(usize, Answer)> = par_map(&rows, |&(c, all, estimate)| {
+            let err = |e: mthfl::MtHflError| fail(c, &e);
             // The Gram matrix is rebuilt rather than kept: 784² f64 per client adds up.
-            let gram = Gram::from_local_data(data).map_err(fail)?;
-            let k = all.first().map_or(cfg.eigenvectors, |s| s.k);
+            let gram = Gram::from_local_data(&self.train[c]).map_err(err)?;
+            let k = all.first().map_or(1, |s| s.k);
             let own = match &self.own_signatures[c] {
                 Some(s) if s.k == k => s.clone(),
-                _ => gram.signature(k).map_err(fail)?,
+                _ => gram.signature(k).map_err(err)?,
             };
-            let row = mthfl::client_row(&gram, &own, all, cfg.estimate).map_err(fail)?;
-            Ok((c, row))
+            let row = mthfl::client_row(&gram, &own, all, estimate).map_err(err)?;
+            Ok((c, Answer::Row(row)))
         })
         .into_iter()
-        .collect()
-    }
+        .collect::<Result<_, PoolError>>()?;
+        out.extend(rows);
 
-    fn evaluate(
-        &mut self,
-        _round: usize,
-        jobs: &[(usize, &Params)],
-    ) -> Result<Vec<(usize, EvalReport)>, FederationError> {
-        // Group clients by (model, rotation); evaluate each group once on the union of its labels.
-        // (model, rotation) → (model, labels needed, clients)
+        let evals: Vec<(usize, &Params)> = jobs
+            .iter()
+            .filter_map(|(c, j)| match j {
+                Job::Evaluate { model } => Some((*c, *model)),
+                _ => None,
+            })
+            .collect();
+        if !evals.is_empty() {
+            out.extend(
+                self.evaluate(&evals)
+                    .into_iter()
+                    .map(|(c, r)| (c, Answer::Evaluation(r))),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Stamps the pool index on the updates of an answer.
+fn set_client(answer: &mut Answer, c: usize) {
+    match answer {
+        Answer::Update(u) | Answer::Picked { update: u, .. } => u.client = c,
+        Answer::Pair { global, cluster } => {
+            global.client = c;
+            cluster.client = c;
+        }
+        _ => {}
+    }
+}
+
+impl SimPool {
+    /// Each `(client, model)`'s report on the client's local test set, by client.
+    fn evaluate(&mut self, jobs: &[(usize, &Params)]) -> Vec<(usize, EvalReport)> {
+        // Group clients by (model, rotation, label shift); evaluate each group once on the union
+        // of its labels. (model, rotation, shift) → (model, labels needed, clients)
         type Group<'a> = (&'a Params, [bool; CLASSES], Vec<usize>);
-        let mut groups: HashMap<(*const Params, u8), Group> = HashMap::new();
+        let mut groups: HashMap<(*const Params, u8, u8), Group> = HashMap::new();
         for &(c, p) in jobs {
             let entry = groups
-                .entry((std::ptr::from_ref(p), self.rotation[c]))
+                .entry((std::ptr::from_ref(p), self.rotation[c], self.shift[c]))
                 .or_insert((p, [false; CLASSES], Vec::new()));
             for &l in &self.labels[c] {
                 entry.1[usize::from(l)] = true;
@@ -279,14 +290,14 @@ impl ClientPool for SimPool {
             entry.2.push(c);
         }
         let mut keys: Vec<_> = groups.keys().copied().collect();
-        keys.sort_by_key(|&(_, r)| r);
+        keys.sort_by_key(|&(_, r, s)| (r, s));
         let mut out = Vec::with_capacity(jobs.len());
         for key in keys {
             let (params, needed, members) = &groups[&key];
             let mut report = EvalReport::default();
             for label in (0..CLASSES as u8).filter(|&l| needed[usize::from(l)]) {
                 let device = self.device.clone();
-                let data = self.test_data(key.1, label);
+                let data = self.test_data(key.1, key.2, label);
                 report.merge(&evaluate(params, data, EVAL_BATCH, &device));
             }
             for &c in members {
@@ -294,6 +305,6 @@ impl ClientPool for SimPool {
             }
         }
         out.sort_by_key(|(c, _)| *c);
-        Ok(out)
+        out
     }
 }

@@ -23,8 +23,8 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::data::fmnist::Dataset;
-use crate::data::partition::rotate_image;
-use crate::model::{Net, Params};
+use crate::data::partition::{rotate_image, shift_label};
+use crate::model::{ModelError, ModelKind, Net, ParamLayout, Params};
 
 /// Pixels per image (28×28).
 pub const PIXELS: usize = 28 * 28;
@@ -294,6 +294,27 @@ pub enum TrainError {
     /// Training produced NaN or infinite weights (learning rate too high?).
     #[error("training diverged: the loss or the weights became NaN/Inf")]
     Diverged,
+    /// The parameters do not fit their model (wrong length).
+    #[error("invalid parameters: {0}")]
+    InvalidParams(#[source] ModelError),
+    /// A proximal anchor that does not fit the trained model.
+    #[error(
+        "proximal anchor is a {anchor_model} with {got} parameters, but the model is a {model} \
+         with {expected}"
+    )]
+    AnchorMismatch {
+        /// The trained model.
+        model: ModelKind,
+        /// Its parameter count.
+        expected: usize,
+        /// The anchor's model.
+        anchor_model: ModelKind,
+        /// The anchor's length.
+        got: usize,
+    },
+    /// No samples where some are needed (a gradient over empty data).
+    #[error("no local samples")]
+    NoData,
 }
 
 /// Hyper-parameters of one local training call.
@@ -345,6 +366,19 @@ pub struct LocalData {
 impl LocalData {
     /// Takes `indices` of `data`, rotated by `quarter_turns` × 90°.
     pub fn from_dataset(data: &Dataset, indices: &[usize], quarter_turns: u8) -> Self {
+        Self::from_dataset_shifted(data, indices, quarter_turns, 0)
+    }
+
+    /// Takes `indices` of `data`, rotated by `quarter_turns` × 90°, every label `y` replaced by
+    /// `(y + label_shift) mod 10` ([`shift_label`]; `shift:` partitions,
+    /// [`ClientShard::label_shift`](crate::data::partition::ClientShard::label_shift)). A shift
+    /// of 0 gives exactly [`LocalData::from_dataset`].
+    pub fn from_dataset_shifted(
+        data: &Dataset,
+        indices: &[usize],
+        quarter_turns: u8,
+        label_shift: u8,
+    ) -> Self {
         let mut pixels = Vec::with_capacity(indices.len() * PIXELS);
         let mut labels = Vec::with_capacity(indices.len());
         for &i in indices {
@@ -355,7 +389,7 @@ impl LocalData {
                 let r = rotate_image(img, quarter_turns);
                 pixels.extend(r.iter().map(|&p| f32::from(p) / 255.0));
             }
-            labels.push(data.labels[i]);
+            labels.push(shift_label(data.labels[i], label_shift));
         }
         LocalData { pixels, labels }
     }
@@ -399,17 +433,107 @@ pub struct TrainReport {
 
 /// Trains `params` on `data` and returns the new parameters.
 ///
-/// `device` is the plain device (e.g. [`Backend::device`]); autodiff is added here.
+/// `device` is the plain device (e.g. [`Backend::device`]); autodiff is added here. The same as
+/// [`train_local_prox`] without a proximal term.
 pub fn train_local(
     params: &Params,
     data: &LocalData,
     cfg: &TrainConfig,
     device: &Device,
 ) -> Result<(Params, TrainReport), TrainError> {
+    train_local_prox(params, data, cfg, None, device)
+}
+
+/// FedProx's proximal term: the local objective becomes loss + μ/2 · ‖θ − anchor‖² over every
+/// parameter.
+#[derive(Debug, Clone, Copy)]
+pub struct Proximal<'a> {
+    /// The point the local model is pulled towards (FedProx: the global model of the round;
+    /// FeSEM: the client's cluster centre). Same model kind as the trained parameters.
+    pub anchor: &'a Params,
+    /// The strength μ (finite, ≥ 0; 0 is plain training).
+    pub mu: f64,
+}
+
+impl Proximal<'_> {
+    /// Checks μ and that the anchor fits parameters of `model`.
+    pub fn validate(&self, model: ModelKind) -> Result<(), TrainError> {
+        if !(self.mu.is_finite() && self.mu >= 0.0) {
+            return Err(TrainError::InvalidConfig(format!(
+                "proximal μ must be finite and ≥ 0, got {}",
+                self.mu
+            )));
+        }
+        let expected = ParamLayout::of(model).len();
+        if self.anchor.model != model || self.anchor.values.len() != expected {
+            return Err(TrainError::AnchorMismatch {
+                model,
+                expected,
+                anchor_model: self.anchor.model,
+                got: self.anchor.values.len(),
+            });
+        }
+        if let Some(index) = self.anchor.values.iter().position(|v| !v.is_finite()) {
+            return Err(TrainError::InvalidConfig(format!(
+                "proximal anchor value {index} is not finite"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// [`TrainError::InvalidParams`] unless `params` has its model's length (a burn network cannot
+/// be built from it otherwise).
+fn check_len(params: &Params) -> Result<(), TrainError> {
+    let expected = ParamLayout::of(params.model).len();
+    if params.values.len() != expected {
+        return Err(TrainError::InvalidParams(ModelError::WrongSize {
+            model: params.model,
+            expected,
+            got: params.values.len(),
+        }));
+    }
+    Ok(())
+}
+
+/// Trains `params` on `data`, optionally with FedProx's proximal term, and returns the new
+/// parameters.
+///
+/// Without a proximal term (`None`, or μ = 0) this is exactly [`train_local`]: same seed, same
+/// floats. With one, every parameter's gradient gets μ(θ − anchor) added (the term μ/2‖θ −
+/// anchor‖² joins the loss before the backward pass, the anchor as constant tensors built once
+/// per call). [`TrainReport::last_epoch_loss`] stays the plain cross-entropy, without the term.
+/// `device` is the plain device (e.g. [`Backend::device`]); autodiff is added here.
+pub fn train_local_prox(
+    params: &Params,
+    data: &LocalData,
+    cfg: &TrainConfig,
+    prox: Option<Proximal<'_>>,
+    device: &Device,
+) -> Result<(Params, TrainReport), TrainError> {
     cfg.validate()?;
+    check_len(params)?;
+    if let Some(p) = &prox {
+        p.validate(params.model)?;
+    }
     let start = Instant::now();
     let ad = device.clone().autodiff();
     let mut net = Net::from_params(params, &ad);
+    // The anchor, one constant (untracked) tensor per layout entry, and μ/2.
+    let anchor: Option<(Vec<Tensor<1>>, f64)> = prox.filter(|p| p.mu > 0.0).map(|p| {
+        let tensors = params
+            .layout()
+            .entries
+            .iter()
+            .map(|e| {
+                Tensor::<1>::from_data(
+                    TensorData::new(p.anchor.values[e.range()].to_vec(), [e.len()]),
+                    &ad,
+                )
+            })
+            .collect();
+        (tensors, p.mu / 2.0)
+    });
     let momentum = (cfg.momentum > 0.0).then_some(MomentumConfig {
         momentum: cfg.momentum,
         dampening: 0.0,
@@ -428,7 +552,11 @@ pub fn train_local(
             let logits = net.forward(data.images(chunk, &ad));
             let loss = loss_fn.forward(logits, data.targets(chunk, &ad));
             loss_sum += f64::from(loss.clone().into_scalar::<f32>()) * chunk.len() as f64;
-            let grads = GradientsParams::from_grads(loss.backward(), &net);
+            let objective = match &anchor {
+                None => loss,
+                Some((anchor, half_mu)) => loss + proximal_term(&net, anchor, *half_mu),
+            };
+            let grads = GradientsParams::from_grads(objective.backward(), &net);
             net = optim.step(cfg.lr, net, grads);
             steps += 1;
         }
@@ -450,6 +578,62 @@ pub fn train_local(
             seconds: start.elapsed().as_secs_f64(),
         },
     ))
+}
+
+/// μ/2 · ‖θ − anchor‖² as a one-element tensor tracked through the network's parameters.
+fn proximal_term(net: &Net, anchor: &[Tensor<1>], half_mu: f64) -> Tensor<1> {
+    net.param_tensors()
+        .into_iter()
+        .zip(anchor)
+        .map(|(theta, a)| {
+            let d = theta - a.clone();
+            (d.clone() * d).sum()
+        })
+        .reduce(|x, y| x + y)
+        .expect("every model has parameters")
+        .mul_scalar(half_mu)
+}
+
+/// Gradient of the mean cross-entropy over all of `data` at `params`, flat in [`ParamLayout`]
+/// order.
+///
+/// StoCFL's anchor gradient. Computed in batches of `batch_size` (in sample order, no shuffling):
+/// each batch's mean-loss gradient is weighted by its size / N and summed (in f64), so the result
+/// does not depend on `batch_size` beyond float rounding. Nothing is updated. Errors on empty
+/// data, `batch_size` 0, parameters of the wrong length, or a non-finite gradient.
+pub fn gradient(
+    params: &Params,
+    data: &LocalData,
+    batch_size: usize,
+    device: &Device,
+) -> Result<Vec<f32>, TrainError> {
+    if batch_size == 0 {
+        return Err(TrainError::InvalidConfig("batch size must be ≥ 1".into()));
+    }
+    if data.is_empty() {
+        return Err(TrainError::NoData);
+    }
+    check_len(params)?;
+    let ad = device.clone().autodiff();
+    let net = Net::from_params(params, &ad);
+    let loss_fn = CrossEntropyLossConfig::new().init(&ad);
+    let n = data.len() as f64;
+    let mut acc = vec![0.0f64; params.values.len()];
+    let idx: Vec<usize> = (0..data.len()).collect();
+    for chunk in idx.chunks(batch_size) {
+        let logits = net.forward(data.images(chunk, &ad));
+        let loss = loss_fn.forward(logits, data.targets(chunk, &ad));
+        let g = net.flat_grads(&loss.backward());
+        let w = chunk.len() as f64 / n;
+        for (a, g) in acc.iter_mut().zip(g) {
+            *a += w * f64::from(g);
+        }
+    }
+    let out: Vec<f32> = acc.into_iter().map(|v| v as f32).collect();
+    if out.iter().any(|v| !v.is_finite()) {
+        return Err(TrainError::Diverged);
+    }
+    Ok(out)
 }
 
 /// Loss and accuracy of a model on some samples, with per-label counts.

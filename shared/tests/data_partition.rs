@@ -12,8 +12,9 @@ use edgecfl_shared::data::idx::{self, IMAGES_MAGIC, LABELS_MAGIC};
 use edgecfl_shared::data::{
     CLASS_NAMES, ClientShard, DataError, DataSource, Dataset, FashionMnist, IdxError, Partition,
     PartitionError, PartitionSpec, SpecError, client_datasets, local_test_indices, partition,
-    rotate_image,
+    rotate_image, shift_label,
 };
+use edgecfl_shared::train::LocalData;
 
 fn bundled() -> &'static FashionMnist {
     static DATA: OnceLock<FashionMnist> = OnceLock::new();
@@ -389,6 +390,17 @@ fn spec_round_trips() {
         "rotate:1",
         "rotate:4",
         "tasks:fmnist3",
+        "shift:1",
+        "shift:4",
+        "pairs",
+        "dominant:0.5",
+        "dominant:0.8",
+        "dominant:1",
+        "dominant:0.05",
+        "rotate:2*groups:012-34-56-789",
+        "rotate:4*pairs",
+        "rotate:1*dominant:0.8",
+        "rotate:3*shift:2",
     ] {
         let parsed = spec(s);
         assert_eq!(parsed.to_string(), s);
@@ -410,6 +422,68 @@ fn spec_round_trips() {
     assert_eq!(spec("rotate:4"), PartitionSpec::Rotate { groups: 4 });
     assert_eq!(spec("tasks:fmnist3"), PartitionSpec::TasksFmnist3);
     assert_eq!(spec("dir:0.10").to_string(), "dir:0.1");
+    assert_eq!(spec("shift:4"), PartitionSpec::Shift { groups: 4 });
+    assert_eq!(spec("pairs"), PartitionSpec::Pairs);
+    assert_eq!(spec("dominant:0.8"), PartitionSpec::Dominant { alpha: 0.8 });
+    assert_eq!(spec("dominant:1.0").to_string(), "dominant:1");
+    assert_eq!(
+        spec("rotate:2*groups:012-34-56-789"),
+        PartitionSpec::Rotated {
+            rotations: 2,
+            base: Box::new(PartitionSpec::Groups(vec![
+                vec![0, 1, 2],
+                vec![3, 4],
+                vec![5, 6],
+                vec![7, 8, 9]
+            ])),
+        }
+    );
+}
+
+#[test]
+fn spec_groups_and_task_labels() {
+    // (spec, number of ground-truth groups, label sets of the groups)
+    let pairs: Vec<Vec<u8>> = vec![
+        vec![0, 1],
+        vec![1, 2],
+        vec![2, 3],
+        vec![3, 4],
+        vec![4, 5],
+        vec![5, 6],
+        vec![6, 7],
+        vec![7, 8],
+        vec![8, 9],
+        vec![0, 9],
+    ];
+    let stocfl = vec![vec![0u8, 1, 2], vec![3, 4], vec![5, 6], vec![7, 8, 9]];
+    type Case<'a> = (&'a str, Option<usize>, Option<Vec<Vec<u8>>>);
+    let cases: Vec<Case> = vec![
+        ("iid", None, None),
+        ("label:2", None, None),
+        ("dir:0.5", None, None),
+        ("rotate:4", Some(4), None),
+        ("shift:4", Some(4), None),
+        ("shift:2", Some(2), None),
+        ("dominant:0.5", Some(5), None),
+        ("pairs", Some(10), Some(pairs.clone())),
+        ("groups:012-34-56-789", Some(4), Some(stocfl.clone())),
+        (
+            "rotate:2*groups:012-34-56-789",
+            Some(8),
+            Some(stocfl.iter().chain(&stocfl).cloned().collect()),
+        ),
+        (
+            "rotate:3*pairs",
+            Some(30),
+            Some(pairs.iter().cycle().take(30).cloned().collect()),
+        ),
+        ("rotate:2*shift:4", Some(8), None),
+        ("rotate:4*dominant:1", Some(20), None),
+    ];
+    for (s, groups, labels) in cases {
+        assert_eq!(spec(s).num_groups(), groups, "{s}");
+        assert_eq!(spec(s).task_labels(), labels, "{s}");
+    }
 }
 
 #[test]
@@ -445,6 +519,55 @@ fn spec_parse_errors() {
     assert_eq!(err("groups:012-23"), SpecError::DuplicateLabel { label: 2 });
     assert_eq!(err("groups:0112"), SpecError::DuplicateLabel { label: 1 });
     assert!(serde_json::from_str::<PartitionSpec>("\"label:0\"").is_err());
+    // dominant:ALPHA needs 0 < α ≤ 1.
+    assert_eq!(err("dominant:0"), SpecError::Alpha { alpha: 0.0 });
+    assert_eq!(err("dominant:1.5"), SpecError::Alpha { alpha: 1.5 });
+    assert_eq!(err("dominant:-0.2"), SpecError::Alpha { alpha: -0.2 });
+    assert!(matches!(err("dominant:NaN"), SpecError::Alpha { .. }));
+    assert!(matches!(err("dominant:inf"), SpecError::Alpha { .. }));
+    assert!(matches!(err("dominant:"), SpecError::BadNumber { .. }));
+    assert!(matches!(err("dominant:high"), SpecError::BadNumber { .. }));
+    assert!(matches!(err("dominant"), SpecError::UnknownScheme { .. }));
+    // shift:G needs 1 ≤ G ≤ 4; pairs takes no argument.
+    assert_eq!(err("shift:5"), SpecError::ShiftGroups { groups: 5 });
+    assert_eq!(err("shift:0"), SpecError::ShiftGroups { groups: 0 });
+    assert!(matches!(err("shift:x"), SpecError::BadNumber { .. }));
+    assert!(matches!(err("pairs:2"), SpecError::UnknownScheme { .. }));
+    // Products: rotate:R with 1 ≤ R ≤ 4 times a base with groups i % G.
+    assert_eq!(
+        err("rotate:9*groups:012-34-56-789"),
+        SpecError::RotateGroups { groups: 9 }
+    );
+    assert_eq!(err("rotate:0*pairs"), SpecError::RotateGroups { groups: 0 });
+    assert!(matches!(err("rotate:x*pairs"), SpecError::BadNumber { .. }));
+    for base in [
+        "iid",
+        "label:2",
+        "dir:0.5",
+        "rotate:2",
+        "tasks:fmnist3",
+        "rotate:2*pairs",
+    ] {
+        assert_eq!(
+            err(&format!("rotate:2*{base}")),
+            SpecError::ProductBase {
+                base: base.to_string()
+            },
+            "rotate:2*{base}"
+        );
+    }
+    assert!(matches!(
+        err("label:2*groups:01-23"),
+        SpecError::ProductOuter { .. }
+    ));
+    assert!(matches!(err("*pairs"), SpecError::ProductOuter { .. }));
+    assert!(matches!(err("rotate:2*"), SpecError::UnknownScheme { .. }));
+    // The base's own errors come through.
+    assert_eq!(
+        err("rotate:2*groups:01-1"),
+        SpecError::DuplicateLabel { label: 1 }
+    );
+    assert_eq!(err("rotate:2*dominant:2"), SpecError::Alpha { alpha: 2.0 });
     // Specs built in code are validated by `partition`.
     let labels = &bundled().train.labels;
     assert!(matches!(
@@ -457,6 +580,22 @@ fn spec_parse_errors() {
     assert!(matches!(
         partition(&PartitionSpec::Dirichlet { beta: f64::NAN }, labels, 4, 0),
         Err(PartitionError::Spec(SpecError::Beta { .. }))
+    ));
+    assert!(matches!(
+        partition(&PartitionSpec::Dominant { alpha: 0.0 }, labels, 5, 0),
+        Err(PartitionError::Spec(SpecError::Alpha { .. }))
+    ));
+    assert!(matches!(
+        partition(&PartitionSpec::Shift { groups: 7 }, labels, 8, 0),
+        Err(PartitionError::Spec(SpecError::ShiftGroups { groups: 7 }))
+    ));
+    let iid_product = PartitionSpec::Rotated {
+        rotations: 2,
+        base: Box::new(PartitionSpec::Iid),
+    };
+    assert!(matches!(
+        partition(&iid_product, labels, 8, 0),
+        Err(PartitionError::Spec(SpecError::ProductBase { .. }))
     ));
 }
 
@@ -647,6 +786,12 @@ fn same_seed_same_partition_other_seed_differs() {
         "groups:012-34-56-789",
         "rotate:4",
         "tasks:fmnist3",
+        "shift:4",
+        "pairs",
+        "dominant:0.5",
+        "dominant:1",
+        "rotate:2*groups:012-34-56-789",
+        "rotate:2*pairs",
     ] {
         let sp = spec(s);
         let a = partition(&sp, labels, 100, 42).unwrap();
@@ -737,6 +882,7 @@ fn partition_input_errors() {
         train: vec![5000],
         labels: vec![0],
         rotation: 0,
+        label_shift: 0,
     };
     assert!(matches!(
         client_datasets(bundled(), &shard),
@@ -891,6 +1037,7 @@ fn local_test_set_rule() {
         train: vec![0, 1, 2],
         labels: vec![1, 4],
         rotation: 0,
+        label_shift: 0,
     };
     let test_labels = [0, 1, 4, 4, 9, 1, 3];
     assert_eq!(local_test_indices(&shard, &test_labels), vec![1, 2, 3, 5]);
@@ -898,6 +1045,7 @@ fn local_test_set_rule() {
         train: vec![],
         labels: vec![],
         rotation: 0,
+        label_shift: 0,
     };
     assert!(local_test_indices(&empty, &test_labels).is_empty());
 
@@ -944,4 +1092,367 @@ fn rotate_image_direction_and_identity() {
     // Not square: unchanged, no panic.
     assert_eq!(rotate_image(&[1, 2, 3], 1), vec![1, 2, 3]);
     assert!(rotate_image(&[], 1).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// AdaCFL: dominant:ALPHA and pairs
+
+/// `count` samples of every label, labels interleaved (sample `i` has label `i % 10`).
+fn balanced(count: usize) -> Vec<u8> {
+    (0..10 * count).map(|i| (i % 10) as u8).collect()
+}
+
+/// Per-client label histograms.
+fn histograms(p: &Partition, labels: &[u8]) -> Vec<[usize; 10]> {
+    p.clients
+        .iter()
+        .map(|c| {
+            let mut h = [0usize; 10];
+            for &i in &c.train {
+                h[labels[i] as usize] += 1;
+            }
+            h
+        })
+        .collect()
+}
+
+#[test]
+fn dominant_hand_computed_sizes_and_counts() {
+    // 100 samples per class, 5 clients (one per group), α = 0.5. Client i has class 2i dominant,
+    // d = round(m / 2), r = m − d spread over the other 9 classes in increasing order (no
+    // rotation: i / 5 = 0), the first r mod 9 getting one more. Class 0 is the first "other"
+    // class of all 4 other clients, so it needs d + 4·ceil(r / 9) ≤ 100: m = 136 (d = r = 68,
+    // 68 + 4·8 = 100) fits, m = 137 (d = 69: 69 + 32 = 101) does not.
+    let labels = balanced(100);
+    let p = partition(&spec("dominant:0.5"), &labels, 5, 3).unwrap();
+    assert_eq!(p.truth, Some(vec![0, 1, 2, 3, 4]));
+    assert!(p.clients.iter().all(|c| c.train.len() == 136));
+    assert_disjoint(&p, labels.len());
+    assert_labels_field(&p, &labels);
+    let h = histograms(&p, &labels);
+    // r = 68 = 7·9 + 5: the first five other classes get 8, the last four 7.
+    assert_eq!(h[0], [68, 8, 8, 8, 8, 8, 7, 7, 7, 7]);
+    assert_eq!(h[1], [8, 8, 68, 8, 8, 8, 7, 7, 7, 7]);
+    assert_eq!(h[4], [8, 8, 8, 8, 8, 7, 7, 7, 68, 7]);
+    // Class 0 is used up exactly.
+    assert_eq!(h.iter().map(|c| c[0]).sum::<usize>(), 100);
+
+    // α = 1 over 10 clients: two clients per dominant class share its 100 samples, m = 50; the
+    // odd classes are unused.
+    let p = partition(&spec("dominant:1"), &labels, 10, 3).unwrap();
+    assert_eq!(p.truth, Some((0..10).map(|i| i % 5).collect()));
+    let h = histograms(&p, &labels);
+    for (i, c) in p.clients.iter().enumerate() {
+        let mut expected = [0usize; 10];
+        expected[2 * (i % 5)] = 50;
+        assert_eq!(h[i], expected, "client {i}");
+        assert_eq!(c.labels, vec![2 * (i % 5) as u8]);
+        assert_eq!((c.rotation, c.label_shift), (0, 0));
+    }
+    assert_disjoint(&p, labels.len());
+}
+
+#[test]
+fn dominant_on_the_bundled_subset() {
+    // 300 samples per class, 100 clients, 20 per dominant class. By hand (module docs' rule):
+    // α = 1: 20·m ≤ 300, m = 15.
+    // α = 0.8: m = 16 gives d = 13, r = 3; class 0 is among the first three "other" classes of
+    //   a client when its rotation k = (i / 5) mod 9 is 0, 7 or 8, i.e. for 7 of the 20 clients
+    //   of each other group: 20·13 + 4·7 = 288 ≤ 300; m = 17 (d = 14) needs 280 + 28 = 308.
+    // α = 0.5: m = 20 gives d = 10, r = 10 (one class gets 2): class 0 gets 2 from the clients
+    //   with k = 0 (3 per group): 200 + 80 + 12 = 292; m = 21 (d = 11) needs 312.
+    let labels = &bundled().train.labels;
+    for (alpha, m) in [(1.0, 15usize), (0.8, 16), (0.5, 20)] {
+        let p = partition(&PartitionSpec::Dominant { alpha }, labels, 100, 5).unwrap();
+        assert_disjoint(&p, labels.len());
+        assert_labels_field(&p, labels);
+        let truth = p.truth.as_ref().unwrap();
+        let h = histograms(&p, labels);
+        for (i, c) in p.clients.iter().enumerate() {
+            assert_eq!(truth[i], i % 5);
+            assert_eq!(c.train.len(), m, "dominant:{alpha} client {i}");
+            let dom = 2 * (i % 5);
+            let d = h[i][dom];
+            // d = round(α·m): the fraction is α to within half a sample.
+            assert!(
+                (d as f64 - alpha * m as f64).abs() <= 0.5,
+                "client {i}: {d}"
+            );
+            if alpha == 1.0 {
+                assert_eq!(d, m);
+            }
+            // The rest is spread evenly over the other 9 classes.
+            let r = m - d;
+            for (l, &count) in h[i].iter().enumerate() {
+                if l != dom {
+                    assert!(
+                        count == r / 9 || count == r.div_ceil(9),
+                        "client {i} class {l}"
+                    );
+                }
+            }
+            let extra = (0..10).filter(|&l| l != dom && h[i][l] > r / 9).count();
+            assert_eq!(extra, r % 9);
+        }
+    }
+}
+
+#[test]
+fn dominant_sizes_at_full_fashion_mnist_scale() {
+    // 6,000 samples per class and 100 clients, as the full training set. α = 1: 20·m ≤ 6000,
+    // m = 300. α = 0.8 and 0.5: 337 and 415, from an independent script of the module docs'
+    // rule (a linear scan over m with the demand of every class).
+    let labels = balanced(6000);
+    for (alpha, m) in [(1.0, 300usize), (0.8, 337), (0.5, 415)] {
+        let p = partition(&PartitionSpec::Dominant { alpha }, &labels, 100, 0).unwrap();
+        assert!(
+            p.clients.iter().all(|c| c.train.len() == m),
+            "dominant:{alpha}"
+        );
+        assert_disjoint(&p, labels.len());
+    }
+}
+
+#[test]
+fn dominant_errors() {
+    let labels = &bundled().train.labels;
+    assert!(matches!(
+        partition(&spec("dominant:0.5"), labels, 4, 0),
+        Err(PartitionError::TooFewClients {
+            clients: 4,
+            groups: 5
+        })
+    ));
+    // One sample per class cannot give 10 clients (2 per dominant class) one dominant sample.
+    assert!(matches!(
+        partition(&spec("dominant:1"), &balanced(1), 10, 0),
+        Err(PartitionError::DominantTooSmall { clients: 10, .. })
+    ));
+    // α = 0.1 on 1 sample per class over 5 clients: m ≤ 2 and round(0.1·m) = 0.
+    assert!(matches!(
+        partition(&spec("dominant:0.1"), &balanced(1), 5, 0),
+        Err(PartitionError::DominantTooSmall { .. })
+    ));
+}
+
+#[test]
+fn pairs_hold_two_neighbouring_labels() {
+    let labels = &bundled().train.labels;
+    // 100 clients: every label is held by 20 clients (groups l and l − 1), 300 / 20 = 15 each.
+    let p = partition(&spec("pairs"), labels, 100, 4).unwrap();
+    assert!(assert_disjoint(&p, labels.len()));
+    assert_labels_field(&p, labels);
+    let truth = p.truth.as_ref().unwrap();
+    let h = histograms(&p, labels);
+    for (i, c) in p.clients.iter().enumerate() {
+        let g = i % 10;
+        assert_eq!(truth[i], g);
+        let mut expected = vec![g as u8, ((g + 1) % 10) as u8];
+        expected.sort_unstable();
+        assert_eq!(c.labels, expected, "client {i}");
+        assert_eq!(h[i][g], 15);
+        assert_eq!(h[i][(g + 1) % 10], 15);
+        assert_eq!(c.train.len(), 30);
+    }
+    assert_eq!(p.spec.task_labels().unwrap()[9], vec![0, 9]);
+    // 25 clients: label 0 is held by groups 0 (clients 0, 10, 20) and 9 (clients 9, 19), in
+    // increasing id 0, 9, 10, 19, 20: 300 / 5 = 60 each.
+    let p = partition(&spec("pairs"), labels, 25, 4).unwrap();
+    let h = histograms(&p, labels);
+    for c in [0, 9, 10, 19, 20] {
+        assert_eq!(h[c][0], 60, "client {c}");
+    }
+    assert!(matches!(
+        partition(&spec("pairs"), labels, 9, 4),
+        Err(PartitionError::TooFewClients {
+            clients: 9,
+            groups: 10
+        })
+    ));
+    // 20 clients: every label has 4 holders (2 groups of 2), more than its 3 samples.
+    assert!(matches!(
+        partition(&spec("pairs"), &balanced(3), 20, 0),
+        Err(PartitionError::TooFewLabelSamples {
+            needed: 4,
+            available: 3,
+            ..
+        })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// StoCFL: shift:G and rotate:R*BASE
+
+#[test]
+fn shift_label_rule() {
+    assert_eq!(shift_label(0, 3), 3);
+    assert_eq!(shift_label(9, 3), 2);
+    assert_eq!(shift_label(7, 9), 6);
+    assert_eq!(shift_label(5, 0), 5);
+    assert_eq!(shift_label(4, 10), 4);
+    assert_eq!(shift_label(4, 13), 7);
+    // Labels outside 0..10 are left alone rather than wrapped into range.
+    assert_eq!(shift_label(12, 3), 12);
+    // A shifted shard's local test set: labels {1, 4} seen through a shift of 3 are the test
+    // samples labelled 8 and 1.
+    let shard = ClientShard {
+        train: vec![],
+        labels: vec![1, 4],
+        rotation: 0,
+        label_shift: 3,
+    };
+    let test_labels = [0, 1, 4, 4, 9, 1, 3, 8];
+    assert_eq!(local_test_indices(&shard, &test_labels), vec![1, 5, 7]);
+    // Shards serialised before label shifts existed read as unshifted.
+    let old: ClientShard =
+        serde_json::from_str(r#"{"train":[1,2],"labels":[3],"rotation":1}"#).unwrap();
+    assert_eq!(old.label_shift, 0);
+}
+
+#[test]
+fn shift_groups_are_iid_with_shifted_labels() {
+    let data = bundled();
+    let labels = &data.train.labels;
+    let p = partition(&spec("shift:4"), labels, 8, 9).unwrap();
+    let iid = partition(&spec("iid"), labels, 8, 9).unwrap();
+    assert!(assert_disjoint(&p, labels.len()));
+    assert_eq!(p.truth, Some(vec![0, 1, 2, 3, 0, 1, 2, 3]));
+    for (i, (c, plain)) in p.clients.iter().zip(&iid.clients).enumerate() {
+        let s = [0u8, 3, 6, 9][i % 4];
+        assert_eq!(c.label_shift, s);
+        assert_eq!(c.rotation, 0);
+        // Same samples as iid with the same seed.
+        assert_eq!(c.train, plain.train);
+        // `labels` are the shifted labels present.
+        let mut expected: Vec<u8> = c.train.iter().map(|&j| (labels[j] + s) % 10).collect();
+        expected.sort_unstable();
+        expected.dedup();
+        assert_eq!(c.labels, expected);
+
+        // Training data: the iid images, labels y → (y + s) mod 10.
+        let (train, test) = client_datasets(data, c).unwrap();
+        let (plain_train, _) = client_datasets(data, plain).unwrap();
+        assert_eq!(train.images, plain_train.images);
+        for (k, &j) in c.train.iter().enumerate() {
+            assert_eq!(train.labels[k], (labels[j] + s) % 10);
+        }
+        // Local test set: every test sample whose shifted label the client holds, labelled
+        // shifted, images unchanged.
+        let local = local_test_indices(c, &data.test.labels);
+        let wanted: Vec<usize> = (0..data.test.len())
+            .filter(|&j| c.labels.contains(&((data.test.labels[j] + s) % 10)))
+            .collect();
+        assert_eq!(local, wanted);
+        assert_eq!(test.len(), local.len());
+        for (k, &j) in local.iter().enumerate() {
+            assert_eq!(test.labels[k], (data.test.labels[j] + s) % 10);
+            assert_eq!(test.image(k), data.test.image(j));
+        }
+        // LocalData (training and sim): same pixels as unshifted, shifted labels.
+        let shifted = LocalData::from_dataset_shifted(&data.train, &c.train, 0, s);
+        let unshifted = LocalData::from_dataset(&data.train, &c.train, 0);
+        assert_eq!(shifted.pixels, unshifted.pixels);
+        assert_eq!(shifted.labels, train.labels);
+    }
+    // With shift 0 the shifted constructor is the plain one.
+    let c = &p.clients[0];
+    let a = LocalData::from_dataset_shifted(&data.train, &c.train, 1, 0);
+    let b = LocalData::from_dataset(&data.train, &c.train, 1);
+    assert_eq!((a.pixels, a.labels), (b.pixels, b.labels));
+    // Other schemes never shift.
+    for s in [
+        "iid",
+        "label:2",
+        "groups:012-34-56-789",
+        "rotate:4",
+        "pairs",
+    ] {
+        let p = partition(&spec(s), labels, 20, 1).unwrap();
+        assert!(p.clients.iter().all(|c| c.label_shift == 0), "{s}");
+    }
+}
+
+#[test]
+fn rotation_times_label_groups() {
+    // StoCFL §4.1: 2 rotations × 4 label groups = 8 groups.
+    let data = bundled();
+    let labels = &data.train.labels;
+    let groups = [vec![0u8, 1, 2], vec![3, 4], vec![5, 6], vec![7, 8, 9]];
+    let p = partition(&spec("rotate:2*groups:012-34-56-789"), labels, 40, 5).unwrap();
+    let base = partition(&spec("groups:012-34-56-789"), labels, 40, 5).unwrap();
+    assert!(assert_disjoint(&p, labels.len()));
+    assert_labels_field(&p, labels);
+    let truth = p.truth.as_ref().unwrap();
+    let mut per_group = [0usize; 8];
+    for (i, (c, b)) in p.clients.iter().zip(&base.clients).enumerate() {
+        // Label group i % 4, rotation (i / 4) % 2: clients 0-3 upright, 4-7 turned, 8-11
+        // upright, ...
+        let (g, r) = (i % 4, (i / 4) % 2);
+        assert_eq!(c.labels, groups[g], "client {i}");
+        assert_eq!(c.rotation as usize, r);
+        assert_eq!(c.label_shift, 0);
+        assert_eq!(truth[i], g + 4 * r);
+        per_group[truth[i]] += 1;
+        // The shards are the base scheme's with the same seed.
+        assert_eq!(c.train, b.train);
+    }
+    assert_eq!(per_group, [5; 8]);
+    assert_eq!(p.spec.num_groups(), Some(8));
+    assert_eq!(p.spec.task_labels().unwrap()[5], groups[1]);
+    // Client 5 (group 1, rotated): images turned a quarter turn, train and local test.
+    let c = &p.clients[5];
+    let (train, test) = client_datasets(data, c).unwrap();
+    assert_eq!(
+        train.image(0),
+        rotate_image(data.train.image(c.train[0]), 1)
+    );
+    let local = local_test_indices(c, &data.test.labels);
+    assert_eq!(local.len(), 200);
+    assert_eq!(test.image(0), rotate_image(data.test.image(local[0]), 1));
+    // Fewer clients than the 8 groups.
+    assert!(matches!(
+        partition(&spec("rotate:2*groups:012-34-56-789"), labels, 7, 5),
+        Err(PartitionError::TooFewClients {
+            clients: 7,
+            groups: 8
+        })
+    ));
+}
+
+#[test]
+fn rotation_times_other_bases() {
+    let labels = &bundled().train.labels;
+    // rotate:2*shift:2 over 8 clients: shift 3·(i % 2), rotation (i / 2) % 2, 4 groups.
+    let p = partition(&spec("rotate:2*shift:2"), labels, 8, 1).unwrap();
+    let shift = partition(&spec("shift:2"), labels, 8, 1).unwrap();
+    for (i, (c, s)) in p.clients.iter().zip(&shift.clients).enumerate() {
+        assert_eq!(c.label_shift as usize, 3 * (i % 2));
+        assert_eq!(c.rotation as usize, (i / 2) % 2);
+        assert_eq!(c.train, s.train);
+        assert_eq!(c.labels, s.labels);
+    }
+    assert_eq!(p.truth, Some(vec![0, 1, 2, 3, 0, 1, 2, 3]));
+    // rotate:3*dominant:1 over 15 clients: class 2·(i % 5), rotation (i / 5) % 3, 15 groups.
+    let p = partition(&spec("rotate:3*dominant:1"), labels, 15, 1).unwrap();
+    assert_disjoint(&p, labels.len());
+    let truth = p.truth.as_ref().unwrap();
+    for (i, c) in p.clients.iter().enumerate() {
+        assert_eq!(c.labels, vec![2 * (i % 5) as u8]);
+        assert_eq!(c.rotation as usize, (i / 5) % 3);
+        assert_eq!(truth[i], i % 5 + 5 * ((i / 5) % 3));
+    }
+    let mut distinct = truth.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct, (0..15).collect::<Vec<_>>());
+    // rotate:4*pairs needs 40 clients.
+    assert!(matches!(
+        partition(&spec("rotate:4*pairs"), labels, 39, 1),
+        Err(PartitionError::TooFewClients {
+            clients: 39,
+            groups: 40
+        })
+    ));
+    let p = partition(&spec("rotate:4*pairs"), labels, 40, 1).unwrap();
+    assert_eq!(p.truth, Some((0..40).collect()));
 }

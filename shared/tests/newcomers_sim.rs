@@ -6,17 +6,15 @@
 use std::collections::BTreeSet;
 
 use edgecfl_shared::algorithms::fedclust::Threshold;
-use edgecfl_shared::algorithms::mthfl::Signature;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    self, Algorithm, ClientInfo, ClientPool, FederationConfig, FederationError, NewcomerError,
-    Observer, RunContext, RunResult, Update,
+    self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, Job, NewcomerError,
+    Observer, PoolError, RunContext, RunResult,
 };
-use edgecfl_shared::model::{LayerSet, Params};
 use edgecfl_shared::sim::SimPool;
-use edgecfl_shared::train::{Backend, EvalReport};
+use edgecfl_shared::train::Backend;
 
 /// 12 clients in 4 label groups (client `i` in group `i % 4`); the last 4 (one per group) are
 /// the newcomers.
@@ -78,54 +76,34 @@ impl ClientPool for Recording {
     fn newcomers(&mut self, round: usize) -> Vec<ClientInfo> {
         self.inner.newcomers(round)
     }
-    fn signatures(
+    fn run(
         &mut self,
-        clients: &[usize],
-        initial: &Params,
-        layers: &LayerSet,
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Vec<f32>)>, FederationError> {
-        let mut sigs = self.inner.signatures(clients, initial, layers, cfg)?;
-        for (c, s) in &mut sigs {
-            if let Some((_, bad)) = self.corrupt.iter().find(|(b, _)| b == c) {
-                *s = bad.clone();
+        round: usize,
+        jobs: &[(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        let of = |pred: fn(&Job<'_>) -> bool| -> Vec<usize> {
+            jobs.iter()
+                .filter(|(_, j)| pred(j))
+                .map(|(c, _)| *c)
+                .collect()
+        };
+        let trained = of(|j| matches!(j, Job::Train(_)));
+        if !trained.is_empty() {
+            self.trained.push((round, trained));
+        }
+        let evaluated = of(|j| matches!(j, Job::Evaluate { .. }));
+        if !evaluated.is_empty() {
+            self.evaluated.push((round, evaluated));
+        }
+        let mut answers = self.inner.run(round, jobs)?;
+        for (c, a) in &mut answers {
+            if let (Answer::Signature { values, .. }, Some((_, bad))) =
+                (a, self.corrupt.iter().find(|(b, _)| b == c))
+            {
+                *values = bad.clone();
             }
         }
-        Ok(sigs)
-    }
-    fn train(
-        &mut self,
-        round: usize,
-        jobs: &[(usize, &Params)],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<Update>, FederationError> {
-        self.trained
-            .push((round, jobs.iter().map(|j| j.0).collect()));
-        self.inner.train(round, jobs, cfg)
-    }
-    fn evaluate(
-        &mut self,
-        round: usize,
-        jobs: &[(usize, &Params)],
-    ) -> Result<Vec<(usize, EvalReport)>, FederationError> {
-        self.evaluated
-            .push((round, jobs.iter().map(|j| j.0).collect()));
-        self.inner.evaluate(round, jobs)
-    }
-    fn gram_signatures(
-        &mut self,
-        clients: &[usize],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Signature)>, FederationError> {
-        self.inner.gram_signatures(clients, cfg)
-    }
-    fn relevance_rows(
-        &mut self,
-        clients: &[usize],
-        all: &[Signature],
-        cfg: &FederationConfig,
-    ) -> Result<Vec<(usize, Vec<f64>)>, FederationError> {
-        self.inner.relevance_rows(clients, all, cfg)
+        Ok(answers)
     }
 }
 

@@ -177,6 +177,145 @@ fn golden_to_coordinator() {
     );
 }
 
+/// The messages of the methods after FedClust and MT-HFL (FedProx, FeSEM, StoCFL, IFCA, AdaCFL):
+/// appended to both enums, so every earlier message keeps its bytes.
+#[test]
+fn golden_method_messages() {
+    const QUARTER_F64: [u8; 8] = [0, 0, 0, 0, 0, 0, 0xD0, 0x3F];
+    const ONE_F64: [u8; 8] = [0, 0, 0, 0, 0, 0, 0xF0, 0x3F];
+    const ONE_F16: [u8; 4] = [0x01, 0x02, 0x00, 0x3C]; // f16 tensor [1.0]
+    let head = [0x01, 0x02, b'r', b'1', 0x03];
+    let cat = |parts: &[&[u8]]| [&head[..], &parts.concat()].concat();
+    let one_f32 = Tensor::encode(&[1.0], Encoding::F32);
+    let one_f32_bytes = [&[0x00, 0x04][..], &ONE_F32].concat();
+
+    golden(
+        env(
+            "r1",
+            3,
+            ToClient::TrainProx {
+                job: job(),
+                mu: 0.5,
+            },
+        ),
+        &cat(&[&[0x07], &job_bytes(), &HALF_F64]),
+    );
+    golden(
+        env(
+            "r1",
+            3,
+            ToClient::TrainPair {
+                global: job(),
+                cluster: job(),
+                mu: 0.5,
+            },
+        ),
+        &cat(&[&[0x08], &job_bytes(), &job_bytes(), &HALF_F64]),
+    );
+    golden(
+        env(
+            "r1",
+            3,
+            ToClient::Pick {
+                job: job(),
+                candidates: vec![one_f32.clone()],
+            },
+        ),
+        &cat(&[&[0x09], &job_bytes(), &[0x01], &one_f32_bytes]),
+    );
+    golden(
+        env(
+            "r1",
+            3,
+            ToClient::Gradient {
+                model: ModelKind::Mlp,
+                params: one_f32.clone(),
+                batch_size: 10,
+                upload: Encoding::F16,
+            },
+        ),
+        &cat(&[&[0x0A, 0x01], &one_f32_bytes, &[0x0A, 0x01]]),
+    );
+    golden(
+        env(
+            "r1",
+            3,
+            ToClient::SignatureStats {
+                job: job(),
+                layers: text("final"),
+            },
+        ),
+        &cat(&[&[0x0B], &job_bytes(), &[0x05, b'f', b'i', b'n', b'a', b'l']]),
+    );
+
+    let one_f16 = Tensor::encode(&[1.0], Encoding::F16);
+    golden(
+        env(
+            "r1",
+            3,
+            ToCoordinator::Pair {
+                model: ModelKind::LeNet5,
+                global: Tensor::encode(&[-2.0], Encoding::F32),
+                cluster: one_f16.clone(),
+                samples: 600,
+                global_loss: 0.25,
+                cluster_loss: 0.5,
+            },
+        ),
+        &cat(&[
+            &[0x08, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0xC0],
+            &ONE_F16,
+            &[0xD8, 0x04],
+            &QUARTER_F64,
+            &HALF_F64,
+        ]),
+    );
+    golden(
+        env(
+            "r1",
+            3,
+            ToCoordinator::Picked {
+                choice: 1,
+                losses: vec![0.5],
+                model: ModelKind::Mlp,
+                params: one_f16.clone(),
+                samples: 600,
+                loss: 0.25,
+            },
+        ),
+        &cat(&[
+            &[0x09, 0x01, 0x01],
+            &HALF_F64,
+            &[0x01],
+            &ONE_F16,
+            &[0xD8, 0x04],
+            &QUARTER_F64,
+        ]),
+    );
+    golden(
+        env(
+            "r1",
+            3,
+            ToCoordinator::Gradient {
+                values: one_f16.clone(),
+            },
+        ),
+        &cat(&[&[0x0A], &ONE_F16]),
+    );
+    golden(
+        env(
+            "r1",
+            3,
+            ToCoordinator::SignatureStats {
+                values: one_f16,
+                classes: 2,
+                entropy: 1.0,
+            },
+        ),
+        &cat(&[&[0x0B], &ONE_F16, &[0x02], &ONE_F64]),
+    );
+}
+
 #[test]
 fn lenet_in_f32_is_178_kb_and_f16_halves_it() {
     let values = vec![0.5f32; 44_426];
@@ -227,7 +366,7 @@ fn typed_errors() {
     );
     // Unknown enum variant.
     let mut bad = good.clone();
-    *bad.last_mut().unwrap() = 0x09;
+    *bad.last_mut().unwrap() = 0x7F;
     assert!(matches!(
         Envelope::<ToClient>::from_bytes(&bad),
         Err(ProtocolError::Malformed(_))

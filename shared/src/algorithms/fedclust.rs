@@ -20,6 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
+use crate::federation::{
+    Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
+    Placement, RoundStats, Strategy, Target, Training, client_seed, fedavg_round,
+};
 
 /// Where to cut the dendrogram.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -231,6 +235,122 @@ pub fn nearest_centroid(
         }
     }
     best.map(|(c, d)| (c, d.sqrt())).ok_or(FedClustError::Empty)
+}
+
+/// Checks FedClust's settings: round 0 needs a warm-up.
+pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
+    if cfg.warmup_epochs == 0 {
+        return Err(FederationError::Config(
+            "warmup-epochs must be ≥ 1 for fedclust".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// FedClust as a [`Strategy`]: Algorithm 1's round 0 in [`Strategy::init`], cluster FedAvg in
+/// every round, Algorithm 2 for newcomers (the centroids stay those of round 0, so the order
+/// newcomers come in does not matter).
+#[derive(Debug, Clone, Default)]
+pub struct FedClust {
+    clustering: Option<Clustering>,
+}
+
+impl FedClust {
+    /// The method for a run with `cfg`.
+    pub fn new(_cfg: &FederationConfig) -> Self {
+        FedClust::default()
+    }
+}
+
+/// Round 0's upload job of client `p`: train θ⁰ for the warm-up epochs (seed
+/// [`client_seed`]`(seed, 0, index)`, also for newcomers, as if they had been there) and upload
+/// the signature layers.
+fn signature_job<'a>(env: &Env<'a>, p: usize) -> Job<'a> {
+    let (cfg, initial) = (env.cfg, env.initial);
+    let mut train = cfg.train_config(client_seed(cfg.seed, 0, env.clients[p].index));
+    train.epochs = cfg.warmup_epochs;
+    Job::Signature {
+        train: Training {
+            start: initial,
+            cfg: train,
+            prox: None,
+        },
+        layers: &cfg.signature_layers,
+        stats: false,
+    }
+}
+
+/// The signatures among `answers`, by position.
+fn signatures(answers: Vec<(usize, Answer)>) -> Vec<(usize, Vec<f32>)> {
+    answers
+        .into_iter()
+        .filter_map(|(p, a)| match a {
+            Answer::Signature { values, .. } => Some((p, values)),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Strategy for FedClust {
+    fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
+        let n = env.clients.len();
+        let jobs = (0..n).map(|p| (p, signature_job(env, p))).collect();
+        let mut sigs = signatures(env.run(0, jobs)?);
+        sigs.sort_by_key(|(p, _)| *p);
+        if sigs.len() != n {
+            return Err(FederationError::TooFewSignatures {
+                expected: n,
+                got: sigs.len(),
+            });
+        }
+        let vectors: Vec<Vec<f32>> = sigs.into_iter().map(|(_, s)| s).collect();
+        let len = vectors[0].len();
+        let (c, d) = cluster(&vectors, env.cfg.linkage, env.cfg.threshold)?;
+        let mut init = Init::plain(c.assignment.clone(), env.initial, true);
+        init.signature_len = len;
+        init.signature_bytes = len * 4;
+        init.distances = Some(d);
+        init.clustering = Some(c.clone());
+        self.clustering = Some(c);
+        Ok(init)
+    }
+
+    fn round(
+        &mut self,
+        env: &mut Env<'_>,
+        round: usize,
+        sampled: &[usize],
+        state: &mut Clusters,
+    ) -> Result<RoundStats, FederationError> {
+        fedavg_round(env, round, sampled, state)
+    }
+
+    fn place(
+        &mut self,
+        env: &mut Env<'_>,
+        _round: usize,
+        fresh: &[ClientInfo],
+        state: &Clusters,
+    ) -> Result<Vec<Result<Placement, NewcomerError>>, FederationError> {
+        let base = state.assignment().len();
+        let jobs = (base..base + fresh.len())
+            .map(|p| (p, signature_job(env, p)))
+            .collect();
+        let mut sigs: std::collections::HashMap<usize, Vec<f32>> =
+            signatures(env.run(0, jobs)?).into_iter().collect();
+        Ok((base..base + fresh.len())
+            .map(|p| match (sigs.remove(&p), &self.clustering) {
+                (None, _) => Err(NewcomerError::NoSignature),
+                (Some(_), None) => Err(NewcomerError::Assignment("no clustering".into())),
+                (Some(sig), Some(c)) => nearest_centroid(&sig, &c.centroids)
+                    .map(|(k, d)| Placement {
+                        target: Target::Cluster(k),
+                        distance: Some(d),
+                    })
+                    .map_err(NewcomerError::from),
+            })
+            .collect())
+    }
 }
 
 #[cfg(test)]

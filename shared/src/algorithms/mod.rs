@@ -1,7 +1,187 @@
-//! The federation methods, one file each, named after the paper or baseline it implements.
+//! The federation methods, one file each, named after the paper or baseline it implements. Each
+//! file opens with the paper, the equations it implements, and the choices made where the paper
+//! is silent, and implements [`Strategy`] (see [`crate::federation`] for where each call sits
+//! in a run).
 //!
-//! Each file opens with the paper, the equations it implements, and the choices made where the
-//! paper is silent.
+//! | method | file | clusters |
+//! | --- | --- | --- |
+//! | FedClust | [`fedclust`] | one-shot HC on final-layer weights after a warm-up |
+//! | MT-HFL | [`mthfl`] | one-shot HAC on the relevance of Gram-matrix eigenvectors; LPS/GPS |
+//! | random groups | [`random`] | MT-HFL's baseline: a seeded random split into k groups |
+//! | FedAvg | [`fedavg`] | one global model |
+//! | Local | [`local`] | every client alone |
+//! | FedProx | [`fedprox`] | one global model, proximal local objective |
+//! | FeSEM | [`fesem`] | K-means EM over the clients' models every round |
+//! | StoCFL | [`stocfl`] | singletons merged round by round on the cosine of anchor gradients (τ); bi-level training toward a global model (λ) |
+//! | IFCA | [`ifca`] | K models; each sampled client trains the one of lowest local loss |
+//!
+//! Adding a method: a file here implementing [`Strategy`], a variant of [`Algorithm`], and one
+//! line in each of [`Algorithm::strategy`], [`Algorithm::check`] and the name tables.
 
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::federation::{FederationConfig, FederationError, Strategy};
+
+pub mod fedavg;
 pub mod fedclust;
+pub mod fedprox;
+pub mod fesem;
+pub mod ifca;
+pub mod local;
 pub mod mthfl;
+pub mod random;
+pub mod stocfl;
+
+/// The methods the round loop runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// One-shot HC on final-layer weights, then cluster-wise FedAvg.
+    FedClust,
+    /// One global model.
+    FedAvg,
+    /// Every client trains alone (no communication).
+    Local,
+    /// MT-HFL: one-shot HAC on the data relevance of the clients' Gram-matrix eigenvectors, then
+    /// LPS/GPS training (always hierarchical).
+    #[serde(rename = "mthfl")]
+    MtHfl,
+    /// MT-HFL's baseline: a seeded random split of the clients into `k` near-equal groups
+    /// (`threshold` must be `k=K`).
+    Random,
+    /// FedProx: FedAvg with a proximal local objective.
+    FedProx,
+    /// FeSEM: K-means EM over the clients' models every round.
+    FeSem,
+    /// StoCFL: every client its own cluster, merged round by round when the cosine of their
+    /// anchor gradients is ≥ τ (`tau`); cluster models trained toward a global model (λ = `mu`).
+    #[serde(rename = "stocfl")]
+    StoCfl,
+    /// IFCA: K models (`clusters`); each sampled client trains the one of lowest local loss.
+    Ifca,
+}
+
+/// Every method, with its command-line name.
+const NAMES: &[(Algorithm, &str)] = &[
+    (Algorithm::FedClust, "fedclust"),
+    (Algorithm::MtHfl, "mthfl"),
+    (Algorithm::Random, "random"),
+    (Algorithm::StoCfl, "stocfl"),
+    (Algorithm::Ifca, "ifca"),
+    (Algorithm::FedAvg, "fedavg"),
+    (Algorithm::Local, "local"),
+    (Algorithm::FedProx, "fedprox"),
+    (Algorithm::FeSem, "fesem"),
+];
+
+impl Algorithm {
+    /// A fresh instance of the method for a run with `cfg`.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Config`] for settings the method cannot run with.
+    pub fn strategy(self, cfg: &FederationConfig) -> Result<Box<dyn Strategy>, FederationError> {
+        self.check(cfg)?;
+        Ok(match self {
+            Algorithm::FedClust => Box::new(fedclust::FedClust::new(cfg)),
+            Algorithm::MtHfl => Box::new(mthfl::MtHfl::new(cfg)),
+            Algorithm::Random => Box::new(random::Random::new(cfg)?),
+            Algorithm::FedAvg => Box::new(fedavg::FedAvg),
+            Algorithm::Local => Box::new(local::Local),
+            Algorithm::FedProx => Box::new(fedprox::FedProx::new(cfg)),
+            Algorithm::FeSem => Box::new(fesem::FeSem::new(cfg)?),
+            Algorithm::StoCfl => Box::new(stocfl::StoCfl::new(cfg)),
+            Algorithm::Ifca => Box::new(ifca::Ifca::new(cfg)?),
+        })
+    }
+
+    /// Checks the method-specific settings of `cfg`.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Config`] naming the bad setting.
+    pub fn check(self, cfg: &FederationConfig) -> Result<(), FederationError> {
+        match self {
+            Algorithm::FedClust => fedclust::check(cfg),
+            Algorithm::MtHfl => mthfl::check(cfg),
+            Algorithm::Random => random::check(cfg),
+            Algorithm::FedProx => fedprox::check(cfg),
+            Algorithm::FeSem => fesem::check(cfg),
+            Algorithm::StoCfl => stocfl::check(cfg),
+            Algorithm::Ifca => ifca::check(cfg),
+            Algorithm::FedAvg | Algorithm::Local => Ok(()),
+        }
+    }
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        NAMES
+            .iter()
+            .find(|(a, _)| *a == self)
+            .map_or("?", |(_, n)| n)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = FederationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = if s == "mt-hfl" { "mthfl" } else { s };
+        NAMES
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(a, _)| *a)
+            .ok_or_else(|| {
+                let names: Vec<&str> = NAMES.iter().map(|(_, n)| *n).collect();
+                FederationError::Config(format!(
+                    "unknown algorithm {s:?} (expected one of {})",
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::fedclust::Threshold;
+
+    #[test]
+    fn algorithms_parse_and_random_needs_k() {
+        assert_eq!("mthfl".parse::<Algorithm>().unwrap(), Algorithm::MtHfl);
+        assert_eq!(Algorithm::MtHfl.to_string(), "mthfl");
+        assert_eq!("random".parse::<Algorithm>().unwrap(), Algorithm::Random);
+        let mut cfg = FederationConfig {
+            algorithm: Algorithm::Random,
+            ..FederationConfig::default()
+        };
+        assert!(cfg.validate().is_err());
+        cfg.threshold = Threshold::Clusters(3);
+        cfg.validate().unwrap();
+        cfg.algorithm = Algorithm::MtHfl;
+        cfg.eigenvectors = 0;
+        assert!(cfg.validate().is_err());
+        cfg.eigenvectors = 5;
+        cfg.common_layers = Some("fc9".parse().unwrap());
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("fc9"), "{e}");
+    }
+
+    #[test]
+    fn every_name_parses_back() {
+        for (a, n) in NAMES {
+            assert_eq!(n.parse::<Algorithm>().unwrap(), *a);
+            assert_eq!(a.to_string(), *n);
+        }
+        let e = "nope".parse::<Algorithm>().unwrap_err().to_string();
+        assert!(e.contains("fedclust") && e.contains("local"), "{e}");
+    }
+}

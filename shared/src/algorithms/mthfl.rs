@@ -77,6 +77,10 @@ use serde::{Deserialize, Serialize};
 use crate::algorithms::fedclust::{Clustering, Threshold};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
+use crate::federation::{
+    Answer, Clusters, Env, FederationConfig, FederationError, Init, Job, RoundStats, Strategy,
+    fedavg_round,
+};
 use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
 use crate::train::{Device, LocalData, PIXELS};
 
@@ -848,6 +852,125 @@ pub fn assign_newcomer(relevance: &[f64], clustering: &Clustering) -> Result<usi
         }
     }
     best.map(|(c, _)| c).ok_or(MtHflError::Empty)
+}
+
+/// Checks MT-HFL's settings: 1 ≤ k ≤ 784 eigenpairs.
+pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
+    if !(1..=PIXELS).contains(&cfg.eigenvectors) {
+        return Err(FederationError::Config(format!(
+            "eigenvectors must be between 1 and {PIXELS}, got {}",
+            cfg.eigenvectors
+        )));
+    }
+    Ok(())
+}
+
+/// MT-HFL as a [`Strategy`]: Algorithm 2's round 0 (signatures, relevance rows (eq. 2-4) on the
+/// clients or the server, `R` (eq. 5), HAC on `1 − R`) in [`Strategy::init`]; then every
+/// cluster is an LPS running FedAvg, and the driver's GPS step averages the common layers
+/// (MT-HFL runs are always hierarchical). Newcomers are not supported yet: their relevance
+/// needs every round-0 signature.
+#[derive(Debug, Clone, Default)]
+pub struct MtHfl;
+
+impl MtHfl {
+    /// The method for a run with `cfg`.
+    pub fn new(_cfg: &FederationConfig) -> Self {
+        MtHfl
+    }
+}
+
+impl Strategy for MtHfl {
+    fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
+        let cfg = env.cfg;
+        let n = env.clients.len();
+        let jobs = (0..n)
+            .map(|p| {
+                (
+                    p,
+                    Job::GramSignature {
+                        k: cfg.eigenvectors,
+                        encoding: cfg.signature_encoding,
+                    },
+                )
+            })
+            .collect();
+        let mut sigs: Vec<(usize, Signature)> = env
+            .run(0, jobs)?
+            .into_iter()
+            .filter_map(|(p, a)| match a {
+                Answer::Eigenpairs(s) => Some((p, s)),
+                _ => None,
+            })
+            .collect();
+        sigs.sort_by_key(|(p, _)| *p);
+        if sigs.len() != n {
+            return Err(FederationError::TooFewSignatures {
+                expected: n,
+                got: sigs.len(),
+            });
+        }
+        let sigs: Vec<Signature> = sigs.into_iter().map(|(_, s)| s).collect();
+        let rows = match cfg.relevance {
+            Relevance::Server => {
+                let device = env
+                    .ctx
+                    .backend
+                    .device()
+                    .map_err(|e| FederationError::Config(e.to_string()))?;
+                server_rows(&sigs, cfg.estimate, &device)?
+            }
+            Relevance::Client => {
+                let jobs = (0..n)
+                    .map(|p| {
+                        (
+                            p,
+                            Job::Relevance {
+                                all: &sigs,
+                                estimate: cfg.estimate,
+                            },
+                        )
+                    })
+                    .collect();
+                let mut rows: Vec<(usize, Vec<f64>)> = env
+                    .run(0, jobs)?
+                    .into_iter()
+                    .filter_map(|(p, a)| match a {
+                        Answer::Row(r) => Some((p, r)),
+                        _ => None,
+                    })
+                    .collect();
+                rows.sort_by_key(|(p, _)| *p);
+                if rows.len() != n {
+                    return Err(FederationError::TooFewRows {
+                        expected: n,
+                        got: rows.len(),
+                    });
+                }
+                rows.into_iter().map(|(_, r)| r).collect()
+            }
+        };
+        let relevance = symmetrise(&rows)?;
+        let (clustering, distances) = cluster(&relevance, cfg.linkage, cfg.threshold)?;
+        let floats = sigs[0].k * sigs[0].d + sigs[0].k;
+        let mut init = Init::plain(clustering.assignment.clone(), env.initial, true);
+        init.clustering = Some(clustering);
+        init.distances = Some(distances);
+        init.relevance = Some(relevance);
+        init.signature_len = floats;
+        init.signature_bytes = floats * cfg.signature_encoding.width();
+        Ok(init)
+    }
+
+    fn round(
+        &mut self,
+        env: &mut Env<'_>,
+        round: usize,
+        sampled: &[usize],
+        state: &mut Clusters,
+    ) -> Result<RoundStats, FederationError> {
+        fedavg_round(env, round, sampled, state)
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | [`idx`] | reading IDX files (plain or gzip'd) with exact magic and length checks |
 //! | [`fmnist`] | [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class) |
-//! | [`partition`](mod@partition) | [`PartitionSpec`] (`iid`, `label:K`, `dir:BETA`, `groups:…`, `rotate:G`, `tasks:fmnist3`), [`partition()`](partition::partition), local test sets, image rotation |
+//! | [`partition`](mod@partition) | [`PartitionSpec`] (`iid`, `label:K`, `dir:BETA`, `groups:…`, `rotate:G`, `shift:G`, `rotate:R*BASE`, `dominant:ALPHA`, `pairs`, `tasks:fmnist3`), [`partition()`](partition::partition), local test sets, image rotation, label shifts |
 //!
 //! A typical use:
 //!
@@ -28,6 +28,6 @@ pub mod partition;
 pub use fmnist::{CLASS_NAMES, DataError, DataSource, Dataset, FashionMnist};
 pub use idx::IdxError;
 pub use partition::{
-    ClientShard, FMNIST3_TASKS, Partition, PartitionError, PartitionSpec, SpecError,
-    client_datasets, local_test_indices, partition, rotate_image,
+    ClientShard, DOMINANT_CLASSES, FMNIST3_TASKS, Partition, PartitionError, PartitionSpec,
+    SpecError, client_datasets, local_test_indices, partition, rotate_image, shift_label,
 };

@@ -1,6 +1,7 @@
 //! Splitting a training set over federated clients: NIID-Bench's label-skew and Dirichlet
-//! partitions, StoCFL's pathological label groups and rotated groups, MT-HFL's three-task
-//! Fashion-MNIST split, and the local test sets.
+//! partitions, StoCFL's pathological label groups, rotated groups, shifted labels and
+//! rotation × label-group products, AdaCFL's dominant-class and label-pair splits, MT-HFL's
+//! three-task Fashion-MNIST split, and the local test sets.
 //!
 //! A [`PartitionSpec`] is written as a short string (command line, config files, serde):
 //!
@@ -11,6 +12,10 @@
 //! | `dir:BETA` | NIID-Bench Dirichlet(β) label skew, β > 0 |
 //! | `groups:012-34-56-789` | StoCFL "pathological" split: disjoint label groups, one cluster each |
 //! | `rotate:G` | iid split, client `i` in group `i % G`, images turned `i % G` quarter turns |
+//! | `shift:G` | StoCFL shifted labels: iid split, client `i` in group `g = i % G` sees every label `y` as `(y + 3g) mod 10` (`G ≤ 4`) |
+//! | `rotate:R*BASE` | product: `BASE` (`groups:…`, `pairs`, `dominant:ALPHA` or `shift:G`, `G` groups) with client `i` also turned `(i / G) % R` quarter turns; `G·R` groups (StoCFL §4.1: `rotate:2*groups:012-34-56-789`) |
+//! | `dominant:ALPHA` | AdaCFL α: 5 groups, a fraction α ∈ (0, 1] of each client's samples from its group's class `0, 2, 4, 6, 8`, the rest spread over the other 9 |
+//! | `pairs` | AdaCFL "α = B": 10 groups, client `i` holds labels `g` and `g + 1 mod 10`, `g = i % 10` |
 //! | `tasks:fmnist3` | MT-HFL: clothes / shoes / bags tasks over 5 / 3 / 2 users (of 10), ~10 % of each user's samples from the other tasks |
 //!
 //! All schemes draw from one [`ChaCha8Rng`] seeded with the caller's seed, in a fixed order, so a
@@ -21,17 +26,19 @@
 //! ## The procedures
 //!
 //! `array_split(v, m)` below cuts `v` into `m` consecutive parts whose sizes differ by at most one,
-//! the earlier parts taking the extra samples (numpy's `array_split`).
+//! the earlier parts taking the extra samples (numpy's `array_split`). "Split label `l` over its
+//! owners" means: shuffle the indices of label `l`'s samples and `array_split` them over the
+//! clients owning `l`, in increasing client id; this is done for `l` in `0..10`, skipping (and
+//! drawing nothing for) labels that nobody owns.
 //!
 //! - **`iid`**: shuffle the indices `0..N`, `array_split` into `n` parts; client `i` gets part `i`.
 //! - **`label:K`** (NIID-Bench `partition_data`, `noniid-#label`): for each client `i` in order,
 //!   `current = [i % 10]`, then draw labels uniformly from `0..10` until `current` holds `K`
-//!   distinct ones; `times[l]` counts the clients owning label `l`. Then for each label `l` in
-//!   `0..10`, shuffle its sample indices and `array_split` them into `times[l]` parts, handed to
-//!   the owning clients in increasing id. With `K = 10` no labels are drawn and every label is split
-//!   over all clients. **A label no client owns is left unused** (its samples go to nobody); this
-//!   can happen for `K < 10` when `n` is small. Every owned label must have at least `times[l]`
-//!   samples, so that each client really holds `K` labels.
+//!   distinct ones; `times[l]` counts the clients owning label `l`. Then each label is split over
+//!   its owners. With `K = 10` no labels are drawn and every label is split over all clients. **A
+//!   label no client owns is left unused** (its samples go to nobody); this can happen for
+//!   `K < 10` when `n` is small. Every owned label must have at least `times[l]` samples, so that
+//!   each client really holds `K` labels.
 //! - **`dir:BETA`** (NIID-Bench `noniid-labeldir`): repeat until every client holds at least
 //!   [`DIRICHLET_MIN_SIZE`] samples, at most [`DIRICHLET_MAX_TRIES`] times: start from empty
 //!   clients; for each label, shuffle its indices, draw `p ~ Dir(β·1ₙ)`, set `p_j = 0` for every
@@ -40,12 +47,42 @@
 //!   list. `p` is drawn as normalised Gamma(β) variates computed in log space, so very small β
 //!   cannot underflow to `0/0`.
 //! - **`groups:…`** (StoCFL's "pathological" split, e.g. `{0,1,2},{3,4},{5,6},{7,8,9}`): client `i`
-//!   belongs to group `i % G`. For each label in `0..10`, its indices are shuffled and
-//!   `array_split` over the clients of its group in increasing id; labels in no group are unused.
-//!   The ground truth of client `i` is `i % G`.
+//!   belongs to group `i % G` and owns the labels of its group; each label is split over its
+//!   owners; labels in no group are unused. The ground truth of client `i` is `i % G`.
 //! - **`rotate:G`** (StoCFL's rotated data, `1 ≤ G ≤ 4`): the `iid` split; client `i` belongs to
 //!   group `g = i % G` and sees every image (training and test) turned `g` quarter turns
 //!   counter-clockwise (0°, 90°, 180°, 270° for `G = 4`); see [`rotate_image`]. Ground truth `g`.
+//! - **`shift:G`** (StoCFL's shifted labels, `1 ≤ G ≤ `[`MAX_SHIFT_GROUPS`]): the `iid` split
+//!   (the same shards as `iid` with the same seed); client `i` belongs to group `g = i % G` and
+//!   every label it trains and is tested on is `y' = (y + s) mod 10` with `s = `[`SHIFT_STEP`]`·g`
+//!   (`s ∈ {0, 3, 6, 9}` for `G = 4`), recorded in [`ClientShard::label_shift`]; see
+//!   [`shift_label`]. [`ClientShard::labels`] holds the shifted labels. Ground truth `g`.
+//! - **`rotate:R*BASE`** (StoCFL §4.1's "2 rotations × 4 label groups"): `BASE` must be one of
+//!   `groups:…`, `pairs`, `dominant:ALPHA`, `shift:G`: the schemes whose client `i` is in
+//!   ground-truth group `i % G` (`G` = `BASE`'s number of groups), so that the rotation index
+//!   `r = (i / G) % R` crosses every base group with every rotation. The shards (and label shifts)
+//!   are exactly `BASE`'s with the same seed, drawn in the same order; client `i` is also turned
+//!   `r` quarter turns; its ground truth is `BASE`'s group plus `G·r`. `1 ≤ R ≤ 4`, and
+//!   `n ≥ G·R` so that every group has a client. Other bases are refused
+//!   ([`SpecError::ProductBase`]): `iid` is `rotate:R` already, `label:` and `dir:` have no ground
+//!   truth, `rotate:` would stack two rotations, and `tasks:` numbers its clients by task.
+//! - **`dominant:ALPHA`** (AdaCFL's α ∈ {0.5, 0.8, 1.0}; `0 < α ≤ 1`): 5 groups; client `i`
+//!   belongs to group `g = i % 5` with dominant class `c = `[`DOMINANT_CLASSES`]`[g] = 2g`. Every
+//!   client gets the same number `m` of samples: `d = round(α·m)` (half away from zero) of class
+//!   `c` and `r = m − d` of the other 9 classes, spread as evenly as possible: the other classes
+//!   in increasing order, rotated left by `(i / 5) mod 9`, get `floor(r / 9)` each and the first
+//!   `r mod 9` of them one more (the rotation spreads the extra samples over the classes).
+//!   `m` is the largest value `≤ floor(N / n)` for which every class has enough samples for all
+//!   clients' counts (the dominant classes run out first: on the full Fashion-MNIST training set
+//!   with 100 clients `m` is 300 for α = 1, 337 for α = 0.8, 415 for α = 0.5; on the bundled
+//!   subset 15, 16, 20). Drawing: the indices of each label `0..10` are shuffled in label order;
+//!   clients in increasing id take their count of each label `0..10` (in label order) from the
+//!   front of that label's list, so no sample is used twice; finally each client's list is
+//!   shuffled.
+//!   Ground truth `g`. Fewer than 5 clients, or data so small that `d = 0`, is an error.
+//! - **`pairs`** (AdaCFL's "α = B", 2 classes per client and 10 groups): client `i` belongs to
+//!   group `g = i % 10` and owns labels `g` and `(g + 1) mod 10`; each label is split over its
+//!   owners (its two groups' clients, in increasing id). `n ≥ 10`. Ground truth `g`.
 //! - **`tasks:fmnist3`** (MT-HFL's Fashion-MNIST experiment, Ali & Arafa §III): three tasks,
 //!   [`FMNIST3_TASKS`] = clothes `{0, 1, 2, 3, 4, 6}`, shoes `{5, 7, 9}`, bags `{8}`. The paper
 //!   gives no sample counts, only that each user has "the majority" of its samples from its task
@@ -73,8 +110,9 @@
 //! ## Local test sets
 //!
 //! [`local_test_indices`] gives PACFL's "local view": a client is tested on every test sample whose
-//! label occurs in its training shard. [`client_datasets`] builds a client's training and local
-//! test [`Dataset`]s, rotation applied.
+//! label occurs in its training shard (for `shift:`, whose *shifted* label is one the client
+//! holds). [`client_datasets`] builds a client's training and local test [`Dataset`]s, rotation
+//! and label shift applied to both.
 
 use std::fmt;
 use std::str::FromStr;
@@ -97,6 +135,21 @@ pub const DIRICHLET_MAX_TRIES: usize = 1000;
 /// The most groups `rotate:G` allows (four quarter turns).
 pub const MAX_ROTATE_GROUPS: usize = 4;
 
+/// The most groups `shift:G` allows (shifts 0, 3, 6, 9).
+pub const MAX_SHIFT_GROUPS: usize = 4;
+
+/// The label shift between consecutive `shift:` groups: group `g` sees label `y` as
+/// `(y + SHIFT_STEP·g) mod 10`.
+pub const SHIFT_STEP: u8 = 3;
+
+/// The dominant class of each `dominant:` group: group `g` (clients `i` with `i % 5 == g`) has
+/// most of its samples from class `DOMINANT_CLASSES[g] = 2g` (T-shirt, pullover, coat, shirt,
+/// bag on Fashion-MNIST).
+pub const DOMINANT_CLASSES: [u8; 5] = [0, 2, 4, 6, 8];
+
+/// The number of groups (label pairs) of `pairs`.
+pub const PAIRS_GROUPS: usize = 10;
+
 /// The tasks of `tasks:fmnist3` (MT-HFL): clothes (T-shirt, trouser, pullover, dress, coat,
 /// shirt), shoes (sandal, sneaker, ankle boot), bags.
 pub const FMNIST3_TASKS: [&[u8]; 3] = [&[0, 1, 2, 3, 4, 6], &[5, 7, 9], &[8]];
@@ -112,7 +165,8 @@ pub const TASKS_MINORITY: f64 = 0.1;
 pub const TASKS_MAJORITY_USE: f64 = 0.8;
 
 /// How the training set is split over clients; written and parsed as `iid`, `label:2`, `dir:0.1`,
-/// `groups:012-34-56-789`, `rotate:4` or `tasks:fmnist3` (see the [module docs](self)).
+/// `groups:012-34-56-789`, `rotate:4`, `shift:4`, `rotate:2*groups:012-34-56-789`,
+/// `dominant:0.8`, `pairs` or `tasks:fmnist3` (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum PartitionSpec {
@@ -140,6 +194,30 @@ pub enum PartitionSpec {
     /// MT-HFL's three-task Fashion-MNIST split (`tasks:fmnist3`): clothes / shoes / bags users,
     /// each with ~10 % of its samples from the other tasks; task `t` is cluster `t`.
     TasksFmnist3,
+    /// StoCFL shifted labels (`shift:G`): iid shards, client `i` in group `g = i % groups` sees
+    /// label `y` as `(y + 3g) mod 10` (`1 ≤ groups ≤ 4`).
+    Shift {
+        /// Number of shift groups.
+        groups: usize,
+    },
+    /// The product `rotate:R*BASE`: `base`'s shards, client `i` also turned
+    /// `(i / G) % rotations` quarter turns, `G` being `base`'s number of groups
+    /// (`1 ≤ rotations ≤ 4`; `base` is `groups:`, `pairs`, `dominant:` or `shift:`).
+    Rotated {
+        /// Number of rotations `R`.
+        rotations: usize,
+        /// The scheme that gives the shards and the first factor of the ground truth.
+        base: Box<PartitionSpec>,
+    },
+    /// AdaCFL's dominant-class split (`dominant:ALPHA`): 5 groups, a fraction `alpha` of each
+    /// client's samples from its group's class, the rest spread over the other 9 classes.
+    Dominant {
+        /// The dominant fraction α, `0 < α ≤ 1`.
+        alpha: f64,
+    },
+    /// AdaCFL's "α = B" split (`pairs`): client `i` holds labels `i % 10` and `(i + 1) % 10`;
+    /// 10 groups.
+    Pairs,
 }
 
 /// An invalid [`PartitionSpec`], from parsing a string or from [`PartitionSpec::validate`].
@@ -148,8 +226,8 @@ pub enum PartitionSpec {
 pub enum SpecError {
     /// The string does not start with a known scheme.
     #[error(
-        "unknown partition `{input}`: expected iid, label:K, dir:BETA, groups:012-34-…, rotate:G \
-         or tasks:fmnist3"
+        "unknown partition `{input}`: expected iid, label:K, dir:BETA, groups:012-34-…, rotate:G, \
+         shift:G, rotate:R*BASE, dominant:ALPHA, pairs or tasks:fmnist3"
     )]
     UnknownScheme {
         /// The whole input.
@@ -206,6 +284,33 @@ pub enum SpecError {
         /// The offending label.
         label: u8,
     },
+    /// `shift:G` with `G` outside `1..=4`.
+    #[error("shift:{groups}: the number of shift groups must be between 1 and 4")]
+    ShiftGroups {
+        /// The requested number of groups.
+        groups: usize,
+    },
+    /// `dominant:ALPHA` with α not in `(0, 1]`.
+    #[error("dominant:{alpha}: the dominant fraction alpha must be in (0, 1]")]
+    Alpha {
+        /// The requested α.
+        alpha: f64,
+    },
+    /// A product `A*B` whose first factor is not `rotate:R`.
+    #[error("partition `{input}`: a product must be written rotate:R*BASE")]
+    ProductOuter {
+        /// The whole input.
+        input: String,
+    },
+    /// `rotate:R*BASE` with a base that has no ground truth of the form `i % G`.
+    #[error(
+        "rotate:R*{base}: the base must be groups:…, pairs, dominant:ALPHA or shift:G (client i in \
+         ground-truth group i % G)"
+    )]
+    ProductBase {
+        /// The refused base, as a string.
+        base: String,
+    },
     /// A label appears twice (in one group or in two).
     #[error("label {label} appears in more than one place; label groups must be disjoint")]
     DuplicateLabel {
@@ -216,7 +321,9 @@ pub enum SpecError {
 
 impl PartitionSpec {
     /// Checks the parameters: `1 ≤ k ≤ 10`, β positive and finite, groups non-empty, disjoint,
-    /// labels in `0..10`, `1 ≤ G ≤ 4`. Parsing validates already; this is for specs built in code.
+    /// labels in `0..10`, `1 ≤ G ≤ 4` for `rotate:` and `shift:`, `0 < α ≤ 1`, and for a product
+    /// `1 ≤ R ≤ 4` and a valid base of an allowed kind. Parsing validates already; this is for
+    /// specs built in code.
     ///
     /// # Errors
     ///
@@ -266,28 +373,84 @@ impl PartitionSpec {
                     Err(SpecError::RotateGroups { groups: *groups })
                 }
             }
-            PartitionSpec::TasksFmnist3 => Ok(()),
+            PartitionSpec::TasksFmnist3 | PartitionSpec::Pairs => Ok(()),
+            PartitionSpec::Shift { groups } => {
+                if (1..=MAX_SHIFT_GROUPS).contains(groups) {
+                    Ok(())
+                } else {
+                    Err(SpecError::ShiftGroups { groups: *groups })
+                }
+            }
+            PartitionSpec::Dominant { alpha } => {
+                if *alpha > 0.0 && *alpha <= 1.0 {
+                    Ok(())
+                } else {
+                    Err(SpecError::Alpha { alpha: *alpha })
+                }
+            }
+            PartitionSpec::Rotated { rotations, base } => {
+                if !(1..=MAX_ROTATE_GROUPS).contains(rotations) {
+                    return Err(SpecError::RotateGroups { groups: *rotations });
+                }
+                match **base {
+                    PartitionSpec::Groups(_)
+                    | PartitionSpec::Pairs
+                    | PartitionSpec::Dominant { .. }
+                    | PartitionSpec::Shift { .. } => base.validate(),
+                    _ => Err(SpecError::ProductBase {
+                        base: base.to_string(),
+                    }),
+                }
+            }
         }
     }
 
-    /// The number of ground-truth groups (`Some` for `groups:`, `rotate:` and `tasks:`, else
-    /// `None`).
+    /// The number of ground-truth groups: the label groups of `groups:`, `G` for `rotate:G` and
+    /// `shift:G`, 3 for `tasks:fmnist3`, 5 for `dominant:`, 10 for `pairs`, `G·R` for
+    /// `rotate:R*BASE`; `None` for `iid`, `label:` and `dir:`.
     pub fn num_groups(&self) -> Option<usize> {
         match self {
             PartitionSpec::Groups(g) => Some(g.len()),
-            PartitionSpec::Rotate { groups } => Some(*groups),
+            PartitionSpec::Rotate { groups } | PartitionSpec::Shift { groups } => Some(*groups),
             PartitionSpec::TasksFmnist3 => Some(FMNIST3_TASKS.len()),
-            _ => None,
+            PartitionSpec::Dominant { .. } => Some(DOMINANT_CLASSES.len()),
+            PartitionSpec::Pairs => Some(PAIRS_GROUPS),
+            PartitionSpec::Rotated { rotations, base } => base.num_groups().map(|g| g * rotations),
+            PartitionSpec::Iid | PartitionSpec::Label { .. } | PartitionSpec::Dirichlet { .. } => {
+                None
+            }
         }
     }
 
-    /// The labels of each ground-truth group when groups are defined by labels: the label groups
-    /// of `groups:` and the tasks of `tasks:fmnist3` (group `g` at index `g`); `None` otherwise.
+    /// The labels of each ground-truth group when groups are defined by labels (group `g` at
+    /// index `g`): the label groups of `groups:`, the tasks of `tasks:fmnist3`, the sorted pairs
+    /// `{g, g + 1 mod 10}` of `pairs`, and for `rotate:R*BASE` the base's label sets repeated `R`
+    /// times (group `g + G·r` has the labels of base group `g`). `None` otherwise, in particular
+    /// for `rotate:`, `shift:` and `dominant:`, whose groups share their label sets.
     pub fn task_labels(&self) -> Option<Vec<Vec<u8>>> {
         match self {
             PartitionSpec::Groups(g) => Some(g.clone()),
             PartitionSpec::TasksFmnist3 => Some(FMNIST3_TASKS.iter().map(|t| t.to_vec()).collect()),
-            _ => None,
+            PartitionSpec::Pairs => Some(
+                (0..PAIRS_GROUPS as u8)
+                    .map(|g| {
+                        let mut pair = vec![g, (g + 1) % PAIRS_GROUPS as u8];
+                        pair.sort_unstable();
+                        pair
+                    })
+                    .collect(),
+            ),
+            PartitionSpec::Rotated { rotations, base } => {
+                let sets = base.task_labels()?;
+                let g = sets.len();
+                Some(sets.into_iter().cycle().take(g * rotations).collect())
+            }
+            PartitionSpec::Iid
+            | PartitionSpec::Label { .. }
+            | PartitionSpec::Dirichlet { .. }
+            | PartitionSpec::Rotate { .. }
+            | PartitionSpec::Shift { .. }
+            | PartitionSpec::Dominant { .. } => None,
         }
     }
 }
@@ -312,6 +475,10 @@ impl fmt::Display for PartitionSpec {
             }
             PartitionSpec::Rotate { groups } => write!(f, "rotate:{groups}"),
             PartitionSpec::TasksFmnist3 => f.write_str("tasks:fmnist3"),
+            PartitionSpec::Shift { groups } => write!(f, "shift:{groups}"),
+            PartitionSpec::Rotated { rotations, base } => write!(f, "rotate:{rotations}*{base}"),
+            PartitionSpec::Dominant { alpha } => write!(f, "dominant:{alpha}"),
+            PartitionSpec::Pairs => f.write_str("pairs"),
         }
     }
 }
@@ -327,18 +494,36 @@ impl FromStr for PartitionSpec {
                 value: value.to_string(),
             })
         };
-        let spec = if input == "iid" {
+        let float = |value: &str| -> Result<f64, SpecError> {
+            value.parse().map_err(|_| SpecError::BadNumber {
+                input: input.to_string(),
+                value: value.to_string(),
+            })
+        };
+        let spec = if let Some((outer, base)) = input.split_once('*') {
+            let Some(r) = outer.strip_prefix("rotate:") else {
+                return Err(SpecError::ProductOuter {
+                    input: input.to_string(),
+                });
+            };
+            PartitionSpec::Rotated {
+                rotations: number(r)?,
+                base: Box::new(base.parse()?),
+            }
+        } else if input == "iid" {
             PartitionSpec::Iid
+        } else if input == "pairs" {
+            PartitionSpec::Pairs
         } else if input == "tasks:fmnist3" {
             PartitionSpec::TasksFmnist3
         } else if let Some(v) = input.strip_prefix("label:") {
             PartitionSpec::Label { k: number(v)? }
         } else if let Some(v) = input.strip_prefix("dir:") {
-            let beta = v.parse::<f64>().map_err(|_| SpecError::BadNumber {
-                input: input.to_string(),
-                value: v.to_string(),
-            })?;
-            PartitionSpec::Dirichlet { beta }
+            PartitionSpec::Dirichlet { beta: float(v)? }
+        } else if let Some(v) = input.strip_prefix("dominant:") {
+            PartitionSpec::Dominant { alpha: float(v)? }
+        } else if let Some(v) = input.strip_prefix("shift:") {
+            PartitionSpec::Shift { groups: number(v)? }
         } else if let Some(v) = input.strip_prefix("rotate:") {
             PartitionSpec::Rotate { groups: number(v)? }
         } else if let Some(v) = input.strip_prefix("groups:") {
@@ -386,11 +571,16 @@ impl From<PartitionSpec> for String {
 pub struct ClientShard {
     /// Indices into the training set.
     pub train: Vec<usize>,
-    /// The distinct labels present in `train`, sorted.
+    /// The distinct labels the client trains on, sorted: those present in `train`, shifted by
+    /// `label_shift` ([`shift_label`]).
     pub labels: Vec<u8>,
     /// Quarter turns (counter-clockwise, `0..4`) applied to this client's images; non-zero only
-    /// for `rotate:`.
+    /// for `rotate:` and `rotate:R*…`.
     pub rotation: u8,
+    /// The client sees every label `y` (training and local test) as `(y + label_shift) mod 10`;
+    /// non-zero only for `shift:`. Missing in older serialised shards, hence `0` by default.
+    #[serde(default)]
+    pub label_shift: u8,
 }
 
 /// A partition of the training set over clients.
@@ -400,7 +590,8 @@ pub struct Partition {
     pub spec: PartitionSpec,
     /// One shard per client, client `i` at index `i`.
     pub clients: Vec<ClientShard>,
-    /// The ground-truth group of each client, for `groups:` and `rotate:`; `None` otherwise.
+    /// The ground-truth group of each client for the schemes with groups
+    /// ([`PartitionSpec::num_groups`] is `Some`); `None` otherwise.
     pub truth: Option<Vec<usize>>,
 }
 
@@ -467,6 +658,18 @@ pub enum PartitionError {
         /// Samples available.
         available: usize,
     },
+    /// `dominant:` on a training set whose classes are too small to give every client one sample
+    /// of its dominant class.
+    #[error(
+        "dominant:{alpha} over {clients} clients: the classes are too small to give every client \
+         a sample of its dominant class"
+    )]
+    DominantTooSmall {
+        /// The α used.
+        alpha: f64,
+        /// The number of clients.
+        clients: usize,
+    },
     /// `dir:` did not give every client [`DIRICHLET_MIN_SIZE`] samples within
     /// [`DIRICHLET_MAX_TRIES`] draws.
     #[error(
@@ -496,7 +699,7 @@ pub enum PartitionError {
 /// from `ChaCha8Rng::seed_from_u64(seed)`; see the [module docs](self) for each procedure.
 ///
 /// Every training sample goes to at most one client; for `iid`, `label:10`, `groups:` covering all
-/// labels and `rotate:`, to exactly one.
+/// labels, `rotate:` and `shift:`, to exactly one.
 ///
 /// # Errors
 ///
@@ -504,7 +707,8 @@ pub enum PartitionError {
 /// [`PartitionError::LabelOutOfRange`] for a label outside `0..10`, [`PartitionError::TooFewSamples`]
 /// / [`PartitionError::TooFewLabelSamples`] / [`PartitionError::TooFewClients`] when the data cannot
 /// give every client what the scheme promises, [`PartitionError::TooFewTaskSamples`] for a
-/// `tasks:` split on too small a set, [`PartitionError::DirichletGaveUp`].
+/// `tasks:` split on too small a set, [`PartitionError::DominantTooSmall`],
+/// [`PartitionError::DirichletGaveUp`].
 pub fn partition(
     spec: &PartitionSpec,
     train_labels: &[u8],
@@ -523,86 +727,17 @@ pub fn partition(
         return Err(PartitionError::LabelOutOfRange { index, label });
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let n = n_clients;
-    let too_few = |needed: usize| PartitionError::TooFewSamples {
-        spec: spec.to_string(),
-        clients: n,
-        needed,
-        available: train_labels.len(),
-    };
+    let built = build(spec, train_labels, n_clients, &mut rng)?;
 
-    let (shards, rotation, truth): (Vec<Vec<usize>>, Vec<u8>, Option<Vec<usize>>) = match spec {
-        PartitionSpec::Iid => {
-            if train_labels.len() < n {
-                return Err(too_few(n));
-            }
-            (iid(train_labels.len(), n, &mut rng), vec![0; n], None)
-        }
-        PartitionSpec::Rotate { groups } => {
-            if train_labels.len() < n {
-                return Err(too_few(n));
-            }
-            let truth: Vec<usize> = (0..n).map(|i| i % groups).collect();
-            // `validate` keeps `groups` ≤ 4, so the group fits in a u8.
-            let rotation = truth.iter().map(|&g| g as u8).collect();
-            (iid(train_labels.len(), n, &mut rng), rotation, Some(truth))
-        }
-        PartitionSpec::Label { k } => {
-            (label_skew(*k, train_labels, n, &mut rng)?, vec![0; n], None)
-        }
-        PartitionSpec::Dirichlet { beta } => {
-            let needed = DIRICHLET_MIN_SIZE.saturating_mul(n);
-            if train_labels.len() < needed {
-                return Err(too_few(needed));
-            }
-            (
-                dirichlet(*beta, train_labels, n, &mut rng)?,
-                vec![0; n],
-                None,
-            )
-        }
-        PartitionSpec::Groups(groups) => {
-            if n < groups.len() {
-                return Err(PartitionError::TooFewClients {
-                    clients: n,
-                    groups: groups.len(),
-                });
-            }
-            let truth: Vec<usize> = (0..n).map(|i| i % groups.len()).collect();
-            (
-                label_groups(groups, train_labels, n, &mut rng)?,
-                vec![0; n],
-                Some(truth),
-            )
-        }
-        PartitionSpec::TasksFmnist3 => {
-            if n < FMNIST3_TASKS.len() {
-                return Err(PartitionError::TooFewClients {
-                    clients: n,
-                    groups: FMNIST3_TASKS.len(),
-                });
-            }
-            let users = users_per_task(n, &FMNIST3_USERS);
-            let truth: Vec<usize> = users
-                .iter()
-                .enumerate()
-                .flat_map(|(t, &u)| std::iter::repeat_n(t, u))
-                .collect();
-            (
-                tasks(&FMNIST3_TASKS, &truth, train_labels, &mut rng)?,
-                vec![0; n],
-                Some(truth),
-            )
-        }
-    };
-
-    let clients = shards
+    let clients = built
+        .shards
         .into_iter()
-        .zip(rotation)
-        .map(|(train, rotation)| {
+        .zip(built.rotation)
+        .zip(built.shift)
+        .map(|((train, rotation), label_shift)| {
             let mut present = [false; NUM_CLASSES];
             for &i in &train {
-                present[train_labels[i] as usize] = true;
+                present[shift_label(train_labels[i], label_shift) as usize] = true;
             }
             let labels = (0..NUM_CLASSES as u8)
                 .filter(|&l| present[l as usize])
@@ -611,13 +746,161 @@ pub fn partition(
                 train,
                 labels,
                 rotation,
+                label_shift,
             }
         })
         .collect();
     Ok(Partition {
         spec: spec.clone(),
         clients,
-        truth,
+        truth: built.truth,
+    })
+}
+
+/// What one scheme produces: per client its training indices, rotation and label shift, and the
+/// ground truth.
+struct Built {
+    shards: Vec<Vec<usize>>,
+    rotation: Vec<u8>,
+    shift: Vec<u8>,
+    truth: Option<Vec<usize>>,
+}
+
+impl Built {
+    /// Shards with neither rotation nor label shift.
+    fn plain(shards: Vec<Vec<usize>>, truth: Option<Vec<usize>>) -> Self {
+        let n = shards.len();
+        Built {
+            shards,
+            rotation: vec![0; n],
+            shift: vec![0; n],
+            truth,
+        }
+    }
+}
+
+/// The scheme `spec` (validated, labels checked) over `n ≥ 1` clients.
+fn build(
+    spec: &PartitionSpec,
+    train_labels: &[u8],
+    n: usize,
+    rng: &mut ChaCha8Rng,
+) -> Result<Built, PartitionError> {
+    let too_few = |needed: usize| PartitionError::TooFewSamples {
+        spec: spec.to_string(),
+        clients: n,
+        needed,
+        available: train_labels.len(),
+    };
+    let too_few_clients = |groups: usize| {
+        if n < groups {
+            Err(PartitionError::TooFewClients { clients: n, groups })
+        } else {
+            Ok(())
+        }
+    };
+    let modulo = |groups: usize| -> Vec<usize> { (0..n).map(|i| i % groups).collect() };
+
+    Ok(match spec {
+        PartitionSpec::Iid => {
+            if train_labels.len() < n {
+                return Err(too_few(n));
+            }
+            Built::plain(iid(train_labels.len(), n, rng), None)
+        }
+        PartitionSpec::Rotate { groups } => {
+            if train_labels.len() < n {
+                return Err(too_few(n));
+            }
+            let truth = modulo(*groups);
+            // `validate` keeps `groups` ≤ 4, so the group fits in a u8.
+            let rotation = truth.iter().map(|&g| g as u8).collect();
+            Built {
+                rotation,
+                ..Built::plain(iid(train_labels.len(), n, rng), Some(truth))
+            }
+        }
+        PartitionSpec::Shift { groups } => {
+            if train_labels.len() < n {
+                return Err(too_few(n));
+            }
+            let truth = modulo(*groups);
+            // `validate` keeps `groups` ≤ 4, so the shift is at most 9.
+            let shift = truth.iter().map(|&g| SHIFT_STEP * g as u8).collect();
+            Built {
+                shift,
+                ..Built::plain(iid(train_labels.len(), n, rng), Some(truth))
+            }
+        }
+        PartitionSpec::Label { k } => Built::plain(label_skew(*k, train_labels, n, rng)?, None),
+        PartitionSpec::Dirichlet { beta } => {
+            let needed = DIRICHLET_MIN_SIZE.saturating_mul(n);
+            if train_labels.len() < needed {
+                return Err(too_few(needed));
+            }
+            Built::plain(dirichlet(*beta, train_labels, n, rng)?, None)
+        }
+        PartitionSpec::Groups(groups) => {
+            too_few_clients(groups.len())?;
+            Built::plain(
+                label_groups(groups, train_labels, n, rng)?,
+                Some(modulo(groups.len())),
+            )
+        }
+        PartitionSpec::Pairs => {
+            too_few_clients(PAIRS_GROUPS)?;
+            let owns: Vec<[bool; NUM_CLASSES]> = (0..n)
+                .map(|i| {
+                    let mut own = [false; NUM_CLASSES];
+                    own[i % PAIRS_GROUPS] = true;
+                    own[(i + 1) % PAIRS_GROUPS] = true;
+                    own
+                })
+                .collect();
+            Built::plain(
+                split_over_owners(&owns, train_labels, rng)?,
+                Some(modulo(PAIRS_GROUPS)),
+            )
+        }
+        PartitionSpec::Dominant { alpha } => {
+            too_few_clients(DOMINANT_CLASSES.len())?;
+            Built::plain(
+                dominant(*alpha, train_labels, n, rng)?,
+                Some(modulo(DOMINANT_CLASSES.len())),
+            )
+        }
+        PartitionSpec::Rotated { rotations, base } => {
+            // `validate` admits only bases with groups (client i in group i % G).
+            let g = base.num_groups().unwrap_or(1);
+            too_few_clients(g * rotations)?;
+            let inner = build(base, train_labels, n, rng)?;
+            let rotation: Vec<usize> = (0..n).map(|i| (i / g) % rotations).collect();
+            let truth = inner.truth.as_ref().map(|t| {
+                t.iter()
+                    .zip(&rotation)
+                    .map(|(&group, &r)| group + g * r)
+                    .collect()
+            });
+            Built {
+                // `validate` keeps `rotations` ≤ 4.
+                rotation: rotation.iter().map(|&r| r as u8).collect(),
+                truth,
+                ..inner
+            }
+        }
+        PartitionSpec::TasksFmnist3 => {
+            too_few_clients(FMNIST3_TASKS.len())?;
+            let users = users_per_task(n, &FMNIST3_USERS);
+            let truth: Vec<usize> = users
+                .iter()
+                .enumerate()
+                .flat_map(|(t, &u)| std::iter::repeat_n(t, u))
+                .collect();
+            Built::plain(
+                tasks(&FMNIST3_TASKS, &truth, train_labels, rng)?,
+                Some(truth),
+            )
+        }
     })
 }
 
@@ -656,9 +939,8 @@ fn label_skew(
     n: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<Vec<usize>>, PartitionError> {
-    // Which labels each client owns (NIID-Bench `contain`), and how many clients own each label.
+    // Which labels each client owns (NIID-Bench `contain`).
     let mut owns = vec![[false; NUM_CLASSES]; n];
-    let mut times = [0usize; NUM_CLASSES];
     for (i, own) in owns.iter_mut().enumerate() {
         if k == NUM_CLASSES {
             // NIID-Bench's k = 10 branch draws nothing: every client owns every label.
@@ -674,6 +956,21 @@ fn label_skew(
                 }
             }
         }
+    }
+    split_over_owners(&owns, train_labels, rng)
+}
+
+/// For each label `l` in `0..10` owned by some client: shuffle its sample indices and
+/// `array_split` them over its owners in increasing client id (`owns[c][l]`: client `c` owns
+/// `l`). Labels nobody owns are unused and draw nothing. Every owned label must have at least
+/// as many samples as owners (checked before any draw).
+fn split_over_owners(
+    owns: &[[bool; NUM_CLASSES]],
+    train_labels: &[u8],
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Vec<usize>>, PartitionError> {
+    let mut times = [0usize; NUM_CLASSES];
+    for own in owns {
         for (t, &o) in times.iter_mut().zip(own.iter()) {
             *t += usize::from(o);
         }
@@ -688,14 +985,14 @@ fn label_skew(
             });
         }
     }
-    let mut shards = vec![Vec::new(); n];
+    let mut shards = vec![Vec::new(); owns.len()];
     for (l, idx) in by_label.iter_mut().enumerate() {
         if times[l] == 0 {
             continue; // owned by nobody: unused
         }
         idx.shuffle(rng);
         let mut parts = array_split(idx, times[l]).into_iter();
-        for (shard, own) in shards.iter_mut().zip(&owns) {
+        for (shard, own) in shards.iter_mut().zip(owns) {
             if own[l]
                 && let Some(part) = parts.next()
             {
@@ -797,34 +1094,91 @@ fn label_groups(
     n: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<Vec<usize>>, PartitionError> {
-    let g_count = groups.len();
-    let mut group_of = [None; NUM_CLASSES];
-    for (g, group) in groups.iter().enumerate() {
-        for &l in group {
-            group_of[l as usize] = Some(g);
-        }
+    // Client i owns the labels of group i % G.
+    let owns: Vec<[bool; NUM_CLASSES]> = (0..n)
+        .map(|i| {
+            let mut own = [false; NUM_CLASSES];
+            for &l in &groups[i % groups.len()] {
+                own[l as usize] = true;
+            }
+            own
+        })
+        .collect();
+    split_over_owners(&owns, train_labels, rng)
+}
+
+/// `dominant:` sample counts of client `i` for `m` samples per client (module docs): `d` of its
+/// dominant class, `r = m − d` spread over the other 9 classes.
+fn dominant_counts(alpha: f64, i: usize, m: usize) -> [usize; NUM_CLASSES] {
+    let groups = DOMINANT_CLASSES.len();
+    let c = DOMINANT_CLASSES[i % groups] as usize;
+    let d = dominant_count(alpha, m);
+    let r = m - d;
+    let others: Vec<usize> = (0..NUM_CLASSES).filter(|&l| l != c).collect();
+    let k = (i / groups) % others.len();
+    let mut counts = [0usize; NUM_CLASSES];
+    counts[c] = d;
+    for j in 0..others.len() {
+        counts[others[(j + k) % others.len()]] =
+            r / others.len() + usize::from(j < r % others.len());
     }
+    counts
+}
+
+/// `d = round(α·m)` (half away from zero), at most `m`.
+fn dominant_count(alpha: f64, m: usize) -> usize {
+    ((alpha * m as f64).round() as usize).min(m)
+}
+
+/// The `dominant:` procedure (module docs).
+fn dominant(
+    alpha: f64,
+    train_labels: &[u8],
+    n: usize,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Vec<usize>>, PartitionError> {
     let mut by_label = indices_by_label(train_labels);
-    for (l, idx) in by_label.iter().enumerate() {
-        if let Some(g) = group_of[l] {
-            let members = (g..n).step_by(g_count).count();
-            if idx.len() < members {
-                return Err(PartitionError::TooFewLabelSamples {
-                    label: l as u8,
-                    needed: members,
-                    available: idx.len(),
-                });
+    let available: Vec<usize> = by_label.iter().map(Vec::len).collect();
+    // Every count grows with m (d and r never decrease), so whether m fits is monotone in m.
+    let fits = |m: usize| -> bool {
+        let mut demand = [0usize; NUM_CLASSES];
+        for i in 0..n {
+            for (total, c) in demand.iter_mut().zip(dominant_counts(alpha, i, m)) {
+                *total += c;
             }
         }
-    }
-    let mut shards = vec![Vec::new(); n];
-    for (l, idx) in by_label.iter_mut().enumerate() {
-        let Some(g) = group_of[l] else { continue };
-        idx.shuffle(rng);
-        let members: Vec<usize> = (g..n).step_by(g_count).collect();
-        for (&client, part) in members.iter().zip(array_split(idx, members.len())) {
-            shards[client].extend(part);
+        demand.iter().zip(&available).all(|(d, a)| d <= a)
+    };
+    // The largest m ≤ N / n that fits (m = 0 always does).
+    let (mut lo, mut hi) = (0, train_labels.len() / n);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
         }
+    }
+    let m = lo;
+    if dominant_count(alpha, m) == 0 {
+        return Err(PartitionError::DominantTooSmall { alpha, clients: n });
+    }
+    for idx in by_label.iter_mut() {
+        idx.shuffle(rng);
+    }
+    let mut next = [0usize; NUM_CLASSES];
+    let mut shards = Vec::with_capacity(n);
+    for i in 0..n {
+        let counts = dominant_counts(alpha, i, m);
+        let mut shard = Vec::with_capacity(m);
+        for (l, &count) in counts.iter().enumerate() {
+            shard.extend_from_slice(&by_label[l][next[l]..next[l] + count]);
+            next[l] += count;
+        }
+        shards.push(shard);
+    }
+    for shard in &mut shards {
+        shard.shuffle(rng);
     }
     Ok(shards)
 }
@@ -923,8 +1277,22 @@ fn tasks(
     Ok(shards)
 }
 
+/// The label a client with label shift `shift` sees for `label`: `(label + shift) mod 10`
+/// ([`ClientShard::label_shift`], `shift:`). A shift that is a multiple of 10, and a label outside
+/// `0..10`, leave the label as it is.
+pub fn shift_label(label: u8, shift: u8) -> u8 {
+    let classes = NUM_CLASSES as u8;
+    if shift.is_multiple_of(classes) || label >= classes {
+        label
+    } else {
+        (label + shift % classes) % classes
+    }
+}
+
 /// The local test set of a client (PACFL's "local view"): the indices of every test sample whose
-/// label is among the client's training labels, in increasing order.
+/// label, shifted by the client's [`ClientShard::label_shift`], is among the client's training
+/// labels ([`ClientShard::labels`]), in increasing order. The client sees these samples with
+/// shifted labels ([`shift_label`]).
 pub fn local_test_indices(shard: &ClientShard, test_labels: &[u8]) -> Vec<usize> {
     let mut wanted = [false; 256];
     for &l in &shard.labels {
@@ -933,7 +1301,7 @@ pub fn local_test_indices(shard: &ClientShard, test_labels: &[u8]) -> Vec<usize>
     test_labels
         .iter()
         .enumerate()
-        .filter(|&(_, &l)| wanted[l as usize])
+        .filter(|&(_, &l)| wanted[shift_label(l, shard.label_shift) as usize])
         .map(|(i, _)| i)
         .collect()
 }
@@ -965,7 +1333,7 @@ pub fn rotate_image(img: &[u8], quarter_turns: u8) -> Vec<u8> {
 }
 
 /// A client's training set and local test set ([`local_test_indices`]), with the shard's
-/// rotation applied to every image.
+/// rotation applied to every image and its label shift to every label.
 ///
 /// # Errors
 ///
@@ -992,6 +1360,13 @@ pub fn client_datasets(
                 .flat_map(|img| rotate_image(img, shard.rotation))
                 .collect();
             set.images = rotated;
+        }
+    }
+    if !shard.label_shift.is_multiple_of(NUM_CLASSES as u8) {
+        for set in [&mut train, &mut test] {
+            for l in &mut set.labels {
+                *l = shift_label(*l, shard.label_shift);
+            }
         }
     }
     Ok((train, test))

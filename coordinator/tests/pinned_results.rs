@@ -1,0 +1,128 @@
+//! Results pinned before the method interface was introduced (`shared/src/federation/` and
+//! `shared/src/algorithms/`): the same seed must give the same clusters, the same accuracy per
+//! round and per client, and the same `summary.json` values as the code before the refactor.
+//!
+//! The fixtures under `tests/fixtures/pinned/NAME/summary.json` were written by the `coordinator`
+//! of commit 15178bc (the last one before the refactor) with the arguments in [`RUNS`], on the
+//! bundled Fashion-MNIST subset. Every key of a fixture must have the same value now, except
+//! `wall_seconds` (a timing) and `data` (a path); keys added since are allowed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// (fixture name, `coordinator simulate` arguments besides `--data` and `--out`).
+const RUNS: &[(&str, &str)] = &[
+    (
+        "fedclust-label2",
+        "--algorithm fedclust --partition label:2 --clients 10 --rounds 3 --epochs 1 --frac 0.5 \
+         --lambda k=5 --seed 1",
+    ),
+    (
+        "fedclust-newcomers",
+        "--algorithm fedclust --partition groups:012-34-56-789 --clients 12 --rounds 3 --epochs 1 \
+         --frac 0.5 --lambda k=4 --newcomers 4 --join-round 2 --seed 2",
+    ),
+    (
+        "mthfl-tasks",
+        "--algorithm mthfl --model mlp --partition tasks:fmnist3 --clients 10 --rounds 3 \
+         --epochs 1 --frac 0.5 --lambda k=3 --eigenvectors 2 --seed 3",
+    ),
+    (
+        "mthfl-server-f16",
+        "--algorithm mthfl --model mlp --partition tasks:fmnist3 --clients 10 --rounds 2 \
+         --epochs 1 --frac 1 --lambda k=3 --eigenvectors 2 --relevance server \
+         --signature-encoding f16 --seed 4",
+    ),
+    (
+        "random-hierarchy",
+        "--algorithm random --partition groups:012-34-56-789 --clients 8 --rounds 3 --epochs 1 \
+         --frac 0.5 --lambda k=3 --hierarchy --seed 5",
+    ),
+    (
+        "fedavg",
+        "--algorithm fedavg --partition label:2 --clients 6 --rounds 2 --epochs 1 --frac 0.5 \
+         --seed 6",
+    ),
+    (
+        "local-newcomers",
+        "--algorithm local --partition label:2 --clients 6 --rounds 2 --epochs 1 --frac 0.5 \
+         --newcomers 2 --join-round 2 --seed 7",
+    ),
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pinned")
+}
+
+fn subset() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/fmnist-subset")
+}
+
+/// Runs `coordinator simulate` with `args` into a fresh directory; returns its summary.json.
+fn simulate(name: &str, args: &str, out: &Path) -> Value {
+    let _ = std::fs::remove_dir_all(out);
+    let o = Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .arg("simulate")
+        .args(args.split_whitespace())
+        .arg("--data")
+        .arg(subset())
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run coordinator");
+    assert!(
+        o.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Keys whose values legitimately differ between runs: a timing and paths.
+const UNPINNED: &[&str] = &["wall_seconds", "data"];
+
+/// `v` without the paths of its `config` (`out`, `data`).
+fn without_paths(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(Value::Object(c)) = v.get_mut("config") {
+        c.remove("out");
+        c.remove("data");
+    }
+    v
+}
+
+#[test]
+fn results_equal_those_pinned_before_the_refactor() {
+    // EDGECFL_WRITE_PINNED=1 rewrites the fixtures (only with the pre-refactor coordinator).
+    let write = std::env::var_os("EDGECFL_WRITE_PINNED").is_some();
+    let mut failures = Vec::new();
+    for (name, args) in RUNS {
+        let out =
+            std::env::temp_dir().join(format!("edgecfl-pinned-{name}-{}", std::process::id()));
+        let now = simulate(name, args, &out);
+        let path = fixtures().join(name).join("summary.json");
+        if write {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap()).unwrap();
+            continue;
+        }
+        let pinned: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let (pinned, now) = (without_paths(&pinned), without_paths(&now));
+        let Value::Object(pinned) = pinned else {
+            panic!("{name}: fixture is not an object");
+        };
+        for (key, want) in &pinned {
+            if UNPINNED.contains(&key.as_str()) {
+                continue;
+            }
+            let got = now.get(key).unwrap_or(&Value::Null);
+            if got != want {
+                failures.push(format!("{name}: {key}: pinned {want}, now {got}"));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

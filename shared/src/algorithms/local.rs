@@ -1,0 +1,51 @@
+//! Local training: every client trains its own model from θ⁰ and nothing is shared (the
+//! "Local" baseline of FedClust's and PACFL's tables). A newcomer gets a model of its own,
+//! starting from θ⁰.
+
+use crate::federation::{
+    ClientInfo, Clusters, Env, FederationError, Init, NewcomerError, Placement, RoundStats,
+    Strategy, Target, fedavg_round,
+};
+
+/// Local.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Local;
+
+impl Strategy for Local {
+    fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
+        Ok(Init::plain(
+            (0..env.clients.len()).collect(),
+            env.initial,
+            false,
+        ))
+    }
+
+    /// Each sampled client trains its own model; the "average" of one update is that update.
+    fn round(
+        &mut self,
+        env: &mut Env<'_>,
+        round: usize,
+        sampled: &[usize],
+        state: &mut Clusters,
+    ) -> Result<RoundStats, FederationError> {
+        fedavg_round(env, round, sampled, state)
+    }
+
+    fn place(
+        &mut self,
+        env: &mut Env<'_>,
+        _round: usize,
+        fresh: &[ClientInfo],
+        _state: &Clusters,
+    ) -> Result<Vec<Result<Placement, NewcomerError>>, FederationError> {
+        Ok(fresh
+            .iter()
+            .map(|_| {
+                Ok(Placement {
+                    target: Target::New(env.initial.clone()),
+                    distance: None,
+                })
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,222 @@
+//! The configuration of a federation run.
+
+use serde::{Deserialize, Serialize};
+
+use super::FederationError;
+use crate::algorithms::Algorithm;
+use crate::algorithms::fedclust::Threshold;
+use crate::algorithms::mthfl::{DEFAULT_EIGENVECTORS, Estimate, Relevance};
+use crate::cluster::hc::Linkage;
+use crate::hierarchy::CommonLayers;
+use crate::model::{LayerSet, ModelKind};
+use crate::protocol::Encoding;
+use crate::train::TrainConfig;
+
+/// Everything the round loop needs to know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FederationConfig {
+    /// Which algorithm.
+    pub algorithm: Algorithm,
+    /// Which model.
+    pub model: ModelKind,
+    /// Training rounds after the clustering round.
+    pub rounds: usize,
+    /// Fraction of clients sampled per round, in (0, 1].
+    pub frac: f64,
+    /// Local epochs per round.
+    pub epochs: usize,
+    /// Local epochs of the round-0 warm-up (FedClust).
+    pub warmup_epochs: usize,
+    /// Mini-batch size.
+    pub batch_size: usize,
+    /// Learning rate.
+    pub lr: f64,
+    /// SGD momentum.
+    pub momentum: f64,
+    /// HC cut (FedClust).
+    pub threshold: Threshold,
+    /// HC linkage (FedClust).
+    pub linkage: Linkage,
+    /// Layers uploaded in round 0 (FedClust: the final layer).
+    pub signature_layers: LayerSet,
+    /// Evaluate every this many rounds (and always after the last).
+    pub eval_every: usize,
+    /// Master seed.
+    pub seed: u64,
+    /// LPS/GPS training for any clustering (FedClust, random): every cluster is an LPS and the
+    /// GPS averages the common layers. Always on for MT-HFL.
+    #[serde(default)]
+    pub hierarchy: bool,
+    /// FedAvg rounds of each LPS between two GPS averages (Algorithm 1's inner loop).
+    #[serde(default = "default_lps_rounds")]
+    pub lps_rounds: usize,
+    /// Layers the GPS averages (`None`: LeNet-5 `conv1,conv2`, MLP `fc1`).
+    #[serde(default)]
+    pub common_layers: Option<LayerSet>,
+    /// MT-HFL: eigenpairs each client uploads (k).
+    #[serde(default = "default_eigenvectors")]
+    pub eigenvectors: usize,
+    /// MT-HFL: where the relevance rows are computed.
+    #[serde(default)]
+    pub relevance: Relevance,
+    /// MT-HFL: eq. (2)'s norm (the paper's) or the Rayleigh quotient.
+    #[serde(default)]
+    pub estimate: Estimate,
+    /// MT-HFL: encoding of the uploaded eigenpairs (f16 halves the bytes).
+    #[serde(default = "default_signature_encoding")]
+    pub signature_encoding: Encoding,
+    /// Proximal strength: FedProx's μ, FeSEM's μ (its eq. 7 regulariser as μ/2‖W − W̃‖²), StoCFL's
+    /// λ. Unset: the method's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mu: Option<f64>,
+    /// StoCFL: cosine threshold τ of cluster merging. Unset: 0.5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tau: Option<f64>,
+    /// AdaCFL: newcomer distance ε above which a newcomer forms a new cluster. Unset: 1.8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epsilon: Option<f64>,
+    /// AdaCFL: pre-cluster by class count and label entropy before HC. Unset: on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_cluster: Option<bool>,
+    /// FeSEM, IFCA: the number of clusters K.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<usize>,
+    /// FeSEM: the layers its EM step measures distances on (`all` or `final`). Unset: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fesem_layers: Option<LayerSet>,
+    /// CFL: split a cluster when the norm of its mean update is below ε₁. Unset: 0.4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eps1: Option<f64>,
+    /// CFL: ... and the largest member update norm is above ε₂. Unset: 1.6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eps2: Option<f64>,
+}
+
+fn default_lps_rounds() -> usize {
+    1
+}
+
+fn default_eigenvectors() -> usize {
+    DEFAULT_EIGENVECTORS
+}
+
+fn default_signature_encoding() -> Encoding {
+    Encoding::F32
+}
+
+impl Default for FederationConfig {
+    /// FedClust's FMNIST settings (GUIDE §2), with 50 rounds.
+    fn default() -> Self {
+        FederationConfig {
+            algorithm: Algorithm::FedClust,
+            model: ModelKind::LeNet5,
+            rounds: 50,
+            frac: 0.1,
+            epochs: 10,
+            warmup_epochs: 1,
+            batch_size: 10,
+            lr: 0.01,
+            momentum: 0.5,
+            threshold: Threshold::Auto,
+            linkage: Linkage::Average,
+            signature_layers: LayerSet::Final,
+            eval_every: 1,
+            seed: 0,
+            hierarchy: false,
+            lps_rounds: default_lps_rounds(),
+            common_layers: None,
+            eigenvectors: DEFAULT_EIGENVECTORS,
+            relevance: Relevance::Client,
+            estimate: Estimate::Norm,
+            signature_encoding: Encoding::F32,
+            mu: None,
+            tau: None,
+            epsilon: None,
+            pre_cluster: None,
+            clusters: None,
+            fesem_layers: None,
+            eps1: None,
+            eps2: None,
+        }
+    }
+}
+
+impl FederationConfig {
+    /// Checks ranges; the error says which field is wrong. Method-specific settings are checked
+    /// by the method's own file ([`Algorithm::check`]).
+    pub fn validate(&self) -> Result<(), FederationError> {
+        let bad = |m: String| Err(FederationError::Config(m));
+        if !(self.frac > 0.0 && self.frac <= 1.0) {
+            return bad(format!("frac must be in (0, 1], got {}", self.frac));
+        }
+        if self.epochs == 0 {
+            return bad("epochs must be ≥ 1".into());
+        }
+        if self.eval_every == 0 {
+            return bad("eval-every must be ≥ 1".into());
+        }
+        if self.lps_rounds == 0 {
+            return bad("lps-rounds must be ≥ 1".into());
+        }
+        for (name, v) in [
+            ("mu", self.mu),
+            ("tau", self.tau),
+            ("epsilon", self.epsilon),
+            ("eps1", self.eps1),
+            ("eps2", self.eps2),
+        ] {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return bad(format!("{name} must be a finite number ≥ 0, got {v}"));
+            }
+        }
+        if self.clusters == Some(0) {
+            return bad("clusters must be ≥ 1".into());
+        }
+        self.algorithm.check(self)?;
+        if self.hierarchical() {
+            self.common()?;
+        }
+        self.train_config(0)
+            .validate()
+            .map_err(|e| FederationError::Config(e.to_string()))?;
+        Ok(())
+    }
+
+    /// True when clusters train as LPSs under a GPS (MT-HFL, or `hierarchy`).
+    pub fn hierarchical(&self) -> bool {
+        self.hierarchy || self.algorithm == Algorithm::MtHfl
+    }
+
+    /// The common layers of a hierarchical run.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Hierarchy`] for a layer the model does not have.
+    pub fn common(&self) -> Result<CommonLayers, FederationError> {
+        Ok(CommonLayers::new(self.model, self.common_layers.as_ref())?)
+    }
+
+    /// The local-training settings of one client in one round.
+    pub fn train_config(&self, seed: u64) -> TrainConfig {
+        TrainConfig {
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            momentum: self.momentum,
+            seed,
+        }
+    }
+}
+
+/// Seed of client `client`'s local training in round `round` (SplitMix64 over the three).
+pub fn client_seed(seed: u64, round: usize, client: usize) -> u64 {
+    let mut z = seed
+        ^ (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (client as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

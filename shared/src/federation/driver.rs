@@ -1,0 +1,389 @@
+//! The generic round driver: round 0 by the method, then per round newcomers, sampling, the
+//! method's training step, the GPS step, evaluation and the round's record.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand::seq::index::sample;
+use rand_chacha::ChaCha8Rng;
+
+use super::result::task_accuracy;
+use super::{
+    Algorithm, Answer, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env, FederationConfig,
+    FederationError, GpsLink, Job, Newcomer, NewcomerError, Observer, RoundRecord, RunContext,
+    RunResult, Target, Traffic, client_seed,
+};
+use crate::cluster::metrics::adjusted_rand_index;
+use crate::hierarchy::{self, CommonLayers};
+use crate::model::Params;
+use crate::train::EvalReport;
+
+/// Runs the federation over `pool`. `ctx.truth` is only used to score the clustering and to
+/// report per-task accuracy.
+///
+/// # Errors
+///
+/// A bad configuration, a pool failure, or a method's step that cannot be done.
+pub fn run(
+    cfg: &FederationConfig,
+    pool: &mut dyn ClientPool,
+    ctx: &RunContext,
+    observer: &mut dyn Observer,
+) -> Result<RunResult, FederationError> {
+    run_inner(cfg, pool, ctx, observer, None)
+}
+
+/// Runs one LPS of a hierarchy whose GPS is another process: FedAvg of the pool's clients (one
+/// cluster) from `initial`, and every `cfg.lps_rounds` rounds the common layers go through `gps`
+/// (sent, averaged there with the other LPSs', inserted back) before the round's evaluation, as
+/// the in-process GPS step does. `cfg` must be FedAvg with `hierarchy` on.
+///
+/// # Errors
+///
+/// [`FederationError::Config`] for another algorithm, no hierarchy, or an `initial` model of
+/// another architecture; and as [`run`] and [`GpsLink::exchange`].
+pub fn run_lps(
+    cfg: &FederationConfig,
+    pool: &mut dyn ClientPool,
+    ctx: &RunContext,
+    observer: &mut dyn Observer,
+    initial: Params,
+    gps: &mut dyn GpsLink,
+) -> Result<RunResult, FederationError> {
+    if cfg.algorithm != Algorithm::FedAvg || !cfg.hierarchy {
+        return Err(FederationError::Config(format!(
+            "an LPS runs fedavg with hierarchy on, got {} (hierarchy {})",
+            cfg.algorithm, cfg.hierarchy
+        )));
+    }
+    if initial.model != cfg.model {
+        return Err(FederationError::Config(format!(
+            "initial model is {}, the LPS trains {}",
+            initial.model, cfg.model
+        )));
+    }
+    run_inner(cfg, pool, ctx, observer, Some((initial, gps)))
+}
+
+fn run_inner(
+    cfg: &FederationConfig,
+    pool: &mut dyn ClientPool,
+    ctx: &RunContext,
+    observer: &mut dyn Observer,
+    lps: Option<(Params, &mut dyn GpsLink)>,
+) -> Result<RunResult, FederationError> {
+    cfg.validate()?;
+    let start = Instant::now();
+    let mut clients = pool.clients();
+    let n = clients.len();
+    if n == 0 {
+        return Err(FederationError::NoClients);
+    }
+    let (initial, mut remote_gps) = match lps {
+        Some((initial, link)) => (initial, Some(link)),
+        None => (Params::init(cfg.model, cfg.seed), None),
+    };
+    let common = if cfg.hierarchical() {
+        Some(cfg.common()?)
+    } else {
+        None
+    };
+    let mut strategy = cfg.algorithm.strategy(cfg)?;
+    // Position in `clients` of each pool index (round-0 clients: the same; newcomers may leave
+    // gaps where one was dropped).
+    let mut position: HashMap<usize, usize> = clients
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect();
+    let mut traffic = Traffic::default();
+    macro_rules! env {
+        () => {
+            Env {
+                cfg,
+                ctx,
+                clients: &clients,
+                initial: &initial,
+                pool: &mut *pool,
+                position: &position,
+                traffic: &mut traffic,
+            }
+        };
+    }
+
+    // Round 0: who trains with whom.
+    let init = strategy.init(&mut env!())?;
+    let ari = match &ctx.truth {
+        // The truth may cover clients that join later too (pool indices n..).
+        Some(t) if init.clusters_found && t.len() >= n => {
+            Some(adjusted_rand_index(&init.assignment, &t[..n]))
+        }
+        _ => None,
+    };
+    if let Some(c) = &init.clustering {
+        observer.clustered(c, ari);
+    }
+    let mut state = Clusters::new(init.assignment, init.models);
+
+    // Last evaluation of each client, with the (cluster, model version) it was made under.
+    let mut last_eval: Vec<Option<(EvalReport, (usize, u64))>> = vec![None; n];
+    let mut rounds = Vec::with_capacity(cfg.rounds);
+    let mut final_client_accuracy = Vec::new();
+    let mut gps_rounds = 0;
+    let mut newcomers = Vec::new();
+    let mut dropped_newcomers = Vec::new();
+
+    for round in 1..=cfg.rounds {
+        let t0 = Instant::now();
+        let offered = pool.newcomers(round);
+        if !offered.is_empty() {
+            // Turn away indices the run already has; the others take the next positions while
+            // the method places them.
+            let mut fresh: Vec<ClientInfo> = Vec::new();
+            for c in offered {
+                if position.contains_key(&c.index) || fresh.iter().any(|f| f.index == c.index) {
+                    let d = DroppedNewcomer {
+                        reason: NewcomerError::DuplicateIndex(c.index),
+                        client: c,
+                        round,
+                    };
+                    observer.newcomer_dropped(&d);
+                    dropped_newcomers.push(d);
+                } else {
+                    fresh.push(c);
+                }
+            }
+            if !fresh.is_empty() {
+                let base = clients.len();
+                for (k, c) in fresh.iter().enumerate() {
+                    position.insert(c.index, base + k);
+                    clients.push(c.clone());
+                }
+                let placed = strategy.place(&mut env!(), round, &fresh, &state)?;
+                clients.truncate(base);
+                for c in &fresh {
+                    position.remove(&c.index);
+                }
+                let mut accepted = Vec::new();
+                for (client, outcome) in fresh.into_iter().zip(placed) {
+                    match outcome {
+                        Ok(p) => accepted.push((client, p)),
+                        Err(reason) => {
+                            let d = DroppedNewcomer {
+                                client,
+                                round,
+                                reason,
+                            };
+                            observer.newcomer_dropped(&d);
+                            dropped_newcomers.push(d);
+                        }
+                    }
+                }
+                for (client, p) in accepted {
+                    let cluster = match p.target {
+                        Target::Cluster(c) if c < state.len() => c,
+                        Target::Cluster(c) => {
+                            return Err(FederationError::Config(format!(
+                                "{} placed a newcomer in cluster {c} of {}",
+                                cfg.algorithm,
+                                state.len()
+                            )));
+                        }
+                        Target::New(model) => state.push_cluster(model),
+                    };
+                    position.insert(client.index, clients.len());
+                    clients.push(client.clone());
+                    state.push_client(cluster);
+                    last_eval.push(None);
+                    let nc = Newcomer {
+                        client,
+                        round,
+                        cluster,
+                        distance: p.distance,
+                        truth_match: None,
+                    };
+                    observer.newcomer(&nc);
+                    newcomers.push(nc);
+                }
+            }
+        }
+        let n = clients.len();
+        let per_round = ((cfg.frac * n as f64) as usize).clamp(1, n);
+        let mut rng = ChaCha8Rng::seed_from_u64(client_seed(cfg.seed, round, usize::MAX));
+        let mut chosen: Vec<usize> = sample(&mut rng, n, per_round).into_vec();
+        chosen.sort_unstable();
+        let stats = strategy.round(&mut env!(), round, &chosen, &mut state)?;
+
+        // GPS: every `lps_rounds` rounds the LPSs share their common layers.
+        let gps = gps_step(
+            cfg,
+            round,
+            common.as_ref(),
+            remote_gps.as_deref_mut(),
+            &mut state,
+            &clients,
+            &rounds,
+            gps_rounds + 1,
+        )?;
+        if gps {
+            gps_rounds += 1;
+        }
+
+        let evaluate_now = round.is_multiple_of(cfg.eval_every) || round == cfg.rounds;
+        let (accuracy, cluster_accuracy, task_acc) = if evaluate_now {
+            strategy.before_evaluation(&mut env!(), round, &mut state)?;
+            let tag = |p: usize| {
+                let c = state.assignment()[p];
+                (c, state.version(c))
+            };
+            let jobs: Vec<(usize, Job<'_>)> = (0..n)
+                .filter(|&p| last_eval[p].as_ref().is_none_or(|(_, t)| *t != tag(p)))
+                .map(|p| {
+                    (
+                        p,
+                        Job::Evaluate {
+                            model: state.model_of(p),
+                        },
+                    )
+                })
+                .collect();
+            let tags: HashMap<usize, (usize, u64)> =
+                jobs.iter().map(|(p, _)| (*p, tag(*p))).collect();
+            for (p, answer) in env!().run(round, jobs)? {
+                if let Answer::Evaluation(rep) = answer {
+                    last_eval[p] = Some((rep, tags[&p]));
+                }
+            }
+            let reports: Vec<Option<EvalReport>> = last_eval
+                .iter()
+                .map(|e| e.as_ref().map(|(r, _)| *r))
+                .collect();
+            // Means over the clients with an evaluation (on a fleet, a client that never
+            // answered has none; in process every client has one).
+            let acc: Vec<Option<f64>> = reports
+                .iter()
+                .map(|e| e.as_ref().map(EvalReport::accuracy))
+                .collect();
+            let mut per_cluster = vec![(0.0, 0usize); state.len()];
+            for (p, a) in acc.iter().enumerate() {
+                if let Some(a) = a {
+                    per_cluster[state.assignment()[p]].0 += a;
+                    per_cluster[state.assignment()[p]].1 += 1;
+                }
+            }
+            let evaluated = acc.iter().flatten().count();
+            let mean = acc.iter().flatten().sum::<f64>() / evaluated.max(1) as f64;
+            final_client_accuracy = acc.into_iter().map(|a| a.unwrap_or(f64::NAN)).collect();
+            (
+                Some(mean),
+                Some(
+                    per_cluster
+                        .into_iter()
+                        .map(|(s, k)| s / k.max(1) as f64)
+                        .collect(),
+                ),
+                task_accuracy(&reports, &clients, ctx),
+            )
+        } else {
+            (None, None, None)
+        };
+        let record = RoundRecord {
+            round,
+            sampled: stats.sampled,
+            received: stats.received,
+            train_loss: stats.train_loss,
+            accuracy,
+            cluster_accuracy,
+            task_accuracy: task_acc,
+            gps,
+            clusters: state.len(),
+            ari: ctx
+                .truth
+                .as_ref()
+                .and_then(|t| truth_ari(t, &clients, state.assignment())),
+            seconds: t0.elapsed().as_secs_f64(),
+        };
+        observer.round(&record, cfg.rounds);
+        rounds.push(record);
+    }
+
+    let n_clusters = state.len();
+    let mut result = RunResult {
+        config: cfg.clone(),
+        clients,
+        assignment: state.assignment().to_vec(),
+        n_clusters,
+        clustering: init.clustering,
+        distances: init.distances,
+        relevance: init.relevance,
+        ari,
+        signature_len: init.signature_len,
+        signature_bytes: init.signature_bytes,
+        common_layers: common.as_ref().map(|c| c.set().to_string()),
+        common_len: common.as_ref().map_or(0, CommonLayers::len),
+        gps_rounds,
+        rounds,
+        final_client_accuracy,
+        models: state.models().to_vec(),
+        newcomers,
+        dropped_newcomers,
+        floats_down: traffic.down,
+        floats_up: traffic.up,
+        wall_seconds: start.elapsed().as_secs_f64(),
+    };
+    if let Some(truth) = &ctx.truth {
+        result.score_newcomers(truth);
+    }
+    Ok(result)
+}
+
+/// ARI of `assignment` (by position) against `truth` (by pool index) over the clients the truth
+/// covers; None when it covers fewer than two.
+fn truth_ari(truth: &[usize], clients: &[ClientInfo], assignment: &[usize]) -> Option<f64> {
+    let (a, t): (Vec<usize>, Vec<usize>) = clients
+        .iter()
+        .zip(assignment)
+        .filter_map(|(c, &a)| truth.get(c.index).map(|&t| (a, t)))
+        .unzip();
+    (a.len() >= 2).then(|| adjusted_rand_index(&a, &t))
+}
+
+/// The GPS step after round `round`'s training: the common layers of the cluster models are
+/// averaged, in process or through a remote GPS. Returns whether it ran.
+#[allow(clippy::too_many_arguments)]
+fn gps_step(
+    cfg: &FederationConfig,
+    round: usize,
+    common: Option<&CommonLayers>,
+    remote: Option<&mut (dyn GpsLink + '_)>,
+    state: &mut Clusters,
+    clients: &[ClientInfo],
+    rounds: &[RoundRecord],
+    gps_round: usize,
+) -> Result<bool, FederationError> {
+    let Some(common) = common else {
+        return Ok(false);
+    };
+    if !round.is_multiple_of(cfg.lps_rounds) {
+        return Ok(false);
+    }
+    let samples = state.samples(clients);
+    match remote {
+        // This process is one LPS (one cluster); the GPS is elsewhere.
+        Some(link) => {
+            let latest = rounds.iter().rev().find_map(|r| r.accuracy);
+            for (c, model) in state.models_mut().iter_mut().enumerate() {
+                let part = common.extract(model)?;
+                let average = link.exchange(gps_round, &part, samples[c], latest)?;
+                common.insert(model, &average)?;
+            }
+            Ok(true)
+        }
+        None if state.len() > 1 => {
+            hierarchy::gps_round(common, state.models_mut(), &samples)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}

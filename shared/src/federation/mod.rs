@@ -1,0 +1,654 @@
+//! The federation's round loop over an abstract pool of clients, and the interface every method
+//! implements ([`Strategy`]).
+//!
+//! The loop is the same whether the clients are in this process ([`crate::sim::SimPool`]) or edge
+//! devices behind a broker (the coordinator's MQTT pool): it only talks to a [`ClientPool`], in the
+//! vocabulary of [`Job`]s and [`Answer`]s. What happens in each phase is the method's: each lives
+//! in one file under [`crate::algorithms`] and implements [`Strategy`].
+//!
+//! ```text
+//!   ┌──────────────┐  Strategy::init: the one-shot clustering (FedClust, MT-HFL, AdaCFL),
+//!   │ 0. Clustering │  K-means initialisation (FeSEM), or a fixed start (FedAvg: one cluster,
+//!   └──────┬───────┘  Local: one per client, StoCFL: singletons, IFCA: K models)
+//!          ▼
+//!   ┌──────────────┐  newcomers the pool hands over are placed first (Strategy::place); then
+//!   │               │  sample max(⌊frac·N⌋, 1) clients; Strategy::round asks them for their
+//!   │ t. Training   │  work (jobs) and turns the answers into cluster models and (re)assignments
+//!   └──────┬───────┘  (cluster FedAvg; FeSEM's EM step; StoCFL's merges; CFL's splits; IFCA)
+//!          ▼
+//!   ┌──────────────┐  hierarchical runs (MT-HFL always, others with `hierarchy`), every
+//!   │ t. GPS        │  `lps_rounds` rounds: the common layers of the cluster models are averaged,
+//!   └──────┬───────┘  weighted by the clusters' sample counts ([`crate::hierarchy`])
+//!          ▼
+//!   ┌──────────────┐  Strategy::before_evaluation (IFCA: every client picks its model); every
+//!   │ t. Evaluation │  client's local test accuracy under its cluster's model; the round's
+//!   └──────┬───────┘  figure is the unweighted mean over clients (and per cluster, and per
+//!          │          ground-truth task when known)
+//!          └──── t < T ──▶ Training
+//! ```
+//!
+//! Why a trait and not an enum of phases: the methods differ in the state they carry between
+//! rounds (StoCFL's Ψ store and global model, CFL's split history, FeSEM's centres), and in how
+//! many exchanges a round takes (StoCFL asks newly sampled clients for Ψ, merges, then trains).
+//! A trait object keeps each method's state private to its file and lets a round be any sequence
+//! of exchanges, while the driver keeps what every method shares: sampling, newcomer
+//! bookkeeping, the GPS step, evaluation, records and byte counts. Adding a method is one file
+//! and one line in [`crate::algorithms::Algorithm`].
+//!
+//! Seeds: the initial model comes from `seed`, the client sample of round t from `(seed, t)`,
+//! and client i's sample order in round t from [`client_seed`]`(seed, t, i)`, so a distributed
+//! run reproduces an in-process one.
+//!
+//! Positions and indices: the driver and the methods address clients by their *position* in
+//! the run's client list ([`Env::clients`]); the pool knows them by `index`. The two are equal
+//! for round-0 clients and differ only after a newcomer was dropped. [`Env::run`] translates.
+
+mod config;
+mod driver;
+mod pool;
+mod result;
+
+pub use crate::algorithms::Algorithm;
+pub use config::{FederationConfig, client_seed};
+pub use driver::{run, run_lps};
+pub use pool::{
+    Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Prox, Training, Update,
+};
+pub use result::{
+    DroppedNewcomer, Newcomer, NewcomerError, Observer, Quiet, RoundRecord, RunResult,
+};
+
+use std::collections::HashMap;
+
+use crate::aggregate::{AggregateError, fedavg};
+use crate::algorithms::fedclust::{Clustering, FedClustError};
+use crate::algorithms::mthfl::MtHflError;
+use crate::cluster::distance::CondensedMatrix;
+use crate::data::partition::Partition;
+use crate::hierarchy::HierarchyError;
+use crate::model::{ModelError, Params};
+use crate::train::Backend;
+
+/// Errors of a federation run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FederationError {
+    /// Bad configuration.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The pool has no client.
+    #[error("no client to federate")]
+    NoClients,
+    /// Clustering failed.
+    #[error("clustering: {0}")]
+    Clustering(#[from] FedClustError),
+    /// Aggregation failed.
+    #[error("aggregation: {0}")]
+    Aggregate(#[from] AggregateError),
+    /// A model was malformed.
+    #[error("model: {0}")]
+    Model(#[from] ModelError),
+    /// The pool failed (transport, an in-process client's training).
+    #[error("client pool: {0}")]
+    Pool(#[from] PoolError),
+    /// Too few signatures arrived to cluster.
+    #[error("only {got} of {expected} clients sent their round-0 signature")]
+    TooFewSignatures {
+        /// Clients asked.
+        expected: usize,
+        /// Signatures received.
+        got: usize,
+    },
+    /// Too few relevance rows arrived to cluster (MT-HFL, relevance on the clients).
+    #[error("only {got} of {expected} clients sent their relevance row")]
+    TooFewRows {
+        /// Clients asked.
+        expected: usize,
+        /// Rows received.
+        got: usize,
+    },
+    /// MT-HFL's clustering step failed (bad signatures or rows).
+    #[error("MT-HFL: {0}")]
+    MtHfl(#[from] MtHflError),
+    /// The GPS step failed.
+    #[error("hierarchy: {0}")]
+    Hierarchy(#[from] HierarchyError),
+    /// The exchange with a GPS in another process failed (see [`GpsLink`]).
+    #[error("GPS: {0}")]
+    Gps(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// What the round loop knows besides the configuration and the pool: the ground truth (only used
+/// to score the run, never to decide anything) and the backend of the coordinator's own tensor
+/// work (server-side relevance).
+#[derive(Debug, Clone, Default)]
+pub struct RunContext {
+    /// Ground-truth group (task) of each client, when known.
+    pub truth: Option<Vec<usize>>,
+    /// The labels of each ground-truth group (`groups:`, `tasks:`), for per-task accuracy.
+    pub task_labels: Option<Vec<Vec<u8>>>,
+    /// Backend of the server-side relevance ([`mthfl::server_rows`]).
+    pub backend: Backend,
+}
+
+impl RunContext {
+    /// The ground truth of a partition (none for partitions without groups).
+    pub fn of_partition(partition: &Partition) -> Self {
+        RunContext {
+            truth: partition.truth.clone(),
+            task_labels: partition.spec.task_labels(),
+            backend: Backend::default(),
+        }
+    }
+
+    /// Ground-truth groups only.
+    pub fn with_truth(truth: Vec<usize>) -> Self {
+        RunContext {
+            truth: Some(truth),
+            ..RunContext::default()
+        }
+    }
+}
+
+/// An LPS's link to a GPS in another process (`coordinator lps`): [`run_lps`] calls it every
+/// `lps_rounds` rounds instead of averaging the cluster models in process.
+///
+/// ```text
+///   round loop of one LPS            GpsLink            GPS
+///   FedAvg round t (t % L = 0) ─▶ exchange(g, common part, N_c, acc) ─▶ Σ N_c θ_c / Σ N_c
+///   insert the average        ◀── average of the common layers ◀────────────┘
+/// ```
+pub trait GpsLink {
+    /// Sends this LPS's common layers after GPS round `gps_round`'s local rounds (1-based),
+    /// with its cluster's training samples (its weight) and its latest mean accuracy, and
+    /// returns the GPS average of the common layers (`common.len()` floats).
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Gps`] when the GPS does not answer, failed, or sent a bad average.
+    fn exchange(
+        &mut self,
+        gps_round: usize,
+        common: &[f32],
+        samples: u64,
+        accuracy: Option<f64>,
+    ) -> Result<Vec<f32>, FederationError>;
+}
+
+/// One federation method: what clients compute and upload in each phase, how the server turns
+/// the uploads into cluster models and (re)assignments, and how a newcomer is placed. See the
+/// module docs for where each call sits in a run.
+pub trait Strategy {
+    /// Round 0: the initial clusters and their models (one-shot methods cluster here).
+    ///
+    /// # Errors
+    ///
+    /// A pool failure, or too few answers to cluster.
+    fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError>;
+
+    /// Training round `round` over the `sampled` clients (positions, ascending): asks them for
+    /// their work through [`Env::run`] and updates `state`.
+    ///
+    /// # Errors
+    ///
+    /// A pool failure, or an aggregation that cannot be done.
+    fn round(
+        &mut self,
+        env: &mut Env<'_>,
+        round: usize,
+        sampled: &[usize],
+        state: &mut Clusters,
+    ) -> Result<RoundStats, FederationError>;
+
+    /// Places the clients `fresh` (already at positions `state.assignment.len()..` of
+    /// [`Env::clients`]) that joined at the start of training round `round`; one result per
+    /// client, in order. The default turns every newcomer away as unsupported.
+    ///
+    /// # Errors
+    ///
+    /// Only a pool failure; a newcomer that cannot be placed gets its [`NewcomerError`].
+    fn place(
+        &mut self,
+        env: &mut Env<'_>,
+        round: usize,
+        fresh: &[ClientInfo],
+        state: &Clusters,
+    ) -> Result<Vec<Result<Placement, NewcomerError>>, FederationError> {
+        let _ = (round, state);
+        Ok(fresh
+            .iter()
+            .map(|_| Err(NewcomerError::Unsupported(env.cfg.algorithm)))
+            .collect())
+    }
+
+    /// Called before each evaluation (IFCA: every client picks the model it is evaluated with).
+    /// The default does nothing.
+    ///
+    /// # Errors
+    ///
+    /// A pool failure.
+    fn before_evaluation(
+        &mut self,
+        env: &mut Env<'_>,
+        round: usize,
+        state: &mut Clusters,
+    ) -> Result<(), FederationError> {
+        let _ = (env, round, state);
+        Ok(())
+    }
+}
+
+/// What [`Strategy::init`] found.
+#[derive(Debug, Clone)]
+pub struct Init {
+    /// Cluster of each round-0 client (by position).
+    pub assignment: Vec<usize>,
+    /// One model per cluster.
+    pub models: Vec<Params>,
+    /// The one-shot clustering, when there is one (reported, plotted, scored).
+    pub clustering: Option<Clustering>,
+    /// The distances the clustering cut (FedClust), or `1 − R` (MT-HFL).
+    pub distances: Option<CondensedMatrix>,
+    /// MT-HFL's symmetrised relevance matrix.
+    pub relevance: Option<Vec<Vec<f64>>>,
+    /// Floats each client uploaded for clustering.
+    pub signature_len: usize,
+    /// Payload bytes of that upload.
+    pub signature_bytes: usize,
+    /// Whether `assignment` is a clustering to score against the ground truth (ARI).
+    pub clusters_found: bool,
+}
+
+impl Init {
+    /// Clusters given by `assignment`, every cluster starting from `initial`, nothing uploaded.
+    pub fn plain(assignment: Vec<usize>, initial: &Params, clusters_found: bool) -> Self {
+        let k = assignment.iter().max().map_or(0, |m| m + 1);
+        Init {
+            assignment,
+            models: vec![initial.clone(); k],
+            clustering: None,
+            distances: None,
+            relevance: None,
+            signature_len: 0,
+            signature_bytes: 0,
+            clusters_found,
+        }
+    }
+}
+
+/// What a training round did, for its [`RoundRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RoundStats {
+    /// Clients asked to train.
+    pub sampled: usize,
+    /// Valid updates received.
+    pub received: usize,
+    /// Mean last-epoch training loss of the received updates (0 when none).
+    pub train_loss: f64,
+}
+
+/// Where a newcomer goes.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// An existing cluster, or a new one with its starting model.
+    pub target: Target,
+    /// Distance of its upload to the cluster's representative, where the method measures one.
+    pub distance: Option<f64>,
+}
+
+impl Placement {
+    /// Every one of `n` newcomers into cluster `c` (FedAvg, FedProx: the one cluster).
+    pub fn all_in(n: usize, c: usize) -> Vec<Result<Placement, NewcomerError>> {
+        (0..n)
+            .map(|_| {
+                Ok(Placement {
+                    target: Target::Cluster(c),
+                    distance: None,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The cluster a newcomer joins.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Cluster `c`.
+    Cluster(usize),
+    /// A new cluster starting from this model.
+    New(Params),
+}
+
+/// The clusters every method has: who is in which, and each cluster's model. Owned by the
+/// driver, changed by the methods; every change of a model is tracked so that only clients whose
+/// model changed are evaluated again.
+#[derive(Debug, Clone)]
+pub struct Clusters {
+    assignment: Vec<usize>,
+    models: Vec<Params>,
+    version: Vec<u64>,
+    next_version: u64,
+}
+
+impl Clusters {
+    /// Clusters from an assignment (by position) and one model per cluster.
+    pub fn new(assignment: Vec<usize>, models: Vec<Params>) -> Self {
+        let version = (0..models.len() as u64).collect();
+        let next_version = models.len() as u64;
+        Clusters {
+            assignment,
+            models,
+            version,
+            next_version,
+        }
+    }
+
+    /// Cluster of each client, by position.
+    pub fn assignment(&self) -> &[usize] {
+        &self.assignment
+    }
+
+    /// The cluster models.
+    pub fn models(&self) -> &[Params] {
+        &self.models
+    }
+
+    /// Number of clusters.
+    pub fn len(&self) -> usize {
+        self.models.len()
+    }
+
+    /// True without clusters.
+    pub fn is_empty(&self) -> bool {
+        self.models.is_empty()
+    }
+
+    /// The model of client `p`'s cluster.
+    pub fn model_of(&self, p: usize) -> &Params {
+        &self.models[self.assignment[p]]
+    }
+
+    /// Members (positions) of cluster `c`, ascending.
+    pub fn members(&self, c: usize) -> Vec<usize> {
+        (0..self.assignment.len())
+            .filter(|&p| self.assignment[p] == c)
+            .collect()
+    }
+
+    /// A version of cluster `c`'s model that changes whenever the model does.
+    pub fn version(&self, c: usize) -> u64 {
+        self.version[c]
+    }
+
+    fn bump(&mut self, c: usize) {
+        self.version[c] = self.next_version;
+        self.next_version += 1;
+    }
+
+    /// Replaces cluster `c`'s model.
+    pub fn set_model(&mut self, c: usize, model: Params) {
+        self.models[c] = model;
+        self.bump(c);
+    }
+
+    /// Marks every model as changed (after an in-place change such as the GPS step).
+    pub fn touch_all(&mut self) {
+        for c in 0..self.models.len() {
+            self.bump(c);
+        }
+    }
+
+    /// Mutable access to every model; marks them all as changed.
+    pub fn models_mut(&mut self) -> &mut [Params] {
+        self.touch_all();
+        &mut self.models
+    }
+
+    /// Adds a cluster with `model`; returns its number.
+    pub fn push_cluster(&mut self, model: Params) -> usize {
+        self.models.push(model);
+        self.version.push(self.next_version);
+        self.next_version += 1;
+        self.models.len() - 1
+    }
+
+    /// Adds a client (the next position) to cluster `c`.
+    pub fn push_client(&mut self, c: usize) {
+        self.assignment.push(c);
+    }
+
+    /// Moves client `p` to cluster `c`.
+    pub fn assign(&mut self, p: usize, c: usize) {
+        self.assignment[p] = c;
+    }
+
+    /// Replaces everything (merges, splits): clusters whose model is bitwise unchanged keep
+    /// their version when the same model sits at the same number.
+    pub fn replace(&mut self, assignment: Vec<usize>, models: Vec<Params>) {
+        let mut version = Vec::with_capacity(models.len());
+        for (c, m) in models.iter().enumerate() {
+            match self.models.get(c) {
+                Some(old) if old == m => version.push(self.version[c]),
+                _ => {
+                    version.push(self.next_version);
+                    self.next_version += 1;
+                }
+            }
+        }
+        self.assignment = assignment;
+        self.models = models;
+        self.version = version;
+    }
+
+    /// Training samples of each cluster's members (the GPS weights).
+    pub fn samples(&self, clients: &[ClientInfo]) -> Vec<u64> {
+        let mut s = vec![0u64; self.models.len()];
+        for (p, &c) in self.assignment.iter().enumerate() {
+            s[c] += clients[p].samples;
+        }
+        s
+    }
+
+    /// Cluster FedAvg: each cluster with at least one update becomes the sample-weighted average
+    /// of its members' updates (`(position, update)`, in the order given); the others keep
+    /// their model.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Aggregate`] for updates of mismatched shapes.
+    pub fn fedavg(&mut self, updates: &[(usize, Update)]) -> Result<(), FederationError> {
+        for c in 0..self.models.len() {
+            let mine: Vec<(&Params, u64)> = updates
+                .iter()
+                .filter(|(p, _)| self.assignment[*p] == c)
+                .map(|(_, u)| (&u.params, u.samples))
+                .collect();
+            if !mine.is_empty() {
+                let avg = fedavg(&mine)?;
+                self.set_model(c, avg);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a method sees of the run: the configuration, the context, the clients, the initial
+/// model, and the pool (through [`Env::run`], which counts the traffic and keeps only valid
+/// answers to the jobs asked).
+pub struct Env<'a> {
+    /// The configuration.
+    pub cfg: &'a FederationConfig,
+    /// Ground truth (scoring only) and the coordinator's backend.
+    pub ctx: &'a RunContext,
+    /// The run's clients, by position.
+    pub clients: &'a [ClientInfo],
+    /// θ⁰: the model every method starts from.
+    pub initial: &'a Params,
+    pool: &'a mut dyn ClientPool,
+    position: &'a HashMap<usize, usize>,
+    traffic: &'a mut Traffic,
+}
+
+/// Floats moved, both ways.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Traffic {
+    pub(crate) down: u64,
+    pub(crate) up: u64,
+}
+
+impl Env<'_> {
+    /// Client `p`'s seed for round `round` ([`client_seed`] of its pool index).
+    pub fn seed(&self, round: usize, p: usize) -> u64 {
+        client_seed(self.cfg.seed, round, self.clients[p].index)
+    }
+
+    /// The local-training settings of client `p` in round `round` (`cfg.epochs`).
+    pub fn train_config(&self, round: usize, p: usize) -> crate::train::TrainConfig {
+        self.cfg.train_config(self.seed(round, p))
+    }
+
+    /// Runs `jobs` (by position) in round `round` and returns the valid answers by position, in
+    /// the order the pool gave them. An answer is dropped when it is from a client not asked, of
+    /// the wrong kind for its job, a second answer, or a model of the wrong architecture or size
+    /// or with zero samples.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Pool`] when the pool fails.
+    pub fn run(
+        &mut self,
+        round: usize,
+        jobs: Vec<(usize, Job<'_>)>,
+    ) -> Result<Vec<(usize, Answer)>, FederationError> {
+        let by_index: Vec<(usize, Job<'_>)> = jobs
+            .into_iter()
+            .map(|(p, j)| (self.clients[p].index, j))
+            .collect();
+        for (_, j) in &by_index {
+            self.traffic.down += j.floats_down() as u64;
+        }
+        let answers = self.pool.run(round, &by_index)?;
+        let expected_len = self.initial.values.len();
+        let model = self.cfg.model;
+        let valid_update = |u: &Update| {
+            u.params.model == model && u.params.values.len() == expected_len && u.samples > 0
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::with_capacity(answers.len());
+        for (index, mut answer) in answers {
+            let Some(&p) = self.position.get(&index) else {
+                continue;
+            };
+            let Some((_, job)) = by_index.iter().find(|(i, _)| *i == index) else {
+                continue;
+            };
+            if !job.accepts(&answer) || !seen.insert(index) {
+                continue;
+            }
+            let ok = match &mut answer {
+                Answer::Update(u) => {
+                    u.client = p;
+                    valid_update(u)
+                }
+                Answer::Pair { global, cluster } => {
+                    global.client = p;
+                    cluster.client = p;
+                    valid_update(global) && valid_update(cluster)
+                }
+                Answer::Picked {
+                    update,
+                    choice,
+                    losses,
+                } => {
+                    update.client = p;
+                    let Job::Pick { candidates, .. } = job else {
+                        continue;
+                    };
+                    valid_update(update)
+                        && *choice < candidates.len()
+                        && losses.len() == candidates.len()
+                }
+                _ => true,
+            };
+            if ok {
+                self.traffic.up += answer.floats_up() as u64;
+                out.push((p, answer));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Job<'_> {
+    /// Whether `answer` is of the kind this job asks for.
+    pub fn accepts(&self, answer: &Answer) -> bool {
+        matches!(
+            (self, answer),
+            (Job::Train(_), Answer::Update(_))
+                | (Job::Signature { .. }, Answer::Signature { .. })
+                | (Job::TrainPair { .. }, Answer::Pair { .. })
+                | (Job::Pick { .. }, Answer::Picked { .. })
+                | (Job::Gradient { .. }, Answer::Gradient(_))
+                | (Job::GramSignature { .. }, Answer::Eigenpairs(_))
+                | (Job::Relevance { .. }, Answer::Row(_))
+                | (Job::Evaluate { .. }, Answer::Evaluation(_))
+        )
+    }
+}
+
+/// The plain training round most methods share: every sampled client trains its cluster's model
+/// for `cfg.epochs` (seed [`Env::seed`]), then cluster FedAvg ([`Clusters::fedavg`]).
+///
+/// # Errors
+///
+/// As [`Env::run`] and [`Clusters::fedavg`].
+pub fn fedavg_round(
+    env: &mut Env<'_>,
+    round: usize,
+    sampled: &[usize],
+    state: &mut Clusters,
+) -> Result<RoundStats, FederationError> {
+    let jobs = sampled
+        .iter()
+        .map(|&p| {
+            (
+                p,
+                Job::Train(Training {
+                    start: state.model_of(p),
+                    cfg: env.train_config(round, p),
+                    prox: None,
+                }),
+            )
+        })
+        .collect();
+    let updates = updates_of(env.run(round, jobs)?);
+    state.fedavg(&updates)?;
+    Ok(RoundStats::of(sampled.len(), &updates))
+}
+
+/// The updates among `answers` (answers of other kinds are skipped).
+pub fn updates_of(answers: Vec<(usize, Answer)>) -> Vec<(usize, Update)> {
+    answers
+        .into_iter()
+        .filter_map(|(p, a)| match a {
+            Answer::Update(u) => Some((p, u)),
+            _ => None,
+        })
+        .collect()
+}
+
+impl RoundStats {
+    /// The stats of a round that asked `sampled` clients and got `updates`.
+    pub fn of(sampled: usize, updates: &[(usize, Update)]) -> Self {
+        let train_loss = if updates.is_empty() {
+            0.0
+        } else {
+            updates.iter().map(|(_, u)| u.loss).sum::<f64>() / updates.len() as f64
+        };
+        RoundStats {
+            sampled,
+            received: updates.len(),
+            train_loss,
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! FeSEM and FedProx end to end in process, on the bundled Fashion-MNIST subset.
+//!
+//! - FeSEM's K-means initialisation recovers a known label-group structure (ARI 1), its EM keeps
+//!   it while training, and a newcomer joins its group's centre.
+//! - FedProx with μ = 0 is FedAvg exactly (the proximal term vanishes, bit for bit), and a large μ
+//!   keeps the global model closer to θ⁰ than FedAvg's.
+
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::partition::{PartitionSpec, partition};
+use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+use edgecfl_shared::model::{LayerSet, Params};
+use edgecfl_shared::sim::SimPool;
+use edgecfl_shared::train::Backend;
+
+fn config(algorithm: Algorithm) -> FederationConfig {
+    FederationConfig {
+        algorithm,
+        rounds: 2,
+        frac: 0.5,
+        epochs: 1,
+        warmup_epochs: 1,
+        seed: 7,
+        ..FederationConfig::default()
+    }
+}
+
+#[test]
+fn fesem_recovers_label_groups_keeps_them_and_places_newcomers() {
+    let data = FashionMnist::bundled().unwrap();
+    let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
+    // 16 clients: the last 4 (one per group) join at round 2.
+    let part = partition(&spec, &data.train.labels, 16, 7).unwrap();
+    let truth = part.truth.clone().unwrap();
+    for layers in [LayerSet::All, LayerSet::Final] {
+        let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
+        pool.hold_out(4, 2).unwrap();
+        let mut cfg = config(Algorithm::FeSem);
+        cfg.clusters = Some(4);
+        cfg.rounds = 3;
+        cfg.epochs = 3;
+        cfg.fesem_layers = Some(layers.clone());
+        let r = federation::run(
+            &cfg,
+            &mut pool,
+            &RunContext::with_truth(truth.clone()),
+            &mut Quiet,
+        )
+        .unwrap();
+        assert_eq!(r.ari, Some(1.0), "{layers}: {:?}", r.assignment);
+        assert_eq!(r.n_clusters, 4);
+        // Every round's clusters (newcomers included) still match the groups.
+        for rec in &r.rounds {
+            assert_eq!(rec.ari, Some(1.0), "{layers} round {}", rec.round);
+        }
+        assert_eq!(r.newcomers.len(), 4);
+        assert!(r.newcomers.iter().all(|n| n.truth_match == Some(true)));
+        let acc = r.final_accuracy().unwrap();
+        assert!(acc > 0.5, "{layers}: accuracy {acc}");
+    }
+}
+
+fn distance(a: &Params, b: &Params) -> f64 {
+    a.values
+        .iter()
+        .zip(&b.values)
+        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+        .sum::<f64>()
+        .sqrt()
+}
+
+#[test]
+fn fedprox_with_zero_mu_is_fedavg_and_a_large_mu_stays_near_the_start() {
+    let data = FashionMnist::bundled().unwrap();
+    let spec: PartitionSpec = "label:2".parse().unwrap();
+    let part = partition(&spec, &data.train.labels, 6, 1).unwrap();
+    let run = |algorithm, mu| {
+        let mut cfg = config(algorithm);
+        cfg.mu = mu;
+        let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
+        federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap()
+    };
+    let fedavg = run(Algorithm::FedAvg, None);
+    let zero = run(Algorithm::FedProx, Some(0.0));
+    assert_eq!(zero.models[0].values, fedavg.models[0].values);
+    assert_eq!(zero.final_accuracy(), fedavg.final_accuracy());
+    let strong = run(Algorithm::FedProx, Some(10.0));
+    let start = Params::init(fedavg.config.model, fedavg.config.seed);
+    let (d_avg, d_prox) = (
+        distance(&fedavg.models[0], &start),
+        distance(&strong.models[0], &start),
+    );
+    assert!(
+        d_prox < d_avg,
+        "FedProx μ=10 moved {d_prox}, FedAvg {d_avg}"
+    );
+}

@@ -1,0 +1,403 @@
+//! FedProx's proximal local training and the full-data gradient (StoCFL's anchor gradient).
+//!
+//! The gradient is checked against central finite differences of an independent f64 forward
+//! pass written out here by hand (itself checked against [`evaluate`]), the proximal step against
+//! the hand formula of one SGD step.
+
+use burn::prelude::Device;
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
+use edgecfl_shared::train::{
+    CLASSES, LocalData, PIXELS, Proximal, TrainConfig, TrainError, evaluate, gradient, train_local,
+    train_local_prox,
+};
+
+const KINDS: [ModelKind; 2] = [ModelKind::Mlp, ModelKind::LeNet5];
+
+fn local(n: usize, offset: usize) -> LocalData {
+    let data = FashionMnist::bundled().unwrap();
+    let idx: Vec<usize> = (offset..offset + n).collect();
+    LocalData::from_dataset(&data.train, &idx, 0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Independent f64 forward pass (PyTorch semantics: valid cross-correlation, max-pool 2×2 stride 2,
+// flatten in (channel, row, column) order, linear weights stored [d_in, d_out]).
+
+/// Named f64 views of the flat parameters.
+struct P<'a> {
+    v: &'a [f64],
+    layout: ParamLayout,
+}
+
+impl P<'_> {
+    fn get(&self, name: &str) -> &[f64] {
+        &self.v[self.layout.entry(name).unwrap().range()]
+    }
+}
+
+fn linear(x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
+    let (d_in, d_out) = (x.len(), b.len());
+    assert_eq!(w.len(), d_in * d_out);
+    (0..d_out)
+        .map(|j| b[j] + (0..d_in).map(|i| x[i] * w[i * d_out + j]).sum::<f64>())
+        .collect()
+}
+
+fn relu(x: &mut [f64]) {
+    for v in x {
+        *v = v.max(0.0);
+    }
+}
+
+/// Valid 5×5 cross-correlation: `x` is `[c_in, s, s]`, the result `[c_out, s-4, s-4]`.
+fn conv5(x: &[f64], c_in: usize, s: usize, w: &[f64], b: &[f64]) -> Vec<f64> {
+    let c_out = b.len();
+    let o = s - 4;
+    let mut out = vec![0.0; c_out * o * o];
+    for co in 0..c_out {
+        for y in 0..o {
+            for xx in 0..o {
+                let mut acc = b[co];
+                for ci in 0..c_in {
+                    for ky in 0..5 {
+                        for kx in 0..5 {
+                            acc += w[((co * c_in + ci) * 5 + ky) * 5 + kx]
+                                * x[(ci * s + y + ky) * s + xx + kx];
+                        }
+                    }
+                }
+                out[(co * o + y) * o + xx] = acc;
+            }
+        }
+    }
+    out
+}
+
+fn maxpool2(x: &[f64], c: usize, s: usize) -> Vec<f64> {
+    let o = s / 2;
+    let mut out = vec![0.0; c * o * o];
+    for ch in 0..c {
+        for y in 0..o {
+            for xx in 0..o {
+                let at = |dy: usize, dx: usize| x[(ch * s + 2 * y + dy) * s + 2 * xx + dx];
+                out[(ch * o + y) * o + xx] = at(0, 0).max(at(0, 1)).max(at(1, 0)).max(at(1, 1));
+            }
+        }
+    }
+    out
+}
+
+fn logits(model: ModelKind, p: &P, img: &[f64]) -> Vec<f64> {
+    match model {
+        ModelKind::Mlp => {
+            let mut h = linear(img, p.get("fc1.weight"), p.get("fc1.bias"));
+            relu(&mut h);
+            linear(&h, p.get("fc2.weight"), p.get("fc2.bias"))
+        }
+        ModelKind::LeNet5 => {
+            let mut x = conv5(img, 1, 28, p.get("conv1.weight"), p.get("conv1.bias"));
+            relu(&mut x);
+            let x = maxpool2(&x, 6, 24);
+            let mut x = conv5(&x, 6, 12, p.get("conv2.weight"), p.get("conv2.bias"));
+            relu(&mut x);
+            let x = maxpool2(&x, 16, 8);
+            let mut x = linear(&x, p.get("fc1.weight"), p.get("fc1.bias"));
+            relu(&mut x);
+            let mut x = linear(&x, p.get("fc2.weight"), p.get("fc2.bias"));
+            relu(&mut x);
+            linear(&x, p.get("fc3.weight"), p.get("fc3.bias"))
+        }
+    }
+}
+
+/// Mean cross-entropy over `data` in f64.
+fn mean_loss(model: ModelKind, v: &[f64], data: &LocalData) -> f64 {
+    let p = P {
+        v,
+        layout: ParamLayout::of(model),
+    };
+    let mut sum = 0.0;
+    for (i, &label) in data.labels.iter().enumerate() {
+        let img: Vec<f64> = data.pixels[i * PIXELS..(i + 1) * PIXELS]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect();
+        let z = logits(model, &p, &img);
+        assert_eq!(z.len(), CLASSES);
+        let m = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + z.iter().map(|&x| (x - m).exp()).sum::<f64>().ln();
+        sum += lse - z[usize::from(label)];
+    }
+    sum / data.len() as f64
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn gradient_matches_finite_differences() {
+    let data = local(20, 0);
+    let device = Device::flex();
+    for kind in KINDS {
+        let params = Params::init(kind, 5);
+        let v: Vec<f64> = params.values.iter().map(|&x| f64::from(x)).collect();
+        // The hand-written forward is the model burn runs.
+        let reference = mean_loss(kind, &v, &data);
+        let eval = evaluate(&params, &data, 8, &device);
+        let burn_loss = eval.loss_sum / eval.total as f64;
+        assert!(
+            (reference - burn_loss).abs() < 1e-5,
+            "{kind}: f64 loss {reference} vs burn {burn_loss}"
+        );
+
+        let g = gradient(&params, &data, 6, &device).unwrap();
+        assert_eq!(g.len(), params.values.len());
+        let h = 1e-5;
+        let mut checked = 0;
+        for e in &params.layout().entries {
+            let r = e.range();
+            let largest = r
+                .clone()
+                .max_by(|&a, &b| g[a].abs().total_cmp(&g[b].abs()))
+                .unwrap();
+            assert!(g[largest] != 0.0, "{kind} {}: gradient all zero", e.name);
+            let coords = [
+                r.start,
+                r.start + e.len() / 2,
+                r.end - 1,
+                r.start + (e.len() * 7) / 11,
+                largest,
+            ];
+            for i in coords {
+                let mut plus = v.clone();
+                plus[i] += h;
+                let mut minus = v.clone();
+                minus[i] -= h;
+                let fd =
+                    (mean_loss(kind, &plus, &data) - mean_loss(kind, &minus, &data)) / (2.0 * h);
+                let got = f64::from(g[i]);
+                assert!(
+                    (got - fd).abs() <= 2e-5 + 1e-3 * fd.abs(),
+                    "{kind} {} [{}]: gradient {got} vs finite difference {fd}",
+                    e.name,
+                    i - r.start
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 5 * params.layout().entries.len());
+    }
+}
+
+#[test]
+fn gradient_does_not_depend_on_batch_size() {
+    let data = local(23, 100);
+    let device = Device::flex();
+    for kind in KINDS {
+        let params = Params::init(kind, 11);
+        let whole = gradient(&params, &data, 23, &device).unwrap();
+        let scale = whole.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        assert!(scale > 0.0);
+        for batch in [1, 4, 7, 100] {
+            let g = gradient(&params, &data, batch, &device).unwrap();
+            let worst = g
+                .iter()
+                .zip(&whole)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                worst <= 1e-5 * scale.max(1.0),
+                "{kind} batch {batch}: max difference {worst} (scale {scale})"
+            );
+        }
+    }
+}
+
+#[test]
+fn no_or_zero_proximal_term_is_plain_training() {
+    let data = local(30, 200);
+    let device = Device::flex();
+    let cfg = TrainConfig {
+        epochs: 2,
+        batch_size: 7,
+        lr: 0.05,
+        momentum: 0.5,
+        seed: 3,
+    };
+    for kind in KINDS {
+        let p0 = Params::init(kind, 1);
+        let anchor = Params::init(kind, 2);
+        let (plain, rep) = train_local(&p0, &data, &cfg, &device).unwrap();
+        assert_ne!(plain, p0);
+        let (none, rep_none) = train_local_prox(&p0, &data, &cfg, None, &device).unwrap();
+        let zero = Proximal {
+            anchor: &anchor,
+            mu: 0.0,
+        };
+        let (mu0, rep_mu0) = train_local_prox(&p0, &data, &cfg, Some(zero), &device).unwrap();
+        // Bit for bit.
+        let bits = |p: &Params| p.values.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&plain), bits(&none), "{kind}: None");
+        assert_eq!(bits(&plain), bits(&mu0), "{kind}: μ = 0");
+        for r in [rep_none, rep_mu0] {
+            assert_eq!(r.last_epoch_loss.to_bits(), rep.last_epoch_loss.to_bits());
+            assert_eq!((r.steps, r.samples), (rep.steps, rep.samples));
+        }
+    }
+}
+
+#[test]
+fn one_proximal_sgd_step_adds_mu_times_distance_to_the_gradient() {
+    let data = local(20, 300);
+    let device = Device::flex();
+    let (lr, mu) = (0.05, 0.8);
+    // One step: the whole data in one batch, no momentum.
+    let cfg = TrainConfig {
+        epochs: 1,
+        batch_size: 20,
+        lr,
+        momentum: 0.0,
+        seed: 0,
+    };
+    for kind in KINDS {
+        let p0 = Params::init(kind, 21);
+        let anchor = Params::init(kind, 22);
+        let (plain, rep) = train_local(&p0, &data, &cfg, &device).unwrap();
+        let prox = Proximal {
+            anchor: &anchor,
+            mu,
+        };
+        let (got, rep_prox) = train_local_prox(&p0, &data, &cfg, Some(prox), &device).unwrap();
+        assert_eq!(rep.steps, 1);
+        assert_eq!(rep_prox.steps, 1);
+        // The report is the data loss at θ₀, the same with or without the term.
+        assert_eq!(rep_prox.last_epoch_loss, rep.last_epoch_loss);
+        // θ₁ = θ₀ − lr(∇L + μ(θ₀ − a)) = plain step − lr·μ·(θ₀ − a).
+        let mut worst = 0.0f64;
+        let mut moved = 0.0f64;
+        for i in 0..p0.values.len() {
+            let pull = lr * mu * (f64::from(p0.values[i]) - f64::from(anchor.values[i]));
+            let want = f64::from(plain.values[i]) - pull;
+            worst = worst.max((f64::from(got.values[i]) - want).abs());
+            moved = moved.max(pull.abs());
+        }
+        assert!(moved > 5e-3, "{kind}: the anchor is away from the start");
+        assert!(
+            worst < 1e-6,
+            "{kind}: max deviation {worst} from the hand step"
+        );
+        // And the step agrees with the full-data gradient: θ₁ = θ₀ − lr·∇L.
+        let g = gradient(&p0, &data, 20, &device).unwrap();
+        for (i, ((&start, &end), &grad)) in p0.values.iter().zip(&plain.values).zip(&g).enumerate()
+        {
+            let want = f64::from(start) - lr * f64::from(grad);
+            assert!((f64::from(end) - want).abs() < 1e-6, "{kind} [{i}]");
+        }
+    }
+}
+
+#[test]
+fn a_stronger_proximal_term_stays_closer_to_the_anchor() {
+    let data = local(40, 400);
+    let device = Device::flex();
+    let cfg = TrainConfig {
+        epochs: 3,
+        batch_size: 10,
+        lr: 0.02,
+        momentum: 0.5,
+        seed: 8,
+    };
+    let dist = |a: &Params, b: &Params| {
+        a.values
+            .iter()
+            .zip(&b.values)
+            .map(|(x, y)| f64::from(x - y).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    for kind in KINDS {
+        let p0 = Params::init(kind, 31);
+        let anchor = Params::init(kind, 32);
+        let start = dist(&p0, &anchor);
+        let mut last = f64::INFINITY;
+        for mu in [0.0, 0.5, 5.0, 50.0] {
+            let prox = Proximal {
+                anchor: &anchor,
+                mu,
+            };
+            let (out, rep) = train_local_prox(&p0, &data, &cfg, Some(prox), &device).unwrap();
+            assert!(rep.last_epoch_loss.is_finite());
+            let d = dist(&out, &anchor);
+            assert!(d < last, "{kind} μ = {mu}: distance {d} not below {last}");
+            last = d;
+        }
+        // 12 steps with lr·μ = 1 contract most of the way to the anchor.
+        assert!(last < 0.2 * start, "{kind}: {last} of {start}");
+    }
+}
+
+#[test]
+fn bad_proximal_or_gradient_input_is_a_typed_error() {
+    let data = local(10, 0);
+    let device = Device::flex();
+    let cfg = TrainConfig {
+        epochs: 1,
+        batch_size: 5,
+        lr: 0.01,
+        momentum: 0.0,
+        seed: 0,
+    };
+    let p = Params::init(ModelKind::LeNet5, 0);
+    let mlp = Params::init(ModelKind::Mlp, 0);
+    let short = Params {
+        model: ModelKind::LeNet5,
+        values: vec![0.0; 10],
+    };
+    let mut nan = p.clone();
+    nan.values[3] = f32::NAN;
+    let train = |anchor: &Params, mu: f64| {
+        train_local_prox(&p, &data, &cfg, Some(Proximal { anchor, mu }), &device)
+    };
+    for (anchor, what) in [(&mlp, "other model"), (&short, "wrong length")] {
+        match train(anchor, 0.1) {
+            Err(TrainError::AnchorMismatch {
+                model,
+                expected,
+                anchor_model,
+                got,
+            }) => {
+                assert_eq!((model, expected), (ModelKind::LeNet5, 44426), "{what}");
+                assert_eq!((anchor_model, got), (anchor.model, anchor.values.len()));
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        train(&nan, 0.1),
+        Err(TrainError::InvalidConfig(_))
+    ));
+    for mu in [-0.1, f64::NAN, f64::INFINITY] {
+        assert!(
+            matches!(train(&p, mu), Err(TrainError::InvalidConfig(_))),
+            "μ = {mu}"
+        );
+    }
+    // Parameters that do not fit their model.
+    assert!(matches!(
+        train_local_prox(&short, &data, &cfg, None, &device),
+        Err(TrainError::InvalidParams(_))
+    ));
+    assert!(matches!(
+        gradient(&short, &data, 5, &device),
+        Err(TrainError::InvalidParams(_))
+    ));
+    // The gradient needs samples and a batch size.
+    assert!(matches!(
+        gradient(&p, &LocalData::default(), 5, &device),
+        Err(TrainError::NoData)
+    ));
+    assert!(matches!(
+        gradient(&p, &data, 0, &device),
+        Err(TrainError::InvalidConfig(_))
+    ));
+}
