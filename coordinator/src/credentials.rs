@@ -482,6 +482,24 @@ mod tests {
         assert!(!acl.may_publish(Some("coordinator"), "a@coordinator", "g/clients/c1/down"));
     }
 
+    /// cross/mosquitto-secure/ is this generator's output for `--out /etc/mosquitto/edgecfl`
+    /// with the defaults (prefix edgecfl/default, port 8883, no LPS, no client certificates).
+    #[test]
+    fn shipped_mosquitto_files_are_the_generators() {
+        let conf = include_str!("../../cross/mosquitto-secure/mosquitto.conf");
+        let acl = include_str!("../../cross/mosquitto-secure/acl");
+        assert_eq!(
+            conf,
+            mosquitto_conf(Path::new("/etc/mosquitto/edgecfl"), 8883, None, false)
+        );
+        assert_eq!(acl, acl_text(Topics::DEFAULT_PREFIX, &[]));
+        // The edge-client rules are %u patterns, and they confine a client to its own topics.
+        assert!(acl.contains("pattern write edgecfl/default/clients/%u/up"));
+        let parsed = Acl::parse(acl).unwrap();
+        assert!(parsed.may_publish(Some("c1"), "c1", "edgecfl/default/clients/c1/status"));
+        assert!(!parsed.may_publish(Some("c1"), "c1", "edgecfl/default/clients/c2/status"));
+    }
+
     #[test]
     fn passwords_are_long_random_and_unambiguous() {
         let rng = SystemRandom::new();

@@ -75,6 +75,10 @@ pub struct LpsArgs {
     /// Seconds to wait for the GPS's average after sending the common layers.
     #[arg(long, default_value_t = 3600.0)]
     pub gps_timeout: f64,
+    /// Serve only this run id: an assignment or a `Finish` of any other run is ignored (default:
+    /// the run of the first assignment).
+    #[arg(long)]
+    pub run_id: Option<String>,
     /// TLS settings and login at the broker (username default: the --id).
     #[command(flatten)]
     pub login: SecurityArgs,
@@ -232,6 +236,7 @@ fn await_assignment(
     topics: &Topics,
     id: &Id,
     hello: &[u8],
+    pinned: Option<&Id>,
     timeout: Duration,
 ) -> Result<(Id, LpsAssignment), LpsError> {
     let deadline = Instant::now() + timeout;
@@ -249,6 +254,11 @@ fn await_assignment(
             }
             Inbound::Disconnected(e) => eprintln!("warn: broker connection: {e}"),
             Inbound::Message { payload, .. } => match Envelope::<ToLps>::from_bytes(&payload) {
+                Ok(env) if pinned.is_some_and(|p| *p != env.run) => eprintln!(
+                    "warn: ignored a GPS message of run {} (serving run {})",
+                    env.run.as_str(),
+                    pinned.map_or("", Id::as_str)
+                ),
                 Ok(Envelope {
                     run,
                     body: ToLps::Assign(a),
@@ -301,6 +311,10 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
     let id = protocol::id(&args.id).context("bad --id")?;
     let topics = Topics::new(&args.prefix).context("bad --prefix")?;
+    let pinned = match &args.run_id {
+        Some(r) => Some(protocol::id(r).context("bad --run-id")?),
+        None => None,
+    };
     let hello = Envelope::new(Id::new(), 0, ToGps::Hello).to_bytes();
     let gone = Envelope::new(Id::new(), 0, ToGps::Gone).to_bytes();
     let security = args.login.resolve(id.as_str())?;
@@ -315,6 +329,7 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
         &topics,
         &id,
         &hello,
+        pinned.as_ref(),
         Duration::from_secs_f64(args.assign_timeout),
     );
     let (run, assignment) = match assigned {
