@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::federation::{
-    self, Algorithm, FederationConfig, FederationError, GpsLink, RunContext, RunResult,
+    self, Algorithm, FederationConfig, FederationError, GpsLink, RunContext, RunResult, Weighting,
 };
 use edgecfl_shared::hierarchy::CommonLayers;
 use edgecfl_shared::model::{LayerSet, Params};
@@ -296,6 +296,12 @@ fn settings(a: &LpsAssignment) -> Result<(FederationConfig, Params, CommonLayers
         hierarchy: true,
         lps_rounds: a.lps_rounds as usize,
         common_layers: Some(set),
+        weighting: if a.equal_weights {
+            Weighting::Equal
+        } else {
+            Weighting::Samples
+        },
+        max_update_norm: a.max_update_norm,
         ..FederationConfig::default()
     };
     cfg.validate().map_err(|e| bad(&e))?;
@@ -470,6 +476,7 @@ fn serve_cluster(
         "common_file": COMMON_FILE,
         "rejected": pool.tally,
         "rejected_total": pool.tally.total(),
+        "rejected_per_client": pool.per_client,
         "phase_timeouts": pool.timeouts,
         "wire_bytes": pool.wire,
     });

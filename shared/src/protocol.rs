@@ -570,7 +570,9 @@ pub struct ShardInfo {
 /// A client's announcement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
-    /// Training samples.
+    /// Training samples. Taken on trust, it bounds the `samples` of every update this client
+    /// sends (an update claiming more is dropped) and weights its updates unless the run weighs
+    /// equally (`--weighting equal`).
     pub samples: u64,
     /// Local test samples.
     pub test_samples: u64,
@@ -969,6 +971,12 @@ pub struct LpsAssignment {
     pub seed: u64,
     /// Encoding of the members' model uploads.
     pub upload: Encoding,
+    /// Weigh every member's update equally in the cluster's FedAvg (`--weighting equal`) instead
+    /// of by its training samples.
+    pub equal_weights: bool,
+    /// Drop a member's update whose change from the model it was sent is above this L2 norm
+    /// (`--max-update-norm`); None: no bound.
+    pub max_update_norm: Option<f64>,
 }
 
 /// Errors of validating an LPS/GPS message beyond its decoding.
@@ -1061,6 +1069,9 @@ impl LpsAssignment {
             self.momentum.is_finite() && (0.0..1.0).contains(&self.momentum),
             format!("{}", self.momentum),
         )?;
+        if let Some(b) = self.max_update_norm {
+            setting("max_update_norm", b.is_finite() && b > 0.0, format!("{b}"))?;
+        }
         Ok(self.initial.decode(None)?)
     }
 }
