@@ -15,19 +15,22 @@ const PARTITION: &str = "groups:012-34-56-789";
 const CLIENTS: usize = 8;
 const TOLERANCE: f64 = 0.005;
 
-/// Serves `method` with `extra` flags to a fleet of [`CLIENTS`] and compares with `simulate`.
-fn served_equals_simulated(method: &str, extra: &[&str]) -> Value {
-    let dir = scratch(&format!("method-{method}"));
+/// Serves `method` with `extra` flags (and `net`, flags of `serve` only) to a fleet of
+/// [`CLIENTS`]; returns the summary and the flags of its in-process twin.
+fn serve(method: &str, extra: &[&str], net: &[&str]) -> (Value, Vec<String>, std::path::PathBuf) {
+    let name = format!("{method}{}", net.concat());
+    let dir = scratch(&format!("method-{name}"));
     let port = free_port();
-    let prefix = format!("edgecfl/t-{method}");
+    let prefix = format!("edgecfl/t-{name}");
     let mut flags = run_flags(PARTITION, CLIENTS, 2, 0.5, 3);
     flags.extend(["--algorithm", method].map(String::from));
     flags.extend(extra.iter().map(|s| s.to_string()));
     let mut cmd = Command::new(bin("coordinator"));
     cmd.arg("serve")
         .args(&flags)
+        .args(net)
         .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
-        .args(["--prefix", &prefix, "--run-id", method])
+        .args(["--prefix", &prefix, "--run-id", &name])
         .args([
             "--min-clients",
             &CLIENTS.to_string(),
@@ -43,7 +46,12 @@ fn served_equals_simulated(method: &str, extra: &[&str]) -> Value {
     for (mut p, log) in clients {
         p.wait_ok(Duration::from_secs(30), &log);
     }
-    let served = summary(&dir.join("out"));
+    (summary(&dir.join("out")), flags, dir)
+}
+
+/// Serves `method` with `extra` flags to a fleet of [`CLIENTS`] and compares with `simulate`.
+fn served_equals_simulated(method: &str, extra: &[&str]) -> Value {
+    let (served, flags, dir) = serve(method, extra, &[]);
     let twin = simulate(&flags, &dir.join("simulate"));
     assert_eq!(
         served["rejected_total"], 0,
@@ -86,4 +94,44 @@ fn fedprox_over_mqtt_equals_simulate() {
 fn fesem_over_mqtt_equals_simulate() {
     let s = served_equals_simulated("fesem", &["--clusters", "4"]);
     assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+}
+
+#[test]
+fn stocfl_over_mqtt_equals_simulate() {
+    served_equals_simulated("stocfl", &["--tau", "0.5", "--mu", "0.1"]);
+}
+
+#[test]
+fn ifca_over_mqtt_equals_simulate() {
+    let s = served_equals_simulated("ifca", &["--clusters", "4"]);
+    assert_eq!(final_clusters(&s), 4);
+}
+
+#[test]
+fn adacfl_over_mqtt_equals_simulate() {
+    let s = served_equals_simulated("adacfl", &[]);
+    assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+}
+
+#[test]
+fn cfl_over_mqtt_equals_simulate() {
+    // ε₁ huge and ε₂ zero: every cluster with two or more sampled members splits each round,
+    // so the run exercises the bi-partition and the cluster ids sent with every model.
+    let s = served_equals_simulated("cfl", &["--eps1", "1000", "--eps2", "0"]);
+    assert!(final_clusters(&s) >= 2, "{s:#}");
+}
+
+#[test]
+fn f16_uploads_are_counted_at_their_wire_size() {
+    // AdaCFL's round-0 upload: the smallest FC layer (850 floats) and the label statistics
+    // (L as u32, s as f64). In f16 the floats take 2 bytes each on the wire.
+    let (s, _, _) = serve("adacfl", &[], &["--upload", "f16"]);
+    let per_client = s["upload_bytes_clustering_per_client"].as_u64();
+    assert_eq!(per_client, Some(850 * 2 + 12), "{s:#}");
+    // What the coordinator received: that payload plus the envelope (ids, round, framing).
+    let wire = s["wire_bytes"]["signature_up"].as_u64().unwrap_or(0) / CLIENTS as u64;
+    assert!(
+        (850 * 2..850 * 2 + 200).contains(&wire),
+        "{wire} B per client on the wire"
+    );
 }

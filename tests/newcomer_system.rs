@@ -1,8 +1,9 @@
-//! FedClust's newcomers over a real broker: `coordinator serve` with its embedded broker and 9
-//! edge-client processes; a 10th edge client is started only once round 1's training began
-//! (round 0 is over). It is queued, not rejected, placed at the next round by the nearest
-//! round-0 centroid into the cluster of its label group, evaluated, and told to finish; and the
-//! run equals `coordinator simulate --newcomers 1 --join-round R` with the same seed.
+//! Newcomers over a real broker: `coordinator serve` with its embedded broker and 9 edge-client
+//! processes; a 10th edge client is started only once round 1's training began (round 0 is
+//! over). It is queued, not rejected, placed at the next round into the cluster of its group
+//! (FedClust: the nearest round-0 centroid; MT-HFL: the highest mean relevance), evaluated, and
+//! told to finish; and the run equals `coordinator simulate --newcomers 1 --join-round R` with
+//! the same seed.
 
 use std::process::Command;
 use std::time::Duration;
@@ -10,24 +11,45 @@ use std::time::Duration;
 use edgecfl_shared::protocol::Topics;
 use edgecfl_tests::*;
 
-const PARTITION: &str = "groups:012-34-56-789";
-/// Shards of the partition; shard `i` is in group `i % 4`. Shards 0..9 start with the run, shard
-/// 9 (group 1, not the first cluster) is the newcomer.
+/// Shards of the partition; shards 0..9 start with the run, shard 9 is the newcomer.
 const SHARDS: usize = 10;
 const ROUND_ZERO: usize = 9;
 
 #[test]
 fn late_edge_client_joins_its_groups_cluster() {
-    let dir = scratch("newcomer");
+    // Shard `i` is in group `i % 4`: shard 9 is in group 1 (not the first cluster) with 1 and 5.
+    late_joiner("newcomer", "groups:012-34-56-789", &[], 4, &[1, 5], 0);
+}
+
+#[test]
+fn late_mthfl_client_joins_its_tasks_cluster() {
+    // Clothes 0-4, shoes 5-7, bags 8-9: shard 9 is a bags user like shard 8.
+    let extra = ["--algorithm", "mthfl", "--lambda", "k=3"];
+    late_joiner("newcomer-mthfl", "tasks:fmnist3", &extra, 3, &[8], 5);
+}
+
+/// Serves `partition` over [`SHARDS`] shards with `extra` flags, starting the last shard late;
+/// the run must find `clusters` clusters (ARI 1) and place the newcomer with the round-0 shards
+/// `mates`, not with shard `other`.
+fn late_joiner(
+    name: &str,
+    partition: &str,
+    extra: &[&str],
+    clusters: usize,
+    mates: &[usize],
+    other: usize,
+) {
+    let dir = scratch(name);
     let port = free_port();
-    let prefix = "edgecfl/t-newcomer";
+    let prefix = &format!("edgecfl/t-{name}");
     let topics = Topics::new(prefix).unwrap();
-    let flags = run_flags(PARTITION, SHARDS, 3, 0.5, 5);
+    let mut flags = run_flags(partition, SHARDS, 3, 0.5, 5);
+    flags.extend(extra.iter().map(|s| s.to_string()));
     let mut cmd = Command::new(bin("coordinator"));
     cmd.arg("serve")
         .args(&flags)
         .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
-        .args(["--prefix", prefix, "--run-id", "newcomer"])
+        .args(["--prefix", prefix, "--run-id", name])
         .args(["--min-clients", &ROUND_ZERO.to_string()])
         .args(["--join-timeout", "120", "--phase-timeout", "60"])
         .arg("--out")
@@ -36,11 +58,11 @@ fn late_edge_client_joins_its_groups_cluster() {
     let mut coordinator = Proc::spawn(cmd, "coordinator serve", &log);
     wait_listening(port, Duration::from_secs(60));
     let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
-    let clients = fleet_of(&dir, port, prefix, PARTITION, 0..ROUND_ZERO, SHARDS, 5);
+    let clients = fleet_of(&dir, port, prefix, partition, 0..ROUND_ZERO, SHARDS, 5);
 
     // Round 0 is over once round 1's training commands go out.
     first_training_command(&link, &topics);
-    let late = fleet_of(&dir, port, prefix, PARTITION, ROUND_ZERO..SHARDS, SHARDS, 5);
+    let late = fleet_of(&dir, port, prefix, partition, ROUND_ZERO..SHARDS, SHARDS, 5);
 
     coordinator.wait_ok(Duration::from_secs(600), &log);
     for (mut p, log) in clients.into_iter().chain(late) {
@@ -49,7 +71,7 @@ fn late_edge_client_joins_its_groups_cluster() {
     let s = summary(&dir.join("out"));
     // Joining late is not a bad message.
     assert_eq!(s["rejected_total"], 0, "{:#}", s["rejected"]);
-    assert_eq!(s["n_clusters"], 4, "{s:#}");
+    assert_eq!(s["n_clusters"], clusters, "{s:#}");
     assert_eq!(s["ari"].as_f64(), Some(1.0));
     assert_eq!(s["n_clients"], SHARDS);
     let newcomers = s["newcomers"].as_array().unwrap();
@@ -59,10 +81,10 @@ fn late_edge_client_joins_its_groups_cluster() {
     assert_eq!(n["client"], ROUND_ZERO);
     let round = n["round"].as_u64().unwrap();
     assert!((2..=3).contains(&round), "joined at round {round}");
-    // Shard 9 is in group 1 with shards 1 and 5.
-    assert_eq!(n["cluster"], s["assignment"][1], "{s:#}");
-    assert_eq!(n["cluster"], s["assignment"][5], "{s:#}");
-    assert_ne!(n["cluster"], s["assignment"][0], "{s:#}");
+    for &m in mates {
+        assert_eq!(n["cluster"], s["assignment"][m], "{s:#}");
+    }
+    assert_ne!(n["cluster"], s["assignment"][other], "{s:#}");
     assert_eq!(n["truth_match"], true);
     assert_eq!(s["assignment"][ROUND_ZERO], n["cluster"]);
     assert!(s["dropped_newcomers"].as_array().unwrap().is_empty());

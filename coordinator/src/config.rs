@@ -97,7 +97,7 @@ pub struct RunFlags {
     /// TOML configuration file (see `coordinator generate-config`); flags override it.
     #[arg(long, short = 'c')]
     pub config: Option<PathBuf>,
-    /// fedclust | mthfl | random | fedavg | local | fedprox | fesem
+    /// fedclust | mthfl | adacfl | stocfl | fesem | ifca | cfl | fedprox | fedavg | local | random
     #[arg(long)]
     pub algorithm: Option<Algorithm>,
     /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | shift:G | rotate:R*BASE |
@@ -128,7 +128,8 @@ pub struct RunFlags {
     /// SGD momentum.
     #[arg(long)]
     pub momentum: Option<f64>,
-    /// HC cut: a distance λ, `auto` (largest gap between merge heights) or `k=N` clusters.
+    /// HC cut: a distance λ, `auto` (best mean silhouette over the candidate cuts), `gap` (largest
+    /// gap between merge heights) or `k=N` clusters.
     #[arg(long = "lambda")]
     pub lambda: Option<Threshold>,
     /// single | complete | average | weighted | ward

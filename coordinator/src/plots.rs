@@ -1,9 +1,11 @@
-//! SVG plots of a run: accuracy per round (mean and per cluster), the dendrogram with the cut,
+//! SVG plots of a run: accuracy per round (mean and per cluster), the dendrogram with the cut
+//! (and, for the automatic cuts, each candidate cut's score beside it, on the same height axis),
 //! and the clients' distance matrix as a heatmap ordered by cluster.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use edgecfl_shared::cluster::cut::{CutRule, CutScores};
 use edgecfl_shared::cluster::hc::Dendrogram;
 use edgecfl_shared::federation::RunResult;
 use plotters::prelude::*;
@@ -26,7 +28,7 @@ pub fn write_all(dir: &Path, result: &RunResult) -> anyhow::Result<Vec<PathBuf>>
     }
     if let Some(c) = &result.clustering {
         emit("dendrogram.svg", &|p| {
-            dendrogram(p, &c.dendrogram, c.threshold)
+            dendrogram(p, &c.dendrogram, c.threshold, c.cut.as_ref())
         })?;
     }
     if let Some(d) = &result.distances {
@@ -164,8 +166,10 @@ fn dendrogram_layout(d: &Dendrogram) -> (Vec<usize>, Vec<f64>) {
     (order, x)
 }
 
-/// The merge tree with a dashed line at the cut height.
-fn dendrogram(path: &Path, d: &Dendrogram, cut: f64) -> DrawResult {
+/// The merge tree with a dashed line at the cut height; with `scores`, a panel on the right plots
+/// each candidate cut's score (x) at its threshold (y, the tree's height axis), the chosen one in
+/// red, and the score needed to beat one cluster as a dotted line.
+fn dendrogram(path: &Path, d: &Dendrogram, cut: f64, scores: Option<&CutScores>) -> DrawResult {
     let n = d.n();
     if n < 2 {
         return Ok(());
@@ -185,11 +189,14 @@ fn dendrogram(path: &Path, d: &Dendrogram, cut: f64) -> DrawResult {
             merges[node - n].height
         }
     };
-    let root = SVGBackend::new(path, (1000, 520)).into_drawing_area();
+    let width = if scores.is_some() { 1400 } else { 1000 };
+    let root = SVGBackend::new(path, (width, 520)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (left, right) = root.split_horizontally(1000);
+    let k = d.n_clusters_at(cut);
+    let mut chart = ChartBuilder::on(&left)
         .caption(
-            format!("dendrogram of {n} clients, cut at {cut:.4}"),
+            format!("dendrogram of {n} clients, cut at {cut:.4} ({k} clusters)"),
             ("sans-serif", 22),
         )
         .margin(12)
@@ -225,7 +232,75 @@ fn dendrogram(path: &Path, d: &Dendrogram, cut: f64) -> DrawResult {
         4,
         RED.stroke_width(2),
     ))?;
+    if let Some(s) = scores {
+        cut_scores(&right, s, top)?;
+    }
     root.present()?;
+    Ok(())
+}
+
+/// The candidate cuts' scores against their thresholds (see [`dendrogram`]).
+fn cut_scores<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    s: &CutScores,
+    top: f64,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let pts: Vec<(f64, f64)> = s
+        .candidates
+        .iter()
+        .filter_map(|c| c.score.map(|v| (v, c.threshold)))
+        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .collect();
+    let (name, lo, hi) = match s.rule {
+        CutRule::Silhouette => (
+            "mean silhouette",
+            pts.iter().map(|p| p.0).fold(0.0, f64::min).max(-1.0),
+            1.0,
+        ),
+        CutRule::Gap => (
+            "gap above the cut",
+            0.0,
+            pts.iter().map(|p| p.0).fold(1e-9, f64::max) * 1.05,
+        ),
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption("score of each candidate cut", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(10)
+        .build_cartesian_2d(lo..hi, 0f64..top)?;
+    chart
+        .configure_mesh()
+        .disable_y_axis()
+        .x_desc(name)
+        .x_labels(5)
+        .draw()?;
+    chart.draw_series(LineSeries::new(pts.iter().copied(), BLUE.stroke_width(1)))?;
+    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 2, BLUE.filled())))?;
+    if let Some(m) = s.min_score {
+        chart.draw_series(DashedLineSeries::new(
+            vec![(m, 0.0), (m, top)],
+            2,
+            4,
+            BLACK.stroke_width(1),
+        ))?;
+    }
+    if let Some(c) = s.chosen() {
+        let x = c.score.filter(|v| v.is_finite()).unwrap_or(lo);
+        chart.draw_series(std::iter::once(Circle::new(
+            (x, c.threshold),
+            5,
+            RED.filled(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(
+            format!("{} clusters", c.n_clusters),
+            (x.min(lo + 0.6 * (hi - lo)), c.threshold),
+            ("sans-serif", 14).into_font().color(&RED),
+        )))?;
+    }
     Ok(())
 }
 
@@ -348,6 +423,26 @@ mod tests {
         assert!((2500..2510).contains(&small), "{small}");
         assert!((10_000..10_010).contains(&large), "{large}");
         assert!(bytes < 2_000_000, "{bytes} bytes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn dendrogram_with_scores_is_drawn() {
+        use edgecfl_shared::cluster::cut::silhouette_cut;
+        let dir = std::env::temp_dir().join(format!("edgecfl-dendro-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pts: Vec<Vec<f32>> = [0.0, 0.1, 0.2, 5.0, 5.1, 9.0, 9.2]
+            .iter()
+            .map(|&v| vec![v])
+            .collect();
+        let dist = CondensedMatrix::euclidean(&pts).unwrap();
+        let d = linkage(&dist, Linkage::Average);
+        let s = silhouette_cut(&d, &dist).unwrap();
+        let path = dir.join("d.svg");
+        dendrogram(&path, &d, s.threshold(), Some(&s)).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("mean silhouette"));
+        assert!(svg.contains("3 clusters"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::algorithms::mthfl;
+use edgecfl_shared::algorithms::{Algorithm, mthfl};
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{
     self, Answer, ClientInfo, ClientPool, Job, LabelStats, Observer, PoolError, RunContext,
@@ -1073,6 +1073,12 @@ pub fn run(
         observer.unwrap_or(&mut progress),
     )?;
     progress.finish();
+    // The strategies count their clustering upload in f32; over the wire it travelled in the
+    // upload encoding (MT-HFL's eigenpairs have their own, already counted).
+    if cfg.federation.algorithm != Algorithm::MtHfl {
+        result.signature_bytes = result.signature_bytes - result.signature_len * 4
+            + result.signature_len * net.upload.width();
+    }
     // Newcomers' shards tell their ground-truth groups too.
     let truth = pool.truth().or(truth);
     if let Some(t) = &truth {

@@ -5,11 +5,18 @@
 //! ```text
 //! nice -n 10 cargo run --release --example mthfl_bench
 //! nice -n 10 cargo run --release --example mthfl_bench -- --seeds 2 --kmax 20 --sizes 100
+//! nice -n 10 cargo run --release --example mthfl_bench -- --eigen 5   # only step 0, 5 clients each
 //! ```
 //!
 //! (From the workspace root without `-p`, so the features match the rest of the workspace and
 //! burn is not rebuilt with another feature set.)
 //!
+//! 0. **Per-client eigen time** (`--eigen C` runs only this): for `tasks:fmnist3` over 10, 100 and
+//!    1 000 clients (seed 0), the first `C` clients of each task form their Gram matrix; each one
+//!    then computes its top `k` eigenpairs (k = 1, 2, 5, 10) with the partial solver
+//!    (`Gram::top_eigen`, block Krylov) and with the full decomposition (`Gram::eigen`), each timed
+//!    once; the medians are printed with the largest eigenvalue difference (relative to λ₁) and
+//!    the largest eigenvector difference between the two.
 //! 1. **Smallest k.** For each seed, `tasks:fmnist3` over 10 clients on the data
 //!    `FashionMnist::load(None)` finds (Debian's full set when installed, else the bundled subset);
 //!    every client's exact Gram matrix and its top `--kmax` eigenpairs. For each `k`, signatures
@@ -59,6 +66,7 @@ struct Args {
     seeds: u64,
     kmax: usize,
     sizes: Vec<usize>,
+    eigen: usize,
 }
 
 type BoxError = Box<dyn std::error::Error>;
@@ -68,6 +76,7 @@ fn args() -> Result<Args, BoxError> {
         seeds: 6,
         kmax: 50,
         sizes: vec![100, 1000],
+        eigen: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,6 +85,7 @@ fn args() -> Result<Args, BoxError> {
         match flag.as_str() {
             "--seeds" => a.seeds = value.parse().map_err(bad)?,
             "--kmax" => a.kmax = value.parse().map_err(bad)?,
+            "--eigen" => a.eigen = value.parse().map_err(bad)?,
             "--sizes" => {
                 a.sizes = value
                     .split(',')
@@ -84,9 +94,10 @@ fn args() -> Result<Args, BoxError> {
                     .map_err(bad)?
             }
             _ => {
-                return Err(
-                    format!("unknown flag {flag} (expected --seeds, --kmax, --sizes)").into(),
-                );
+                return Err(format!(
+                    "unknown flag {flag} (expected --seeds, --kmax, --sizes, --eigen)"
+                )
+                .into());
             }
         }
     }
@@ -173,9 +184,77 @@ fn synthetic(base: &[Signature], n: usize, rng: &mut Rng) -> Vec<Signature> {
         .collect()
 }
 
+/// Step 0: per-client time of the partial and the full eigen-solver (see the module docs).
+fn eigen_times(data: &FashionMnist, per_task: usize) -> Result<(), BoxError> {
+    let spec: PartitionSpec = "tasks:fmnist3".parse()?;
+    println!(
+        "data: {}; per-client eigenpairs, partial (block Krylov) vs full (nalgebra)",
+        data.source
+    );
+    println!(
+        "| clients | samples (median) | k | partial s (median) | full s (median) | speed-up | max |Δλ|/λ₁ | max ‖Δv‖ |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for n in [10, 100, 1000] {
+        let p = partition(&spec, &data.train.labels, n, 0)?;
+        let truth = p.truth.clone().ok_or("tasks:fmnist3 has a ground truth")?;
+        let mut picked = Vec::new();
+        for t in 0..3 {
+            picked.extend((0..n).filter(|&i| truth[i] == t).take(per_task));
+        }
+        let grams: Vec<Gram> = picked
+            .iter()
+            .map(|&i| {
+                Gram::from_local_data(&LocalData::from_dataset(
+                    &data.train,
+                    &p.clients[i].train,
+                    0,
+                ))
+            })
+            .collect::<Result<_, _>>()?;
+        let samples = median(
+            picked
+                .iter()
+                .map(|&i| p.clients[i].train.len() as f64)
+                .collect(),
+        );
+        let mut full_t = Vec::new();
+        let mut full = Vec::new();
+        for g in &grams {
+            let t = Instant::now();
+            full.push(g.eigen()?);
+            full_t.push(t.elapsed().as_secs_f64());
+        }
+        let full_med = median(full_t);
+        for k in [1, 2, 5, 10] {
+            let mut part_t = Vec::new();
+            let (mut dl, mut dv) = (0f64, 0f64);
+            for (g, (fv, fx)) in grams.iter().zip(&full) {
+                let t = Instant::now();
+                let (v, x) = g.top_eigen(k)?;
+                part_t.push(t.elapsed().as_secs_f64());
+                for m in 0..k {
+                    dl = dl.max((v[m] - fv[m]).abs() / fv[0]);
+                    let e: f64 = x[m].iter().zip(&fx[m]).map(|(a, b)| (a - b).powi(2)).sum();
+                    dv = dv.max(e.sqrt());
+                }
+            }
+            let part_med = median(part_t);
+            println!(
+                "| {n} | {samples} | {k} | {part_med:.4} | {full_med:.3} | {:.0}× | {dl:.1e} | {dv:.1e} |",
+                full_med / part_med
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), BoxError> {
     let a = args()?;
     let data = FashionMnist::load(None)?;
+    if a.eigen > 0 {
+        return eigen_times(&data, a.eigen);
+    }
     let dev = Device::flex();
     let spec: PartitionSpec = "tasks:fmnist3".parse()?;
     println!(
@@ -214,8 +293,9 @@ fn main() -> Result<(), BoxError> {
         });
     }
     println!(
-        "client signature: Gram XᵀX/n median {:.3} s, 784×784 eigen-decomposition (nalgebra, f64) median {:.3} s",
+        "client signature: Gram XᵀX/n median {:.3} s, top-{} eigenpairs of 784×784 (Gram::signature) median {:.3} s",
         median(t_gram),
+        a.kmax,
         median(t_eig)
     );
 

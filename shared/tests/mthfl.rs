@@ -135,6 +135,15 @@ fn hand_computed_relevance_matches_eq_2_to_5() {
         let server = mthfl::server_rows(&sigs, est, &dev).unwrap();
         assert_close(&server, &r_k2, 1e-5, &format!("server r, k = 2, {est}"));
     }
+    // A newcomer with C's data, placed against A and B: its row of R, both directions
+    // estimated server-side (exact at k = d).
+    let newcomer = mthfl::newcomer_relevance(&sigs[..2], &sigs[2], Estimate::Norm, &dev).unwrap();
+    assert_close(
+        &[newcomer],
+        &[big_r[2][..2].to_vec()],
+        1e-5,
+        "newcomer R, k = 2",
+    );
     // With k = 1 < d the server only knows the top eigenpair: ‖A v‖² ≈ 16 (v₁ᴬ · v)², so
     // λ̂ of B's first vector under Â = 16·½ → √8 instead of √8.5.
     let server1 = mthfl::server_rows(&sigs1, Estimate::Norm, &dev).unwrap();

@@ -175,3 +175,37 @@ fn random_clusters_and_fedclust_feed_the_same_hierarchy() {
     assert_eq!(r.gps_rounds, 1);
     assert_shared_and_own(&r, "fc2", "fc1");
 }
+
+#[test]
+fn newcomers_join_the_cluster_of_their_task() {
+    // 20 clients: 10 clothes, 6 shoes and 4 bags users (clients 16-19); the last two join at
+    // round 1 and must land with bags users 16 and 17, whichever side computes the relevance.
+    let spec: PartitionSpec = "tasks:fmnist3".parse().unwrap();
+    let part = partition(&spec, &data().train.labels, 20, 3).unwrap();
+    for relevance in [Relevance::Client, Relevance::Server] {
+        let mut cfg = config(Algorithm::MtHfl);
+        cfg.rounds = 1;
+        cfg.relevance = relevance;
+        let mut pool = SimPool::new(data(), &part, Backend::Flex).unwrap();
+        pool.hold_out(2, 1).unwrap();
+        let r = federation::run(
+            &cfg,
+            &mut pool,
+            &RunContext::of_partition(&part),
+            &mut Quiet,
+        )
+        .unwrap();
+        assert_eq!(r.ari, Some(1.0), "{relevance}");
+        assert!(r.dropped_newcomers.is_empty(), "{:?}", r.dropped_newcomers);
+        assert_eq!(r.newcomers.len(), 2);
+        let bags = r.assignment[16];
+        assert_eq!(r.assignment[17], bags);
+        for n in &r.newcomers {
+            assert_eq!((n.round, n.cluster), (1, bags), "{relevance}: {n:?}");
+            assert_eq!(n.truth_match, Some(true));
+            let d = n.distance.unwrap();
+            assert!((0.0..1.0).contains(&d), "{d}");
+        }
+        assert_eq!(r.assignment[18..], [bags, bags]);
+    }
+}

@@ -18,6 +18,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::cut::{CutScores, gap_cut, silhouette_cut};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::federation::{
@@ -31,9 +32,13 @@ use crate::federation::{
 pub enum Threshold {
     /// Cut at height λ: merges at heights ≤ λ are applied (scipy `fcluster(criterion="distance")`).
     Distance(f64),
-    /// Cut in the largest gap between consecutive merge heights
-    /// ([`Dendrogram::auto_threshold`]).
+    /// The candidate cut of best mean silhouette on the clustered distances, or one cluster when
+    /// none reaches [`MIN_SILHOUETTE`](crate::cluster::cut::MIN_SILHOUETTE)
+    /// ([`silhouette_cut`]). The default.
     Auto,
+    /// Cut in the largest gap between consecutive merge heights
+    /// ([`Dendrogram::auto_threshold`], [`gap_cut`]).
+    Gap,
     /// Cut so that exactly this many clusters remain (for known-K experiments).
     Clusters(usize),
 }
@@ -43,6 +48,7 @@ impl fmt::Display for Threshold {
         match self {
             Threshold::Distance(x) => write!(f, "{x}"),
             Threshold::Auto => f.write_str("auto"),
+            Threshold::Gap => f.write_str("gap"),
             Threshold::Clusters(k) => write!(f, "k={k}"),
         }
     }
@@ -50,7 +56,7 @@ impl fmt::Display for Threshold {
 
 /// A threshold that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid threshold {0:?}: expected a distance ≥ 0, `auto`, or `k=N` (N ≥ 1)")]
+#[error("invalid threshold {0:?}: expected a distance ≥ 0, `auto`, `gap`, or `k=N` (N ≥ 1)")]
 pub struct ThresholdParseError(pub String);
 
 impl FromStr for Threshold {
@@ -59,6 +65,9 @@ impl FromStr for Threshold {
         let err = || ThresholdParseError(s.to_string());
         if s == "auto" {
             return Ok(Threshold::Auto);
+        }
+        if s == "gap" {
+            return Ok(Threshold::Gap);
         }
         if let Some(k) = s.strip_prefix("k=") {
             return match k.parse::<usize>() {
@@ -121,6 +130,10 @@ pub struct Clustering {
     pub linkage: Linkage,
     /// Centroid of the members' signatures, per cluster (the partial weights kept for newcomers).
     pub centroids: Vec<Vec<f32>>,
+    /// For the automatic cuts (`auto`, `gap`): the merge heights, every candidate cut with its
+    /// score, and the one chosen. `None` for `k=N` and numeric λ cuts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<CutScores>,
 }
 
 impl Clustering {
@@ -143,21 +156,7 @@ pub fn cluster(
     }
     let distances = CondensedMatrix::euclidean(signatures)?;
     let dendrogram = linkage(&distances, method);
-    let (assignment, height) = match threshold {
-        Threshold::Distance(t) => (dendrogram.cut_distance(t), t),
-        Threshold::Auto => {
-            let t = dendrogram.auto_threshold();
-            (dendrogram.cut_distance(t), t)
-        }
-        Threshold::Clusters(k) => {
-            let k = k.clamp(1, signatures.len());
-            let applied = signatures.len() - k;
-            let h = applied
-                .checked_sub(1)
-                .map_or(0.0, |i| dendrogram.merges()[i].height);
-            (dendrogram.cut_k(k), h)
-        }
-    };
+    let (assignment, height, cut) = cut_tree(&dendrogram, &distances, threshold);
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
     let centroids = centroids(signatures, &assignment, n_clusters);
     Ok((
@@ -168,9 +167,48 @@ pub fn cluster(
             threshold: height,
             linkage: method,
             centroids,
+            cut,
         },
         distances,
     ))
+}
+
+/// Cuts `dendrogram` (built from `distances`) by `threshold`: the flat labels, the height cut at
+/// (for `k=N`, the height of the last applied merge) and, for the automatic cuts, the scores of
+/// every candidate. Used by FedClust and MT-HFL alike.
+///
+/// `Distance` and `Clusters` cut exactly as [`Dendrogram::cut_distance`] and
+/// [`Dendrogram::cut_k`]; `Gap` at [`Dendrogram::auto_threshold`]; `Auto` at the threshold of
+/// [`silhouette_cut`] (the tree and distances come from [`linkage`] here, so the cut cannot fail;
+/// should it, the gap rule is used).
+pub fn cut_tree(
+    dendrogram: &Dendrogram,
+    distances: &CondensedMatrix,
+    threshold: Threshold,
+) -> (Vec<usize>, f64, Option<CutScores>) {
+    let n = dendrogram.n();
+    match threshold {
+        Threshold::Distance(t) => (dendrogram.cut_distance(t), t, None),
+        Threshold::Gap => {
+            let t = dendrogram.auto_threshold();
+            (dendrogram.cut_distance(t), t, gap_cut(dendrogram).ok())
+        }
+        Threshold::Auto => match silhouette_cut(dendrogram, distances) {
+            Ok(scores) => {
+                let t = scores.threshold();
+                (dendrogram.cut_distance(t), t, Some(scores))
+            }
+            Err(_) => cut_tree(dendrogram, distances, Threshold::Gap),
+        },
+        Threshold::Clusters(k) => {
+            let k = k.clamp(1, n.max(1));
+            let h = (n - k)
+                .checked_sub(1)
+                .and_then(|i| dendrogram.merges().get(i))
+                .map_or(0.0, |m| m.height);
+            (dendrogram.cut_k(k), h, None)
+        }
+    }
 }
 
 /// Mean signature of each cluster's members.
@@ -360,6 +398,10 @@ mod tests {
     #[test]
     fn threshold_parse() {
         assert_eq!("auto".parse::<Threshold>().unwrap(), Threshold::Auto);
+        assert_eq!("gap".parse::<Threshold>().unwrap(), Threshold::Gap);
+        for t in ["auto", "gap", "k=3", "1.5"] {
+            assert_eq!(t.parse::<Threshold>().unwrap().to_string(), t);
+        }
         assert_eq!(
             "1.5".parse::<Threshold>().unwrap(),
             Threshold::Distance(1.5)
@@ -387,6 +429,11 @@ mod tests {
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l}");
             let (c, _) = cluster(&s, l, Threshold::Auto).unwrap();
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l} auto");
+            let cut = c.cut.as_ref().unwrap();
+            assert_eq!(cut.chosen().unwrap().n_clusters, 2);
+            assert_eq!(cut.heights, c.dendrogram.heights());
+            let (c, _) = cluster(&s, l, Threshold::Gap).unwrap();
+            assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l} gap");
         }
         let (c, _) = cluster(&s, Linkage::Single, Threshold::Clusters(2)).unwrap();
         assert_eq!(c.n_clusters, 2);

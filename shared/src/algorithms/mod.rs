@@ -7,6 +7,8 @@
 //! | --- | --- | --- |
 //! | FedClust | [`fedclust`] | one-shot HC on final-layer weights after a warm-up |
 //! | MT-HFL | [`mthfl`] | one-shot HAC on the relevance of Gram-matrix eigenvectors; LPS/GPS |
+//! | AdaCFL | [`adacfl`] | one-shot: pre-clusters by label count and entropy, HC on the smallest FC layer; ε rule for newcomers |
+//! | CFL | [`cfl`] | one cluster, bi-partitioned by the cosine of the updates when it is stationary (ε₁, ε₂) |
 //! | random groups | [`random`] | MT-HFL's baseline: a seeded random split into k groups |
 //! | FedAvg | [`fedavg`] | one global model |
 //! | Local | [`local`] | every client alone |
@@ -25,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::federation::{FederationConfig, FederationError, Strategy};
 
+pub mod adacfl;
+pub mod cfl;
 pub mod fedavg;
 pub mod fedclust;
 pub mod fedprox;
@@ -62,6 +66,13 @@ pub enum Algorithm {
     StoCfl,
     /// IFCA: K models (`clusters`); each sampled client trains the one of lowest local loss.
     Ifca,
+    /// AdaCFL: pre-clustering by class count and label entropy, then one-shot HC on the smallest
+    /// fully connected layer; newcomers farther than ε found a cluster.
+    #[serde(rename = "adacfl")]
+    AdaCfl,
+    /// CFL (Sattler et al.): one cluster, recursively bi-partitioned by the cosine similarity of
+    /// the members' updates when the cluster is stationary.
+    Cfl,
 }
 
 /// Every method, with its command-line name.
@@ -71,6 +82,8 @@ const NAMES: &[(Algorithm, &str)] = &[
     (Algorithm::Random, "random"),
     (Algorithm::StoCfl, "stocfl"),
     (Algorithm::Ifca, "ifca"),
+    (Algorithm::AdaCfl, "adacfl"),
+    (Algorithm::Cfl, "cfl"),
     (Algorithm::FedAvg, "fedavg"),
     (Algorithm::Local, "local"),
     (Algorithm::FedProx, "fedprox"),
@@ -89,6 +102,8 @@ impl Algorithm {
             Algorithm::FedClust => Box::new(fedclust::FedClust::new(cfg)),
             Algorithm::MtHfl => Box::new(mthfl::MtHfl::new(cfg)),
             Algorithm::Random => Box::new(random::Random::new(cfg)?),
+            Algorithm::AdaCfl => Box::new(adacfl::AdaCfl::new(cfg)),
+            Algorithm::Cfl => Box::new(cfl::Cfl::new(cfg)),
             Algorithm::FedAvg => Box::new(fedavg::FedAvg),
             Algorithm::Local => Box::new(local::Local),
             Algorithm::FedProx => Box::new(fedprox::FedProx::new(cfg)),
@@ -112,6 +127,8 @@ impl Algorithm {
             Algorithm::FeSem => fesem::check(cfg),
             Algorithm::StoCfl => stocfl::check(cfg),
             Algorithm::Ifca => ifca::check(cfg),
+            Algorithm::AdaCfl => adacfl::check(cfg),
+            Algorithm::Cfl => cfl::check(cfg),
             Algorithm::FedAvg | Algorithm::Local => Ok(()),
         }
     }

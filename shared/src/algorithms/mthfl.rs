@@ -23,8 +23,10 @@
 //!    Client `i` uploads its row `r(i, ·)`.
 //! 3. **Symmetrisation** ([`symmetrise`]), eq. (5): `R(i, j) = (r(i, j) + r(j, i)) / 2`, `R(i, i) = 1`.
 //! 4. **Clustering** ([`cluster`]): agglomerative HC on the distance `1 − R` (the paper's HAC),
-//!    cut at the number of tasks `T` ([`Threshold::Clusters`]) or at a height; the same
-//!    [`Clustering`] as FedClust's, with no centroids (newcomers: [`assign_newcomer`]).
+//!    cut by the automatic rule ([`Threshold::Auto`]: the best mean silhouette), at the number
+//!    of tasks `T` ([`Threshold::Clusters`]) or at a height; the same
+//!    [`Clustering`] as FedClust's, with no centroids (newcomers: [`newcomer_relevance`],
+//!    [`assign_newcomer`]).
 //!
 //! **Relevance, server-side** ([`server_rows`]): instead of relaying `N·k·d` floats to each client
 //! and having each one multiply them by its `d × d` matrix, the coordinator rebuilds each Gram
@@ -74,12 +76,12 @@ use burn::tensor::TensorData;
 use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
-use crate::algorithms::fedclust::{Clustering, Threshold};
+use crate::algorithms::fedclust::{Clustering, Threshold, cut_tree};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
 use crate::federation::{
-    Answer, Clusters, Env, FederationConfig, FederationError, Init, Job, RoundStats, Strategy,
-    fedavg_round,
+    Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
+    Placement, RoundStats, Strategy, Target, fedavg_round,
 };
 use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
 use crate::train::{Device, LocalData, PIXELS};
@@ -337,17 +339,39 @@ impl Gram {
         Ok((values, vectors))
     }
 
-    /// The client's upload: its top-`k` eigenpairs (see [`Gram::eigen`]), in `f32`.
+    /// The `k` eigenpairs of largest eigenvalue, in decreasing order, unit eigenvectors with
+    /// their largest-magnitude component positive (as [`Gram::eigen`]), computed without the
+    /// full decomposition when `k` is small (see [`top_eigen`]); small matrices (`d ≤ 64`) and
+    /// large `k` (`4k > d`) go to [`Gram::eigen`].
+    ///
+    /// # Errors
+    ///
+    /// [`MtHflError::BadK`] unless `1 ≤ k ≤ d`; [`MtHflError::NoConvergence`].
+    pub fn top_eigen(&self, k: usize) -> Result<(Vec<f64>, Vec<Vec<f64>>), MtHflError> {
+        let d = self.d();
+        if k == 0 || k > d {
+            return Err(MtHflError::BadK { k, d });
+        }
+        if d > 64
+            && 4 * k <= d
+            && let Some(out) = top_eigen(&self.matrix, k)
+        {
+            return Ok(out);
+        }
+        let (mut values, mut vectors) = self.eigen()?;
+        values.truncate(k);
+        vectors.truncate(k);
+        Ok((values, vectors))
+    }
+
+    /// The client's upload: its top-`k` eigenpairs (see [`Gram::top_eigen`]), in `f32`.
     ///
     /// # Errors
     ///
     /// [`MtHflError::BadK`] unless `1 ≤ k ≤ d`; [`MtHflError::NoConvergence`].
     pub fn signature(&self, k: usize) -> Result<Signature, MtHflError> {
         let d = self.d();
-        if k == 0 || k > d {
-            return Err(MtHflError::BadK { k, d });
-        }
-        let (values, vectors) = self.eigen()?;
+        let (values, vectors) = self.top_eigen(k)?;
         Ok(Signature {
             k,
             d,
@@ -365,6 +389,143 @@ impl Gram {
         let v = nalgebra::DVector::from_column_slice(v);
         (&self.matrix * v).iter().copied().collect()
     }
+}
+
+/// Relative residual below which a Ritz pair counts as converged in [`top_eigen`]:
+/// `‖G v − θ v‖ ≤ TOP_EIGEN_TOL · θ₁`.
+pub const TOP_EIGEN_TOL: f64 = 1e-10;
+
+/// The `k` leading eigenpairs of a symmetric positive semi-definite `d × d` matrix by block
+/// Krylov iteration with Rayleigh–Ritz, or `None` when it does not converge before the basis
+/// would span the whole space (the caller then runs the full decomposition).
+///
+/// The basis starts from a fixed pseudo-random block of `b = k + 2` vectors (deterministic: the
+/// same matrix always gives the same signature) and grows by `G` times the newest block, each new
+/// vector orthogonalised twice against the basis (classical Gram–Schmidt, repeated); a vector
+/// that vanishes in the process (an invariant subspace was reached, as for a client with fewer
+/// samples than the basis has vectors) is replaced by a fresh pseudo-random one. With the basis
+/// `Q` and `W = G Q`, the Rayleigh–Ritz step takes the eigenpairs `(θ, y)` of `Qᵀ W` and accepts
+/// the `k` largest once every residual `‖W y − θ Q y‖ ≤ TOP_EIGEN_TOL · θ₁`; it runs when the
+/// basis reaches `4b` vectors, then each time it has grown by half.
+///
+/// Accuracy, against the full decomposition: a residual `r` bounds the eigenvalue error by `r`
+/// (by `r² / gap` for an isolated one) and the eigenvector's angle to its true one by
+/// `r / gap`, where `gap` is the distance to the rest of the spectrum (Davis–Kahan). So
+/// eigenvalues agree within `1e-10 · λ₁`, and eigenvectors within `1e-10 · λ₁ / gap` before the
+/// `f32` rounding of the upload; where eigenvalues are (nearly) repeated only their invariant
+/// subspace is defined, and it is the subspace that agrees. A block of `k + 2 ≥ k` vectors
+/// finds every copy of an eigenvalue repeated up to `k` times. Signs follow [`Gram::eigen`].
+///
+/// Cost for FMNIST clients (`d = 784`, `k ≤ 10`): a few hundred matrix-vector products and the
+/// eigen-decomposition of a small matrix, instead of the `O(d³)` full one.
+fn top_eigen(g: &DMatrix<f64>, k: usize) -> Option<(Vec<f64>, Vec<Vec<f64>>)> {
+    let d = g.nrows();
+    let b = k + 2;
+    if d == 0 || b > d {
+        return None;
+    }
+    let scale = g.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    if scale == 0.0 {
+        // The zero matrix: every vector is an eigenvector; let the full solver answer.
+        return None;
+    }
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut random = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+    };
+    let mut q: Vec<f64> = Vec::with_capacity(d * 8 * b);
+    let mut w: Vec<f64> = Vec::with_capacity(d * 8 * b);
+    let mut m = 0usize;
+    let mut block: Vec<Vec<f64>> = (0..b).map(|_| (0..d).map(|_| random()).collect()).collect();
+    let mut next_check = 4 * b;
+    while m < d {
+        // Orthonormalise the block against the basis and itself.
+        let first = m;
+        for mut v in std::mem::take(&mut block) {
+            let mut tries = 0;
+            loop {
+                let before = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+                for _ in 0..2 {
+                    for j in 0..m {
+                        let qj = &q[j * d..(j + 1) * d];
+                        let c: f64 = qj.iter().zip(&v).map(|(a, b)| a * b).sum();
+                        v.iter_mut().zip(qj).for_each(|(x, a)| *x -= c * a);
+                    }
+                }
+                let after = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+                if after > 1e-8 * before && after > 0.0 {
+                    q.extend(v.iter().map(|x| x / after));
+                    m += 1;
+                    break;
+                }
+                tries += 1;
+                if tries > 3 || m >= d {
+                    break;
+                }
+                v = (0..d).map(|_| random()).collect();
+            }
+            if m >= d {
+                break;
+            }
+        }
+        if m == first {
+            return None;
+        }
+        // W for the new vectors, in one product; they are the next block too.
+        let new = nalgebra::DMatrixView::from_slice(&q[first * d..m * d], d, m - first);
+        let gw = g * new;
+        w.extend(gw.iter());
+        block = gw
+            .column_iter()
+            .map(|c| c.iter().copied().collect())
+            .collect();
+        if m >= next_check.min(d) {
+            if let Some(out) = rayleigh_ritz(&q, &w, d, m, k) {
+                return Some(out);
+            }
+            next_check = m + m / 2;
+        }
+    }
+    None
+}
+
+/// Rayleigh–Ritz on the orthonormal basis `q` (`m` columns of length `d`, column-major) with
+/// `w = G q`: the `k` largest Ritz pairs, if all have converged (see [`top_eigen`]).
+fn rayleigh_ritz(
+    q: &[f64],
+    w: &[f64],
+    d: usize,
+    m: usize,
+    k: usize,
+) -> Option<(Vec<f64>, Vec<Vec<f64>>)> {
+    let qm = nalgebra::DMatrixView::from_slice(&q[..d * m], d, m);
+    let wm = nalgebra::DMatrixView::from_slice(&w[..d * m], d, m);
+    let h = qm.transpose() * wm;
+    let h = (&h + h.transpose()) * 0.5;
+    let eig = nalgebra::SymmetricEigen::try_new(h, f64::EPSILON, 1000 * m + 10_000)?;
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| eig.eigenvalues[b].total_cmp(&eig.eigenvalues[a]));
+    let top = eig.eigenvalues[order[0]].abs().max(f64::MIN_POSITIVE);
+    let mut values = Vec::with_capacity(k);
+    let mut vectors = Vec::with_capacity(k);
+    for &a in &order[..k] {
+        let theta = eig.eigenvalues[a];
+        let y = eig.eigenvectors.column(a);
+        let v = qm * y;
+        let r = wm * y - &v * theta;
+        if r.norm() > TOP_EIGEN_TOL * top {
+            return None;
+        }
+        let norm = v.norm();
+        let mut v: Vec<f64> = v.iter().map(|x| x / norm).collect();
+        fix_sign(&mut v);
+        values.push(theta);
+        vectors.push(v);
+    }
+    Some((values, vectors))
 }
 
 /// Flips `v` so that its largest-magnitude component (the first one on ties) is positive.
@@ -786,23 +947,9 @@ pub fn cluster(
     if relevance.is_empty() {
         return Err(MtHflError::Empty);
     }
-    let n = relevance.len();
     let d = distances(relevance)?;
     let dendrogram = linkage(&d, method);
-    let (assignment, height) = match threshold {
-        Threshold::Distance(t) => (dendrogram.cut_distance(t), t),
-        Threshold::Auto => {
-            let t = dendrogram.auto_threshold();
-            (dendrogram.cut_distance(t), t)
-        }
-        Threshold::Clusters(k) => {
-            let k = k.clamp(1, n);
-            let h = (n - k)
-                .checked_sub(1)
-                .map_or(0.0, |i| dendrogram.merges()[i].height);
-            (dendrogram.cut_k(k), h)
-        }
-    };
+    let (assignment, height, cut) = cut_tree(&dendrogram, &d, threshold);
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
     Ok((
         Clustering {
@@ -812,6 +959,7 @@ pub fn cluster(
             threshold: height,
             linkage: method,
             centroids: Vec::new(),
+            cut,
         },
         d,
     ))
@@ -865,45 +1013,81 @@ pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
     Ok(())
 }
 
+/// A newcomer's symmetrised relevance `R(new, j) = (r(new, j) + r(j, new)) / 2` to every
+/// clustered client `j`, both directions estimated server-side from the uploads
+/// ([`server_rows`] over the clustered clients' signatures and the newcomer's).
+///
+/// # Errors
+///
+/// [`MtHflError::BadSignature`] / [`MtHflError::Mismatch`] for a signature of another `k` or `d`
+/// or with non-finite values.
+pub fn newcomer_relevance(
+    clustered: &[Signature],
+    newcomer: &Signature,
+    estimate: Estimate,
+    device: &Device,
+) -> Result<Vec<f64>, MtHflError> {
+    let n = clustered.len();
+    let mut all = clustered.to_vec();
+    all.push(newcomer.clone());
+    let rows = server_rows(&all, estimate, device)?;
+    Ok((0..n)
+        .map(|j| ((rows[n][j] + rows[j][n]) / 2.0).clamp(0.0, 1.0))
+        .collect())
+}
+
 /// MT-HFL as a [`Strategy`]: Algorithm 2's round 0 (signatures, relevance rows (eq. 2-4) on the
 /// clients or the server, `R` (eq. 5), HAC on `1 − R`) in [`Strategy::init`]; then every
 /// cluster is an LPS running FedAvg, and the driver's GPS step averages the common layers
-/// (MT-HFL runs are always hierarchical). Newcomers are not supported yet: their relevance
-/// needs every round-0 signature.
+/// (MT-HFL runs are always hierarchical).
+///
+/// Newcomers (the paper has none; a choice of ours): the newcomer uploads its signature as in
+/// round 0, the server estimates its relevance to every round-0 client in both directions from
+/// the uploads ([`newcomer_relevance`]; with `--relevance client` too, so no client computes or
+/// downloads anything more), and it joins the cluster of highest mean `R` ([`assign_newcomer`]).
+/// The reported distance is `1 −` that mean. The round-0 clustering does not change.
 #[derive(Debug, Clone, Default)]
-pub struct MtHfl;
+pub struct MtHfl {
+    /// The round-0 clients' signatures, by position.
+    signatures: Vec<Signature>,
+    /// The round-0 clustering.
+    clustering: Option<Clustering>,
+}
 
 impl MtHfl {
     /// The method for a run with `cfg`.
     pub fn new(_cfg: &FederationConfig) -> Self {
-        MtHfl
+        MtHfl::default()
     }
+}
+
+/// The signature job of round 0 (and of a newcomer).
+fn signature_job<'a>(cfg: &FederationConfig) -> Job<'a> {
+    Job::GramSignature {
+        k: cfg.eigenvectors,
+        encoding: cfg.signature_encoding,
+    }
+}
+
+/// The signatures among `answers`, by position.
+fn signatures_of(answers: Vec<(usize, Answer)>) -> Vec<(usize, Signature)> {
+    let mut sigs: Vec<(usize, Signature)> = answers
+        .into_iter()
+        .filter_map(|(p, a)| match a {
+            Answer::Eigenpairs(s) => Some((p, s)),
+            _ => None,
+        })
+        .collect();
+    sigs.sort_by_key(|(p, _)| *p);
+    sigs
 }
 
 impl Strategy for MtHfl {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let cfg = env.cfg;
         let n = env.clients.len();
-        let jobs = (0..n)
-            .map(|p| {
-                (
-                    p,
-                    Job::GramSignature {
-                        k: cfg.eigenvectors,
-                        encoding: cfg.signature_encoding,
-                    },
-                )
-            })
-            .collect();
-        let mut sigs: Vec<(usize, Signature)> = env
-            .run(0, jobs)?
-            .into_iter()
-            .filter_map(|(p, a)| match a {
-                Answer::Eigenpairs(s) => Some((p, s)),
-                _ => None,
-            })
-            .collect();
-        sigs.sort_by_key(|(p, _)| *p);
+        let jobs = (0..n).map(|p| (p, signature_job(cfg))).collect();
+        let sigs = signatures_of(env.run(0, jobs)?);
         if sigs.len() != n {
             return Err(FederationError::TooFewSignatures {
                 expected: n,
@@ -954,11 +1138,13 @@ impl Strategy for MtHfl {
         let (clustering, distances) = cluster(&relevance, cfg.linkage, cfg.threshold)?;
         let floats = sigs[0].k * sigs[0].d + sigs[0].k;
         let mut init = Init::plain(clustering.assignment.clone(), env.initial, true);
-        init.clustering = Some(clustering);
+        init.clustering = Some(clustering.clone());
         init.distances = Some(distances);
         init.relevance = Some(relevance);
         init.signature_len = floats;
         init.signature_bytes = floats * cfg.signature_encoding.width();
+        self.signatures = sigs;
+        self.clustering = Some(clustering);
         Ok(init)
     }
 
@@ -970,6 +1156,51 @@ impl Strategy for MtHfl {
         state: &mut Clusters,
     ) -> Result<RoundStats, FederationError> {
         fedavg_round(env, round, sampled, state)
+    }
+
+    fn place(
+        &mut self,
+        env: &mut Env<'_>,
+        _round: usize,
+        fresh: &[ClientInfo],
+        state: &Clusters,
+    ) -> Result<Vec<Result<Placement, NewcomerError>>, FederationError> {
+        let base = state.assignment().len();
+        let jobs = (base..base + fresh.len())
+            .map(|p| (p, signature_job(env.cfg)))
+            .collect();
+        let mut sigs: std::collections::HashMap<usize, Signature> =
+            signatures_of(env.run(0, jobs)?).into_iter().collect();
+        let device = env
+            .ctx
+            .backend
+            .device()
+            .map_err(|e| FederationError::Config(e.to_string()))?;
+        let Some(clustering) = &self.clustering else {
+            return Ok(fresh
+                .iter()
+                .map(|_| Err(NewcomerError::Assignment("no clustering".into())))
+                .collect());
+        };
+        Ok((base..base + fresh.len())
+            .map(|p| {
+                let sig = sigs.remove(&p).ok_or(NewcomerError::NoSignature)?;
+                let placed = newcomer_relevance(&self.signatures, &sig, env.cfg.estimate, &device)
+                    .and_then(|row| {
+                        let c = assign_newcomer(&row, clustering)?;
+                        let members = clustering.members(c);
+                        let mean = members.iter().map(|&j| row[j]).sum::<f64>()
+                            / members.len().max(1) as f64;
+                        Ok((c, 1.0 - mean))
+                    });
+                placed
+                    .map(|(c, d)| Placement {
+                        target: Target::Cluster(c),
+                        distance: Some(d),
+                    })
+                    .map_err(|e| NewcomerError::Assignment(e.to_string()))
+            })
+            .collect())
     }
 }
 

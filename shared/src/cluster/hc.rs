@@ -25,7 +25,8 @@
 //!
 //! Flat clusterings are cut from a [`Dendrogram`] by distance ([`Dendrogram::cut_distance`],
 //! like `fcluster(Z, t, criterion="distance")`), by count ([`Dendrogram::cut_k`], like
-//! `cut_tree(Z, n_clusters=k)`) or at an automatic threshold ([`Dendrogram::auto_threshold`]).
+//! `cut_tree(Z, n_clusters=k)`) or at the largest gap between merge heights
+//! ([`Dendrogram::auto_threshold`]); [`cut`](super::cut) holds the score-based automatic cut.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -483,7 +484,7 @@ impl Dendrogram {
 
     /// For each merge, the largest height in its subtree (scipy's `get_max_dist_for_each_cluster`;
     /// equals the height itself for the monotone dendrograms that [`linkage`] returns).
-    fn max_heights(&self) -> Vec<f64> {
+    pub(crate) fn max_heights(&self) -> Vec<f64> {
         let n = self.n;
         let mut out: Vec<f64> = Vec::with_capacity(self.merges.len());
         for m in &self.merges {
@@ -559,7 +560,8 @@ impl Dendrogram {
         self.flat(&apply)
     }
 
-    /// A distance threshold chosen at the largest gap between consecutive merge heights.
+    /// A distance threshold chosen at the largest gap between consecutive merge heights (the
+    /// `gap` rule; the default automatic cut is [`silhouette_cut`](super::cut::silhouette_cut)).
     ///
     /// Rule: sort the heights `h₀ ≤ h₁ ≤ … ≤ h_{m−1}`, find the first `i` with the largest
     /// `h_{i+1} − h_i`, and return the midpoint of that gap, `(h_i + h_{i+1}) / 2` (never rounded

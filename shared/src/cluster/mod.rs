@@ -4,24 +4,33 @@
 //! | --- | --- |
 //! | [`distance`] | [`CondensedMatrix`] (scipy's condensed layout), Euclidean and cosine distances |
 //! | [`hc`] | [`linkage`] equal to `scipy.cluster.hierarchy.linkage` (single, complete, average, weighted, ward), [`Dendrogram`] cuts |
+//! | [`cut`] | the automatic cut: [`silhouette_cut`] (best mean silhouette over the candidate cuts, the default `auto`) and [`gap_cut`] (largest gap) |
 //! | [`metrics`] | [`adjusted_rand_index`] and [`rand_index`] equal to scikit-learn's |
 //!
 //! ```
-//! use edgecfl_shared::cluster::{CondensedMatrix, Linkage, adjusted_rand_index, linkage};
+//! use edgecfl_shared::cluster::{
+//!     CondensedMatrix, Linkage, adjusted_rand_index, linkage, silhouette_cut,
+//! };
 //!
 //! let points = vec![vec![0.0f32, 0.0], vec![0.0, 1.0], vec![10.0, 0.0], vec![10.0, 1.5]];
 //! let d = CondensedMatrix::euclidean(&points).unwrap();
 //! let tree = linkage(&d, Linkage::Average);
-//! let labels = tree.cut_distance(tree.auto_threshold());
+//! let labels = tree.cut_distance(silhouette_cut(&tree, &d).unwrap().threshold());
 //! assert_eq!(labels, vec![0, 0, 1, 1]);
+//! assert_eq!(tree.cut_distance(tree.auto_threshold()), labels);
 //! assert_eq!(tree.cut_k(2), labels);
 //! assert_eq!(adjusted_rand_index(&labels, &[7, 7, 3, 3]), 1.0);
 //! ```
 
+pub mod cut;
 pub mod distance;
 pub mod hc;
 pub mod metrics;
 
+pub use cut::{
+    CutCandidate, CutError, CutRule, CutScores, MIN_SILHOUETTE, SILHOUETTE_TIE, gap_cut,
+    silhouette_cut, silhouette_score,
+};
 pub use distance::{CondensedMatrix, DistanceError};
 pub use hc::{Dendrogram, HcError, Linkage, Merge, ParseLinkageError, linkage};
 pub use metrics::{MetricsError, adjusted_rand_index, rand_index, try_adjusted_rand_index};

@@ -78,8 +78,8 @@ pub struct DroppedUpdate {
 /// the cluster whose centroid of round-0 uploads is nearest ([`fedclust::nearest_centroid`]); the
 /// centroids stay those of round 0, so the order newcomers come in does not matter. FedAvg: the
 /// one cluster. Local: a cluster (model θ⁰) of its own. Random: the smallest group (ties: the
-/// lower index). MT-HFL is not supported yet (its relevance needs every round-0 signature): the
-/// newcomer is dropped with [`NewcomerError::Unsupported`].
+/// lower index). MT-HFL: the cluster of highest mean relevance to the newcomer's uploaded
+/// signature. Each other method's file says how it places newcomers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Newcomer {
     /// The client (its `index` is the pool's).
