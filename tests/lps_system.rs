@@ -108,14 +108,12 @@ fn remote_lps_processes_share_only_the_common_layers() {
     let broker = BrokerAddr {
         host: "127.0.0.1".into(),
         port,
+        tls: false,
     };
     let url = format!("mqtt://127.0.0.1:{port}");
     let spy = Link::start(LinkOptions {
-        broker: broker.clone(),
-        client_id: "spy".into(),
         subscribe: vec![topics.all_lps_up(), format!("{prefix}/lps/+/down")],
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
+        ..LinkOptions::new(broker.clone(), "spy")
     })
     .unwrap();
     spy.wait_connected(&broker, Duration::from_secs(10))
@@ -375,14 +373,12 @@ fn dead_lps_ends_the_run_with_an_error_that_names_it() {
     let broker = BrokerAddr {
         host: "127.0.0.1".into(),
         port,
+        tls: false,
     };
     let url = format!("mqtt://127.0.0.1:{port}");
     let spy = Link::start(LinkOptions {
-        broker: broker.clone(),
-        client_id: "spy".into(),
         subscribe: vec![format!("{prefix}/lps/+/down")],
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
+        ..LinkOptions::new(broker.clone(), "spy")
     })
     .unwrap();
     spy.wait_connected(&broker, Duration::from_secs(10))

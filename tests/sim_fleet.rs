@@ -61,13 +61,13 @@ fn client(port: u16, id: String, topics: Topics) {
     let broker = BrokerAddr {
         host: "127.0.0.1".into(),
         port,
+        tls: false,
     };
     let link = Link::start(LinkOptions {
-        broker,
-        client_id: id.clone(),
         subscribe: vec![topics.down(&id)],
         last_will: Some((topics.status(&id), gone.clone())),
         keep_alive: Duration::from_secs(60),
+        ..LinkOptions::new(broker, id.clone())
     })
     .expect("link");
     while let Some(ev) = link.recv() {

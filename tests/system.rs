@@ -11,7 +11,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::protocol::{Encoding, Envelope, MAX_PAYLOAD, Tensor, ToCoordinator, Topics};
+use edgecfl_shared::protocol::{
+    Encoding, Envelope, Hello, Id, MAX_PAYLOAD, Tensor, ToCoordinator, Topics,
+};
 use edgecfl_tests::*;
 use serde_json::Value;
 
@@ -105,6 +107,27 @@ fn mosquitto_run_ignores_bad_input_and_equals_simulate() {
     .map(String::from)
     .to_vec();
     let link = spy(port, "intruder", vec![format!("{prefix}/clients/+/down")]);
+    // Retained announcements under ids no client can have (too long; a '!'), waiting for the
+    // coordinator as it joins clients: refused, counted, and the run goes on.
+    let fake_hello = Envelope::new(
+        Id::new(),
+        0,
+        ToCoordinator::Hello(Hello {
+            samples: 100,
+            test_samples: 10,
+            backend: edgecfl_shared::protocol::text("flex"),
+            shard: None,
+        }),
+    )
+    .to_bytes();
+    for bad_id in ["x".repeat(40), "mallory!".to_string()] {
+        link.publish(
+            &format!("{prefix}/clients/{bad_id}/status"),
+            fake_hello.clone(),
+            true,
+        )
+        .unwrap();
+    }
     let coordinator = serve(&dir, &net, &flags);
     let clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 2);
 
@@ -153,13 +176,28 @@ fn mosquitto_run_ignores_bad_input_and_equals_simulate() {
 
     let s = finish(&dir, coordinator, clients);
     let r = &s["rejected"];
-    assert_eq!(s["rejected_total"], 8, "{r:#}");
+    assert_eq!(s["rejected_total"], 10, "{r:#}");
     for reason in ["truncated", "wrong_version", "oversized", "unknown_client"] {
         assert_eq!(r[reason], 1, "{reason}: {r:#}");
     }
+    assert_eq!(r["bad_id"], 2, "{r:#}");
+    // Per client of the run: the 7 bad uploads on the target's topic; ids outside the run
+    // (the intruder, the bad ids) only in the totals.
+    let per_client = s["rejected_per_client"].as_object().unwrap();
+    assert_eq!(per_client.len(), 1, "{per_client:#?}");
+    let target_counts = per_client[&target].as_object().unwrap();
+    assert_eq!(
+        target_counts
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>(),
+        7,
+        "{target_counts:#?}"
+    );
     let log = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
     assert!(
-        log.contains("ignored message from intruder: UnknownClient"),
+        // Ids from topics are quoted (Debug), so a made-up id cannot forge log lines.
+        log.contains("ignored message from \"intruder\": UnknownClient"),
         "{log}"
     );
     assert_matches_simulate(&s, &flags, &dir);

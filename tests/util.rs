@@ -276,13 +276,11 @@ pub fn spy(port: u16, name: &str, subscribe: Vec<String>) -> Link {
     let broker = BrokerAddr {
         host: "127.0.0.1".into(),
         port,
+        tls: false,
     };
     let link = Link::start(LinkOptions {
-        broker: broker.clone(),
-        client_id: name.into(),
         subscribe,
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
+        ..LinkOptions::new(broker.clone(), name)
     })
     .expect("spy link");
     link.wait_connected(&broker, Duration::from_secs(10))

@@ -9,7 +9,7 @@ use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::algorithms::mthfl::{Estimate, Relevance};
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::partition::PartitionSpec;
-use edgecfl_shared::federation::{Algorithm, FederationConfig};
+use edgecfl_shared::federation::{Algorithm, FederationConfig, Weighting};
 use edgecfl_shared::model::{LayerSet, ModelKind};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::Backend;
@@ -190,6 +190,16 @@ pub struct RunFlags {
     /// CFL: ... and its largest member update norm is above ε₂ (default 1.6).
     #[arg(long)]
     pub eps2: Option<f64>,
+    /// How averages weigh their members: samples (each update by its training samples, bounded by
+    /// what its client declared when it joined; the GPS weighs clusters by their members'
+    /// declared samples) | equal (every update once; the GPS weighs clusters by member count).
+    /// The sample count is the one number a client reports about itself that weights an average.
+    #[arg(long)]
+    pub weighting: Option<Weighting>,
+    /// Drop (and report) a trained model whose change ‖θ_client − θ_sent‖₂ from the model it was
+    /// sent is above this bound (default: no bound).
+    #[arg(long)]
+    pub max_update_norm: Option<f64>,
     /// `simulate`: hold the last N clients out of round 0; they join at `--join-round` as
     /// newcomers (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid).
     #[arg(long)]
@@ -276,6 +286,10 @@ impl RunFlags {
             if flag.is_some() {
                 *field = flag;
             }
+        }
+        set!(weighting => f.weighting);
+        if self.max_update_norm.is_some() {
+            f.max_update_norm = self.max_update_norm;
         }
         if self.pre_cluster.is_some() {
             f.pre_cluster = self.pre_cluster;
@@ -395,5 +409,39 @@ mod tests {
         };
         let err = format!("{:#}", bad.resolve().unwrap_err());
         assert!(err.contains("conv9"), "{err}");
+    }
+
+    #[test]
+    fn weighting_and_norm_bound_flags_and_keys() {
+        let c = RunFlags::default().resolve().unwrap();
+        assert_eq!(c.federation.weighting, Weighting::Samples);
+        assert_eq!(c.federation.max_update_norm, None);
+        let flags = RunFlags {
+            weighting: Some("equal".parse().unwrap()),
+            max_update_norm: Some(2.5),
+            ..Default::default()
+        };
+        let c = flags.resolve().unwrap();
+        assert_eq!(c.federation.weighting, Weighting::Equal);
+        assert_eq!(c.federation.max_update_norm, Some(2.5));
+        // The same as TOML keys.
+        let text = DEFAULT_CONFIG.replace(
+            "[federation]",
+            "[federation]\nweighting = \"equal\"\nmax_update_norm = 3.0",
+        );
+        let c = RunConfig::parse(&text, "t").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.federation.weighting, Weighting::Equal);
+        assert_eq!(c.federation.max_update_norm, Some(3.0));
+        let err = "uniform".parse::<Weighting>().unwrap_err();
+        assert!(err.contains("samples or equal"), "{err}");
+        for bound in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let bad = RunFlags {
+                max_update_norm: Some(bound),
+                ..Default::default()
+            };
+            let err = format!("{:#}", bad.resolve().unwrap_err());
+            assert!(err.contains("max-update-norm"), "{err}");
+        }
     }
 }

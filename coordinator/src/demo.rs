@@ -12,7 +12,9 @@ use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::protocol::{BrokerAddr, Encoding};
 
+use crate::broker::BrokerSecurity;
 use crate::config::{RunConfig, RunFlags};
+use crate::credentials::{self, CredentialsArgs, Material};
 use crate::serve::{self, NetFlags, Served};
 
 /// The demo's default configuration: a `groups:` partition (4 label groups) over 8 clients,
@@ -37,6 +39,11 @@ pub struct DemoArgs {
     /// Encoding of client uploads: f32 | f16.
     #[arg(long, default_value = "f32")]
     pub upload: Encoding,
+    /// Everything over TLS with a password per client: writes a CA, certificates, passwords and
+    /// an ACL to <out>/credentials (`coordinator credentials`), runs the embedded broker behind
+    /// its TLS/login/ACL gate, and starts each client with its own credentials.
+    #[arg(long)]
+    pub secure: bool,
 }
 
 /// Edge-client processes, killed when dropped (so an error never leaves them behind).
@@ -106,22 +113,59 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         Some(p) => p,
         None => free_port()?,
     };
+    let prefix = "edgecfl/demo";
+    let ids: Vec<String> = (0..cfg.clients).map(|i| format!("client-{i:03}")).collect();
+    let material = if args.secure {
+        let m = credentials::generate(&CredentialsArgs {
+            out: cfg.out.join("credentials"),
+            clients: None,
+            ids: ids.clone(),
+            lps: Vec::new(),
+            prefix: prefix.into(),
+            hosts: Vec::new(),
+            client_certs: false,
+            days: 2,
+            port: 8883,
+            bind: None,
+            force: true,
+        })?;
+        eprintln!(
+            "credentials (CA, broker certificate, a password per client, ACL) in {}",
+            m.dir.display()
+        );
+        Some(m)
+    } else {
+        None
+    };
     let net = NetFlags {
         broker: None,
-        port,
+        port: Some(port),
         listen: [127, 0, 0, 1].into(),
-        prefix: "edgecfl/demo".into(),
+        prefix: prefix.into(),
         run_id: None,
         min_clients: Some(cfg.clients),
         join_timeout: 120.0,
         phase_timeout: args.phase_timeout,
         upload: args.upload,
         lps: serve::LpsMode::Local,
+        embedded: BrokerSecurity {
+            broker_config: material.as_ref().map(|m| m.broker_toml.clone()),
+            ..BrokerSecurity::default()
+        },
+        ..NetFlags::default()
     };
     let broker = serve::broker_for(&net)?;
     let logs = cfg.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let fleet = spawn_fleet(&bin, &cfg, &broker, &net.prefix, &logs)?;
+    let fleet = spawn_fleet(
+        &bin,
+        &cfg,
+        &broker,
+        &net.prefix,
+        &ids,
+        material.as_ref(),
+        &logs,
+    )?;
     eprintln!(
         "started {} edge-client processes ({}; logs in {})",
         fleet.0.len(),
@@ -152,25 +196,36 @@ fn spawn_fleet(
     cfg: &RunConfig,
     broker: &BrokerAddr,
     prefix: &str,
+    ids: &[String],
+    material: Option<&Material>,
     logs: &Path,
 ) -> anyhow::Result<Fleet> {
     let mut fleet = Fleet(Vec::with_capacity(cfg.clients));
-    for i in 0..cfg.clients {
-        let id = format!("client-{i:03}");
+    for (i, id) in ids.iter().enumerate() {
         let log = File::create(logs.join(format!("{id}.log")))
             .with_context(|| format!("cannot create the log of {id}"))?;
         let mut cmd = Command::new(bin);
-        cmd.args(["run", "--broker", &broker.to_string(), "--id", &id])
+        cmd.args(["run", "--broker", &broker.to_string(), "--id", id.as_str()])
             .args(["--prefix", prefix])
             .args(["--partition", &cfg.partition.to_string()])
             .args(["--seed", &cfg.federation.seed.to_string()])
             .args(["--index", &i.to_string(), "--of", &cfg.clients.to_string()])
             .args(["--device", &cfg.backend.to_string()])
+            .env_remove("EDGECFL_PASSWORD")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         if let Some(d) = &cfg.data {
             cmd.arg("--data").arg(d);
+        }
+        if let Some(m) = material {
+            let user = m
+                .user(id)
+                .with_context(|| format!("no credentials for {id}"))?;
+            cmd.arg("--ca")
+                .arg(&m.ca)
+                .arg("--password-file")
+                .arg(&user.password_file);
         }
         let child = cmd
             .spawn()

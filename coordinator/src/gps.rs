@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use edgecfl_shared::federation::FederationError;
+use edgecfl_shared::federation::{FederationError, Weighting};
 use edgecfl_shared::hierarchy::{self, CommonLayers, HierarchyError};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkError};
 use edgecfl_shared::protocol::{
@@ -149,7 +149,9 @@ pub struct LpsRecord {
     pub cluster: usize,
     /// Its member clients.
     pub members: Vec<String>,
-    /// The weight the LPS reported (training samples of its members).
+    /// Its weight in the GPS average: the training samples its members declared when they
+    /// joined (`--weighting samples`) or its number of members (`equal`). The count the LPS
+    /// reports with its upload is not used: the GPS knows the members' declarations itself.
     pub samples: u64,
     /// Payload bytes of its `Common` upload, per GPS round.
     pub up_bytes: Vec<u64>,
@@ -438,6 +440,8 @@ impl Gps {
                 // Each cluster samples and shuffles with its own stream of the master seed.
                 seed: edgecfl_shared::federation::client_seed(cfg.seed, 0, usize::MAX - 1 - c),
                 upload: self.plan.upload,
+                equal_weights: cfg.weighting == Weighting::Equal,
+                max_update_norm: cfg.max_update_norm,
             };
             let bytes = Envelope::new(
                 self.plan.run.clone(),
@@ -456,7 +460,10 @@ impl Gps {
                     .iter()
                     .map(|&i| self.plan.clients[i].to_string())
                     .collect(),
-                samples: members.iter().map(|&i| self.plan.samples[i]).sum(),
+                samples: match cfg.weighting {
+                    Weighting::Equal => members.len() as u64,
+                    _ => members.iter().map(|&i| self.plan.samples[i]).sum(),
+                },
                 up_bytes: Vec::new(),
                 up_floats: Vec::new(),
                 down_bytes: Vec::new(),
@@ -544,8 +551,8 @@ impl Gps {
         }
     }
 
-    /// GPS round `g`: one valid `Common` from every LPS. Returns (common part, samples) by
-    /// cluster.
+    /// GPS round `g`: one valid `Common` from every LPS. Returns (common part, the cluster's
+    /// weight [`LpsRecord::samples`]) by cluster.
     fn collect(
         &mut self,
         g: usize,
@@ -596,11 +603,17 @@ impl Gps {
                         let r = &mut records[c];
                         r.up_bytes.push(len);
                         r.up_floats.push(values.len());
-                        r.samples = samples;
+                        if samples != r.samples {
+                            warn(format!(
+                                "LPS {lps} reported weight {samples}; the GPS weighs cluster {c} \
+                                 by its members' {}",
+                                r.samples
+                            ));
+                        }
                         if let ToGps::Common { accuracy, .. } = body {
                             r.accuracy.push(*accuracy);
                         }
-                        parts[c] = Some((values, samples));
+                        parts[c] = Some((values, r.samples));
                     }
                     Ok(None) => self.reject(
                         &lps,

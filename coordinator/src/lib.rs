@@ -9,7 +9,8 @@
 //! | [`gps`] | `coordinator serve --lps remote`: the GPS of a hierarchy whose LPSs are processes |
 //! | [`lps`] | `coordinator lps`: one LPS (a cluster's FedAvg under a remote GPS) |
 //! | [`rounds`] | the phases of `serve` as a state machine; which messages count and which are ignored |
-//! | [`broker`] | the embedded MQTT broker (rumqttd) |
+//! | [`broker`] | the embedded MQTT broker (rumqttd), behind a TLS/login/ACL gate when secured |
+//! | [`credentials`] | `coordinator credentials`: CA, certificates, passwords, ACL, broker configs |
 //! | [`demo`] | `coordinator demo`: broker, coordinator and edge-client processes on one machine |
 //! | [`offline`] | `coordinator cluster`: HC on signatures from a `.npy`/`.csv` file |
 //! | [`inspect`] | `coordinator partition`: each client's labels; clusters found vs label sets |
@@ -19,6 +20,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod credentials;
 pub mod demo;
 pub mod gps;
 pub mod inspect;

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::federation::{
-    self, Algorithm, FederationConfig, FederationError, GpsLink, RunContext, RunResult,
+    self, Algorithm, FederationConfig, FederationError, GpsLink, RunContext, RunResult, Weighting,
 };
 use edgecfl_shared::hierarchy::CommonLayers;
 use edgecfl_shared::model::{LayerSet, Params};
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Id, LpsAssignment, LpsDone, ProtocolError, Tensor, ToGps,
     ToLps, TopicKind, Topics,
@@ -51,7 +51,7 @@ pub const COMMON_FILE: &str = "common.f32";
 /// Arguments of `coordinator lps`.
 #[derive(Debug, Clone, Args)]
 pub struct LpsArgs {
-    /// Broker, mqtt://HOST:PORT (the GPS's).
+    /// Broker, mqtt://HOST:PORT or mqtts://HOST:PORT (the GPS's).
     #[arg(long, env = "EDGECFL_BROKER")]
     pub broker: BrokerAddr,
     /// This LPS's id (1-32 of A-Z a-z 0-9 - _ .), unique among the LPSs of the fleet.
@@ -75,6 +75,13 @@ pub struct LpsArgs {
     /// Seconds to wait for the GPS's average after sending the common layers.
     #[arg(long, default_value_t = 3600.0)]
     pub gps_timeout: f64,
+    /// Serve only this run id: an assignment or a `Finish` of any other run is ignored (default:
+    /// the run of the first assignment).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// TLS settings and login at the broker (username default: the --id).
+    #[command(flatten)]
+    pub login: SecurityArgs,
 }
 
 /// Errors of the LPS's exchange with the GPS.
@@ -229,6 +236,7 @@ fn await_assignment(
     topics: &Topics,
     id: &Id,
     hello: &[u8],
+    pinned: Option<&Id>,
     timeout: Duration,
 ) -> Result<(Id, LpsAssignment), LpsError> {
     let deadline = Instant::now() + timeout;
@@ -246,6 +254,11 @@ fn await_assignment(
             }
             Inbound::Disconnected(e) => eprintln!("warn: broker connection: {e}"),
             Inbound::Message { payload, .. } => match Envelope::<ToLps>::from_bytes(&payload) {
+                Ok(env) if pinned.is_some_and(|p| *p != env.run) => eprintln!(
+                    "warn: ignored a GPS message of run {} (serving run {})",
+                    env.run.as_str(),
+                    pinned.map_or("", Id::as_str)
+                ),
                 Ok(Envelope {
                     run,
                     body: ToLps::Assign(a),
@@ -283,6 +296,12 @@ fn settings(a: &LpsAssignment) -> Result<(FederationConfig, Params, CommonLayers
         hierarchy: true,
         lps_rounds: a.lps_rounds as usize,
         common_layers: Some(set),
+        weighting: if a.equal_weights {
+            Weighting::Equal
+        } else {
+            Weighting::Samples
+        },
+        max_update_norm: a.max_update_norm,
         ..FederationConfig::default()
     };
     cfg.validate().map_err(|e| bad(&e))?;
@@ -298,20 +317,25 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
     let id = protocol::id(&args.id).context("bad --id")?;
     let topics = Topics::new(&args.prefix).context("bad --prefix")?;
+    let pinned = match &args.run_id {
+        Some(r) => Some(protocol::id(r).context("bad --run-id")?),
+        None => None,
+    };
     let hello = Envelope::new(Id::new(), 0, ToGps::Hello).to_bytes();
     let gone = Envelope::new(Id::new(), 0, ToGps::Gone).to_bytes();
+    let security = args.login.resolve(id.as_str())?;
     let gps_link = Link::start(LinkOptions {
-        broker: args.broker.clone(),
-        client_id: format!("edgecfl-lps-{}", id.as_str()),
         subscribe: vec![topics.lps_down(&id)],
         last_will: Some((topics.lps_status(&id), gone.clone())),
-        keep_alive: Duration::from_secs(30),
+        security: security.clone(),
+        ..LinkOptions::new(args.broker.clone(), format!("edgecfl-lps-{}", id.as_str()))
     })?;
     let assigned = await_assignment(
         &gps_link,
         &topics,
         &id,
         &hello,
+        pinned.as_ref(),
         Duration::from_secs_f64(args.assign_timeout),
     );
     let (run, assignment) = match assigned {
@@ -391,11 +415,12 @@ fn serve_cluster(
         subscribe.push(topics.up(m));
     }
     let link = Link::start(LinkOptions {
-        broker: args.broker.clone(),
-        client_id: format!("edgecfl-lps-{}-c", gps.id.as_str()),
         subscribe,
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
+        security: args.login.resolve(gps.id.as_str())?,
+        ..LinkOptions::new(
+            args.broker.clone(),
+            format!("edgecfl-lps-{}-c", gps.id.as_str()),
+        )
     })?;
     link.wait_connected(&args.broker, Duration::from_secs(30))?;
     let net = NetFlags {
@@ -451,6 +476,7 @@ fn serve_cluster(
         "common_file": COMMON_FILE,
         "rejected": pool.tally,
         "rejected_total": pool.tally.total(),
+        "rejected_per_client": pool.per_client,
         "phase_timeouts": pool.timeouts,
         "wire_bytes": pool.wire,
     });

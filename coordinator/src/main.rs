@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
 use coordinator::serve::{self, NetFlags};
-use coordinator::{demo, inspect, lps, offline, simulate};
+use coordinator::{credentials, demo, inspect, lps, offline, simulate};
 
 /// Coordinator of edgecfl: one-shot clustering of edge clients and cluster-wise federated training.
 #[derive(Parser)]
@@ -33,6 +33,10 @@ enum Command {
     Partition(inspect::PartitionArgs),
     /// Print the default configuration file (TOML).
     GenerateConfig,
+    /// Write a testbed fleet's security material: a CA, the broker's certificate, a password
+    /// (and optionally a certificate) per user, a mosquitto password_file, acl_file and
+    /// mosquitto.conf, and the embedded broker's broker.toml.
+    Credentials(Box<credentials::CredentialsArgs>),
 }
 
 /// Arguments of `coordinator serve`.
@@ -101,6 +105,9 @@ fn main() -> ExitCode {
         Command::Partition(args) => inspect::run(&args).and_then(|v| {
             println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(())
+        }),
+        Command::Credentials(args) => credentials::generate(&args).map(|m| {
+            print!("{}", credentials::instructions(&m, args.port));
         }),
         Command::GenerateConfig => {
             print!("{DEFAULT_CONFIG}");

@@ -7,7 +7,7 @@ use anyhow::Context;
 use edgecfl_shared::algorithms::fedclust::Clustering;
 use edgecfl_shared::algorithms::mthfl::Relevance;
 use edgecfl_shared::federation::{
-    Algorithm, DroppedNewcomer, Newcomer, Observer, RoundRecord, RunResult,
+    Algorithm, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord, RunResult,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
@@ -74,6 +74,12 @@ pub fn summary(
         "bytes_down_per_client": 4 * result.floats_down / n.max(1) as u64,
         "newcomers": newcomers_json(result),
         "dropped_newcomers": dropped_json(result),
+        "weighting": f.weighting.to_string(),
+        "max_update_norm": f.max_update_norm,
+        // Trained models dropped for claiming more samples than declared or for a change above
+        // max_update_norm: each with client id, round and reason; and their count per client.
+        "dropped_updates": result.dropped_updates,
+        "dropped_updates_per_client": dropped_updates_per_client(result),
         "config": cfg,
     });
     if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut v) {
@@ -99,6 +105,21 @@ fn newcomers_json(result: &RunResult) -> Value {
             })
         })
         .collect()
+}
+
+/// Dropped updates counted by client id, then by reason.
+fn dropped_updates_per_client(
+    result: &RunResult,
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>> {
+    let mut m: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>> =
+        Default::default();
+    for d in &result.dropped_updates {
+        *m.entry(d.client.clone())
+            .or_default()
+            .entry(d.reason.name().to_string())
+            .or_default() += 1;
+    }
+    m
 }
 
 /// The clients turned away after round 0, with the reason.
@@ -288,6 +309,13 @@ impl Observer for Progress {
         self.line(&format!(
             "warn: round {}: newcomer {} dropped: {}",
             d.round, d.client.id, d.reason
+        ));
+    }
+
+    fn update_dropped(&mut self, d: &DroppedUpdate) {
+        self.line(&format!(
+            "warn: round {}: update of {} dropped: {}",
+            d.round, d.client, d.reason
         ));
     }
 

@@ -90,6 +90,9 @@ pub enum Rejection {
     WrongVersion,
     /// From a client id that is not in this run.
     UnknownClient,
+    /// On a topic whose client id is not a valid id (empty, longer than 32 bytes, or with
+    /// characters other than A-Z a-z 0-9 - _ .).
+    BadId,
     /// For another run.
     WrongRun,
     /// For another round (late, or from the future).
@@ -124,6 +127,7 @@ impl Rejection {
             | ProtocolError::TensorBytes { .. }
             | ProtocolError::EigenShape { .. } => Rejection::WrongSize,
             ProtocolError::NotFinite(_) => Rejection::NotFinite,
+            ProtocolError::BadId(_) => Rejection::BadId,
             ProtocolError::BadSignature { .. } | ProtocolError::OutOfRange { .. } => {
                 Rejection::BadValue
             }

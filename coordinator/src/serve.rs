@@ -16,7 +16,7 @@ use edgecfl_shared::federation::{
     RunResult, Training, Update,
 };
 use edgecfl_shared::model::ParamLayout;
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, Security, SecurityArgs};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Hello, Id, Tensor, ToClient, ToCoordinator, TopicKind,
     Topics, TrainJob,
@@ -25,21 +25,23 @@ use edgecfl_shared::train::PIXELS;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::broker::{self, BrokerSecurity};
 use crate::config::RunConfig;
 use crate::gps::{Gps, GpsPlan, GpsReport};
+use crate::plots;
 use crate::report::{self, Progress};
 use crate::rounds::{Answer as WireAnswer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
-use crate::{broker, plots};
 
 /// Network settings of `serve` and `demo`.
 #[derive(Debug, Clone, Args)]
 pub struct NetFlags {
-    /// External broker, mqtt://HOST:PORT. Without it the coordinator starts its embedded broker.
+    /// External broker, mqtt://HOST:PORT or mqtts://HOST:PORT (TLS). Without it the coordinator
+    /// starts its embedded broker.
     #[arg(long)]
     pub broker: Option<BrokerAddr>,
-    /// Port of the embedded broker.
-    #[arg(long, default_value_t = 1883)]
-    pub port: u16,
+    /// Port of the embedded broker (default 1883, or 8883 with TLS).
+    #[arg(long)]
+    pub port: Option<u16>,
     /// Address the embedded broker listens on.
     #[arg(long, default_value = "0.0.0.0")]
     pub listen: IpAddr,
@@ -65,6 +67,13 @@ pub struct NetFlags {
     /// remote (`coordinator lps` processes on the same broker; this process is the GPS).
     #[arg(long, default_value = "local")]
     pub lps: LpsMode,
+    /// This coordinator's TLS settings and login at an external broker (username default
+    /// `coordinator`).
+    #[command(flatten)]
+    pub login: SecurityArgs,
+    /// The embedded broker's TLS, password file and ACL.
+    #[command(flatten)]
+    pub embedded: BrokerSecurity,
 }
 
 /// Where the local parameter servers of a hierarchical run live.
@@ -102,7 +111,7 @@ impl Default for NetFlags {
     fn default() -> Self {
         NetFlags {
             broker: None,
-            port: 1883,
+            port: None,
             listen: [0, 0, 0, 0].into(),
             prefix: Topics::DEFAULT_PREFIX.into(),
             run_id: None,
@@ -111,7 +120,21 @@ impl Default for NetFlags {
             phase_timeout: 600.0,
             upload: Encoding::F32,
             lps: LpsMode::Local,
+            login: SecurityArgs::default(),
+            embedded: BrokerSecurity::default(),
         }
+    }
+}
+
+impl NetFlags {
+    /// Where and how this process's links reach `broker`: the loopback door of an embedded
+    /// broker it started with security on, or `broker` itself with `--ca`/`--cert`/`--username`/
+    /// `--password-file` (default username `coordinator`).
+    pub fn link_to(&self, broker: &BrokerAddr) -> anyhow::Result<(BrokerAddr, Security)> {
+        if let Some(door) = broker::local_login(broker) {
+            return Ok(door);
+        }
+        Ok((broker.clone(), self.login.resolve("coordinator")?))
     }
 }
 
@@ -154,6 +177,9 @@ pub struct MqttPool {
     upload: Encoding,
     /// Ignored messages by reason.
     pub tally: Tally,
+    /// Of those, the ones that came on a client of the run's topics, by client id (ids outside
+    /// the run are counted in `tally` only, so a flood of made-up ids cannot grow this map).
+    pub per_client: BTreeMap<String, Tally>,
     /// Bytes moved.
     pub wire: WireStats,
     /// Phases that ended by their timeout.
@@ -169,6 +195,41 @@ fn warn(msg: impl std::fmt::Display) {
     eprintln!("warn: {msg}");
 }
 
+/// One message on `id`'s status topic while clients join: a `Hello` adds (or refreshes) the
+/// client, a `Gone` removes it. Anything else, and any message under an id that is not a valid
+/// client id, is refused with its reason; a refusal never ends the join.
+fn join_status(
+    joined: &mut BTreeMap<String, (Id, Hello)>,
+    id: &str,
+    payload: &[u8],
+) -> Option<Rejected> {
+    let valid = match protocol::id(id) {
+        Ok(v) => v,
+        Err(e) => return Some(e.into()),
+    };
+    match Envelope::<ToCoordinator>::from_bytes(payload) {
+        Ok(Envelope {
+            body: ToCoordinator::Hello(h),
+            ..
+        }) => {
+            joined.insert(id.to_string(), (valid, h));
+            None
+        }
+        Ok(Envelope {
+            body: ToCoordinator::Gone,
+            ..
+        }) => {
+            joined.remove(id);
+            None
+        }
+        Ok(_) => Some(Rejected {
+            reason: Rejection::Unexpected,
+            detail: "upload on the status topic".into(),
+        }),
+        Err(e) => Some(e.into()),
+    }
+}
+
 impl MqttPool {
     /// Connects and waits (Joining) until `min_clients` announced themselves or `join_timeout`
     /// passed.
@@ -179,7 +240,7 @@ impl MqttPool {
         net: &NetFlags,
         min_clients: usize,
     ) -> anyhow::Result<Self> {
-        let mut joined: BTreeMap<String, Hello> = BTreeMap::new();
+        let mut joined: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut tally = Tally::default();
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
         eprintln!(
@@ -194,32 +255,19 @@ impl MqttPool {
             let Inbound::Message { topic, payload, .. } = ev else {
                 continue;
             };
-            match topics.parse(&topic) {
-                Some((id, TopicKind::Status)) => {
-                    match Envelope::<ToCoordinator>::from_bytes(&payload) {
-                        Ok(Envelope {
-                            body: ToCoordinator::Hello(h),
-                            ..
-                        }) => {
-                            if joined.insert(id.to_string(), h).is_none() {
-                                eprintln!("joined: {id} ({}/{min_clients})", joined.len());
-                            }
-                        }
-                        Ok(Envelope {
-                            body: ToCoordinator::Gone,
-                            ..
-                        }) => {
-                            joined.remove(id);
-                        }
-                        Ok(_) => tally.add(Rejection::Unexpected),
-                        Err(e) => {
-                            let r = Rejected::from(e);
-                            warn(format!("ignored status of {id}: {}", r.detail));
-                            tally.add(r.reason);
-                        }
-                    }
-                }
-                _ => tally.add(Rejection::NotAsked),
+            let Some((id, TopicKind::Status)) = topics.parse(&topic) else {
+                tally.add(Rejection::NotAsked);
+                continue;
+            };
+            let before = joined.len();
+            if let Some(r) = join_status(&mut joined, id, &payload) {
+                warn(format!(
+                    "joining: ignored status of {id:?}: {:?}: {}",
+                    r.reason, r.detail
+                ));
+                tally.add(r.reason);
+            } else if joined.len() > before {
+                eprintln!("joined: {id} ({}/{min_clients})", joined.len());
             }
         }
         anyhow::ensure!(
@@ -235,15 +283,13 @@ impl MqttPool {
             ));
         }
         let mut members: Vec<Member> = joined
-            .into_iter()
-            .map(|(id, hello)| -> anyhow::Result<Member> {
-                Ok(Member {
-                    id: protocol::id(&id)?,
-                    hello,
-                    alive: true,
-                })
+            .into_values()
+            .map(|(id, hello)| Member {
+                id,
+                hello,
+                alive: true,
             })
-            .collect::<anyhow::Result<_>>()?;
+            .collect();
         // Testbed clients holding shards of one partition take their shard index as their
         // index, so a run reproduces `simulate` with the same seed.
         if members.iter().all(|m| m.hello.shard.is_some()) {
@@ -276,6 +322,7 @@ impl MqttPool {
             phase_timeout: Duration::from_secs_f64(net.phase_timeout),
             upload: net.upload,
             tally,
+            per_client: BTreeMap::new(),
             wire: WireStats::default(),
             timeouts: 0,
             accept_newcomers: false,
@@ -475,11 +522,14 @@ impl MqttPool {
         let msg = Envelope::<ToCoordinator>::from_bytes(payload);
         let client = self.index.get(id).copied();
         let phase = aw.phase;
-        let reject = |tally: &mut Tally, r: Rejected| {
+        let reject = |tally: &mut Tally, per_client: &mut BTreeMap<String, Tally>, r: Rejected| {
             warn(format!(
-                "{phase}: ignored message from {id}: {:?}: {}",
+                "{phase}: ignored message from {id:?}: {:?}: {}",
                 r.reason, r.detail
             ));
+            if client.is_some() {
+                per_client.entry(id.to_string()).or_default().add(r.reason);
+            }
             tally.add(r.reason);
         };
         match (kind, client) {
@@ -511,12 +561,13 @@ impl MqttPool {
                 }
                 Ok(_) => reject(
                     &mut self.tally,
+                    &mut self.per_client,
                     Rejected {
                         reason: Rejection::Unexpected,
                         detail: "upload on the status topic".into(),
                     },
                 ),
-                Err(e) => reject(&mut self.tally, e.into()),
+                Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
             },
             (TopicKind::Status, None) => match msg {
                 Ok(Envelope {
@@ -531,13 +582,14 @@ impl MqttPool {
                             self.queued.push((new, hello));
                         }
                     }
-                    Err(e) => reject(&mut self.tally, e.into()),
+                    Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
                 },
                 Ok(Envelope {
                     body: ToCoordinator::Hello(_),
                     ..
                 }) => reject(
                     &mut self.tally,
+                    &mut self.per_client,
                     Rejected {
                         reason: Rejection::LateJoiner,
                         detail: "joined after round 0 was planned".into(),
@@ -547,10 +599,19 @@ impl MqttPool {
                     body: ToCoordinator::Gone,
                     ..
                 }) => self.queued.retain(|q| q.0.as_str() != id),
-                _ => {}
+                Ok(_) => reject(
+                    &mut self.tally,
+                    &mut self.per_client,
+                    Rejected {
+                        reason: Rejection::Unexpected,
+                        detail: "upload on the status topic".into(),
+                    },
+                ),
+                Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
             },
             (TopicKind::Up, None) => reject(
                 &mut self.tally,
+                &mut self.per_client,
                 Rejected {
                     reason: Rejection::UnknownClient,
                     detail: "not a client of this run".into(),
@@ -578,7 +639,7 @@ impl MqttPool {
                         }
                         return Ok(Some((c, a)));
                     }
-                    Err(r) => reject(&mut self.tally, r),
+                    Err(r) => reject(&mut self.tally, &mut self.per_client, r),
                 }
             }
             (TopicKind::Down, _) => {}
@@ -894,17 +955,39 @@ fn clock_run_id() -> String {
 /// The broker to use: the external one, or the embedded one started now.
 pub fn broker_for(net: &NetFlags) -> anyhow::Result<BrokerAddr> {
     Ok(match &net.broker {
-        Some(b) => b.clone(),
-        None => {
-            let addr = broker::start(net.listen, net.port)?;
-            eprintln!(
-                "embedded broker (rumqttd) listening on {}:{}",
-                net.listen, net.port
+        Some(b) => {
+            anyhow::ensure!(
+                !net.embedded.is_on(),
+                "--tls-cert/--broker-passwd/--broker-acl/--broker-config configure the embedded broker; with --broker they have no effect (configure that broker instead)"
             );
-            BrokerAddr {
-                host: addr.ip().to_string(),
-                port: addr.port(),
-            }
+            b.clone()
+        }
+        None => {
+            let security = net.embedded.resolved()?;
+            let port = net.port.unwrap_or(if security.tls() {
+                BrokerAddr::MQTTS_PORT
+            } else {
+                BrokerAddr::MQTT_PORT
+            });
+            let addr = broker::start(net.listen, port, &security)?;
+            eprintln!(
+                "embedded broker (rumqttd) listening on {}:{port}{}",
+                net.listen,
+                match (
+                    security.tls(),
+                    security.broker_passwd.is_some(),
+                    security.broker_acl.is_some()
+                ) {
+                    (false, false, false) => " (plain MQTT, anonymous, no ACL)".to_string(),
+                    (tls, pw, acl) => format!(
+                        " ({}, {}, {})",
+                        if tls { "TLS" } else { "plain MQTT" },
+                        if pw { "logins checked" } else { "anonymous" },
+                        if acl { "ACL enforced" } else { "no ACL" }
+                    ),
+                }
+            );
+            addr
         }
     })
 }
@@ -934,6 +1017,7 @@ pub fn run(
     let topics = Topics::new(&net.prefix).context("bad --prefix")?;
     let run =
         protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id)).context("bad --run-id")?;
+    let (link_addr, security) = net.link_to(broker)?;
     // With remote LPSs this process is the GPS. It listens to the LPSs from the start, so their
     // announcements wait for it while round 0 runs.
     let gps_link = match net.lps {
@@ -944,24 +1028,20 @@ pub fn run(
                 "--lps remote needs a hierarchical run (--hierarchy, or --algorithm mthfl)"
             );
             let link = Link::start(LinkOptions {
-                broker: broker.clone(),
-                client_id: format!("gps-{}", run.as_str()),
                 subscribe: Gps::subscriptions(&topics),
-                last_will: None,
-                keep_alive: Duration::from_secs(30),
+                security: security.clone(),
+                ..LinkOptions::new(link_addr.clone(), format!("gps-{}", run.as_str()))
             })?;
-            link.wait_connected(broker, Duration::from_secs(30))?;
+            link.wait_connected(&link_addr, Duration::from_secs(30))?;
             Some(link)
         }
     };
     let link = Link::start(LinkOptions {
-        broker: broker.clone(),
-        client_id: format!("coordinator-{}", run.as_str()),
         subscribe: vec![topics.all_status(), topics.all_up()],
-        last_will: None,
-        keep_alive: Duration::from_secs(30),
+        security,
+        ..LinkOptions::new(link_addr.clone(), format!("coordinator-{}", run.as_str()))
     })?;
-    link.wait_connected(broker, Duration::from_secs(30))?;
+    link.wait_connected(&link_addr, Duration::from_secs(30))?;
     eprintln!("connected to {broker}; run {}", run.as_str());
     let min_clients = net.min_clients.unwrap_or(cfg.clients);
     let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
@@ -1010,6 +1090,7 @@ pub fn run(
         "upload_encoding": net.upload.to_string(),
         "rejected": pool.tally,
         "rejected_total": pool.tally.total(),
+        "rejected_per_client": pool.per_client,
         "phase_timeouts": pool.timeouts,
         "wire_bytes": pool.wire,
     });
@@ -1051,4 +1132,58 @@ pub fn run(
         truth,
         gps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(samples: u64) -> Vec<u8> {
+        Envelope::new(
+            Id::new(),
+            0,
+            ToCoordinator::Hello(Hello {
+                samples,
+                test_samples: 1,
+                backend: protocol::text("flex"),
+                shard: None,
+            }),
+        )
+        .to_bytes()
+    }
+
+    /// While clients join, a status message under an id that is not a client id (too long, a
+    /// character outside A-Z a-z 0-9 - _ .) is refused as `BadId` and the join goes on; so are
+    /// garbage and uploads on a status topic, each with its reason.
+    #[test]
+    fn join_refuses_bad_ids_and_garbage_and_goes_on() {
+        let mut joined = BTreeMap::new();
+        assert_eq!(join_status(&mut joined, "c0", &hello(7)), None);
+        let long = "x".repeat(protocol::MAX_ID_LEN + 1);
+        for bad in [long.as_str(), "c!1", "", "c 1"] {
+            let r = join_status(&mut joined, bad, &hello(9)).expect(bad);
+            assert_eq!(r.reason, Rejection::BadId, "{bad:?}");
+        }
+        let r = join_status(&mut joined, "c1", &[0xFF, 0x00, 0x13]).unwrap();
+        assert_ne!(r.reason, Rejection::BadId);
+        let gone = Envelope::new(Id::new(), 0, ToCoordinator::Gone).to_bytes();
+        let upload = Envelope::new(
+            Id::new(),
+            0,
+            ToCoordinator::Failed {
+                reason: protocol::text("x"),
+            },
+        )
+        .to_bytes();
+        assert_eq!(
+            join_status(&mut joined, "c1", &upload).unwrap().reason,
+            Rejection::Unexpected
+        );
+        assert_eq!(join_status(&mut joined, "c2", &hello(3)), None);
+        assert_eq!(joined.keys().collect::<Vec<_>>(), ["c0", "c2"]);
+        assert_eq!(joined["c0"].1.samples, 7);
+        assert_eq!(joined["c0"].0.as_str(), "c0");
+        assert_eq!(join_status(&mut joined, "c0", &gone), None);
+        assert_eq!(joined.keys().collect::<Vec<_>>(), ["c2"]);
+    }
 }

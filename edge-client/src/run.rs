@@ -13,7 +13,7 @@
 //! the broadcast topic (before or after the job; see [`protocol`]), compute the row `r(i, ·)`
 //! against it with the exact Gram matrix ([`mthfl::client_row`]) and upload it.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
@@ -21,7 +21,7 @@ use edgecfl_shared::algorithms::mthfl::{self, Gram, Signature};
 use edgecfl_shared::client::{self, ClientData};
 use edgecfl_shared::federation::{Answer, Job, Prox, Training, Update};
 use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, Hello, Id, LabelEval, Tensor,
     ToClient, ToCoordinator, Topics, TrainJob,
@@ -33,7 +33,7 @@ use crate::shard::{Shard, ShardArgs};
 /// Arguments of `edge-client run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Broker, mqtt://HOST:PORT.
+    /// Broker, mqtt://HOST:PORT or mqtts://HOST:PORT (TLS; see --ca).
     #[arg(long, env = "EDGECFL_BROKER")]
     pub broker: BrokerAddr,
     /// This client's id (1-32 of A-Z a-z 0-9 - _ .), unique in the fleet.
@@ -60,6 +60,17 @@ pub struct RunArgs {
     /// Stay connected after the coordinator finishes a run (wait for the next one).
     #[arg(long)]
     pub stay: bool,
+    /// Give up (exit with an error) after this many consecutive failed connection attempts;
+    /// 0: retry forever. Attempts back off from 1 s to 15 s.
+    #[arg(long, default_value_t = 0, env = "EDGECFL_CONNECT_RETRIES")]
+    pub connect_retries: u32,
+    /// Serve only this run id (default: the run of the first command received; commands of
+    /// any other run are ignored until that run finishes).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// TLS settings and login (username default: the --id).
+    #[command(flatten)]
+    pub login: SecurityArgs,
 }
 
 /// What a client did in a run.
@@ -69,7 +80,7 @@ pub struct Served {
     pub jobs: u64,
     /// Jobs that failed (reported to the coordinator).
     pub failed: u64,
-    /// Commands ignored (undecodable, wrong version).
+    /// Commands ignored (undecodable, wrong version, another run's).
     pub ignored: u64,
     /// Payload bytes uploaded.
     pub bytes_up: u64,
@@ -108,13 +119,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     )
     .to_bytes();
     let gone = Envelope::new(Id::new(), 0, ToCoordinator::Gone).to_bytes();
+    let pinned_run = match &args.run_id {
+        Some(r) => Some(protocol::id(r).context("bad --run-id")?),
+        None => None,
+    };
     let link = Link::start(LinkOptions {
-        broker: args.broker.clone(),
-        client_id: id.to_string(),
         subscribe: vec![topics.down(&id), topics.broadcast()],
         last_will: Some((topics.status(&id), gone.clone())),
         keep_alive: Duration::from_secs(args.keepalive.max(5)),
+        security: args.login.resolve(id.as_str())?,
+        ..LinkOptions::new(args.broker.clone(), id.as_str())
     })?;
+    eprintln!("{}: connecting to {}", id.as_str(), args.broker);
     let mut served = Served::default();
     let mut worker = Worker {
         shard: &shard,
@@ -125,6 +141,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     };
     let broadcast = topics.broadcast();
     let mut connected = false;
+    // The run this client serves: pinned, or the first command's (see --run-id).
+    let mut current_run = pinned_run.clone();
     while let Some(ev) = link.recv() {
         match ev {
             Inbound::Connected => {
@@ -133,10 +151,37 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 link.publish(&topics.status(&id), hello.clone(), true)?;
             }
             Inbound::Disconnected(e) => {
+                if let Some(reason) = link.refused() {
+                    anyhow::bail!(
+                        "{}: the broker at {} refused this client: {reason}",
+                        id.as_str(),
+                        args.broker
+                    );
+                }
+                let failures = link.failures();
+                let give_up = args.connect_retries > 0 && failures >= args.connect_retries;
+                let next = match link.next_attempt() {
+                    Some(at) if !give_up => retry_note(at),
+                    _ => String::new(),
+                };
                 if connected {
-                    eprintln!("{}: lost the broker ({e}); reconnecting", id.as_str());
+                    eprintln!("{}: lost the broker ({e}); reconnecting{next}", id.as_str());
+                } else {
+                    eprintln!(
+                        "{}: connection attempt {failures} to {} failed: {e}{next}",
+                        id.as_str(),
+                        args.broker
+                    );
                 }
                 connected = false;
+                if give_up {
+                    anyhow::bail!(
+                        "{}: gave up after {failures} failed connection attempts to {} (--connect-retries {}); last error: {e}",
+                        id.as_str(),
+                        args.broker,
+                        args.connect_retries
+                    );
+                }
             }
             Inbound::Message { topic, payload, .. } => {
                 served.bytes_down += payload.len() as u64;
@@ -148,6 +193,22 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                         continue;
                     }
                 };
+                // Commands of another run (a stale or foreign coordinator on the same prefix) are
+                // not this client's business; the first command fixes the run unless --run-id.
+                match &current_run {
+                    Some(r) if *r != env.run => {
+                        eprintln!(
+                            "{}: ignored a command of run {} (serving run {})",
+                            id.as_str(),
+                            env.run.as_str(),
+                            r.as_str()
+                        );
+                        served.ignored += 1;
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => current_run = Some(env.run.clone()),
+                }
                 // The relay, and only the relay, comes on the broadcast topic.
                 if matches!(env.body, ToClient::Relay(_)) != (topic == broadcast) {
                     eprintln!(
@@ -160,6 +221,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 if env.body == ToClient::Finish {
                     eprintln!("{}: run {} finished", id.as_str(), env.run.as_str());
                     if args.stay {
+                        current_run = pinned_run.clone();
                         continue;
                     }
                     break;
@@ -188,6 +250,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     link.publish(&topics.status(&id), gone, true)?;
     link.disconnect();
     Ok(served)
+}
+
+/// "; next attempt in 4 s (12:00:05 UTC)" for a retry at `at`.
+fn retry_note(at: SystemTime) -> String {
+    let wait = at
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO)
+        .as_secs_f64();
+    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    format!("; next attempt in {wait:.0} s ({h:02}:{m:02}:{s:02} UTC)")
 }
 
 fn decode_params(model: ModelKind, params: &Tensor) -> anyhow::Result<Params> {

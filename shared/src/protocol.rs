@@ -570,7 +570,9 @@ pub struct ShardInfo {
 /// A client's announcement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
-    /// Training samples.
+    /// Training samples. Taken on trust, it bounds the `samples` of every update this client
+    /// sends (an update claiming more is dropped) and weights its updates unless the run weighs
+    /// equally (`--weighting equal`).
     pub samples: u64,
     /// Local test samples.
     pub test_samples: u64,
@@ -834,27 +836,45 @@ pub enum TopicKind {
     Down,
 }
 
-/// A broker address, `mqtt://host:port`, `tcp://host:port` or `host[:port]` (port 1883 by
-/// default).
+/// A broker address: `mqtt://host:port`, `tcp://host:port` or `host[:port]` (plain TCP, port 1883
+/// by default), or `mqtts://host:port` / `ssl://host:port` (TLS, port 8883 by default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerAddr {
     /// Host name or IP.
     pub host: String,
     /// TCP port.
     pub port: u16,
+    /// TLS (`mqtts://`): the link verifies the broker's certificate and encrypts everything.
+    pub tls: bool,
+}
+
+impl BrokerAddr {
+    /// Default port of plain MQTT.
+    pub const MQTT_PORT: u16 = 1883;
+    /// Default port of MQTT over TLS.
+    pub const MQTTS_PORT: u16 = 8883;
 }
 
 impl core::str::FromStr for BrokerAddr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let rest = s
-            .strip_prefix("mqtt://")
-            .or_else(|| s.strip_prefix("tcp://"))
-            .unwrap_or(s)
-            .trim_end_matches('/');
+        let (rest, tls) = if let Some(r) = s
+            .strip_prefix("mqtts://")
+            .or_else(|| s.strip_prefix("ssl://"))
+        {
+            (r, true)
+        } else {
+            (
+                s.strip_prefix("mqtt://")
+                    .or_else(|| s.strip_prefix("tcp://"))
+                    .unwrap_or(s),
+                false,
+            )
+        };
+        let rest = rest.trim_end_matches('/');
         if rest.contains("://") {
             return Err(format!(
-                "unsupported broker URL {s:?} (expected mqtt://HOST:PORT)"
+                "unsupported broker URL {s:?} (expected mqtt://HOST:PORT or mqtts://HOST:PORT)"
             ));
         }
         let (host, port) = match rest.rsplit_once(':') {
@@ -863,7 +883,14 @@ impl core::str::FromStr for BrokerAddr {
                 p.parse::<u16>()
                     .map_err(|_| format!("bad port {p:?} in broker URL {s:?}"))?,
             ),
-            _ => (rest, 1883),
+            _ => (
+                rest,
+                if tls {
+                    BrokerAddr::MQTTS_PORT
+                } else {
+                    BrokerAddr::MQTT_PORT
+                },
+            ),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
         if host.is_empty() {
@@ -872,13 +899,19 @@ impl core::str::FromStr for BrokerAddr {
         Ok(BrokerAddr {
             host: host.into(),
             port,
+            tls,
         })
     }
 }
 
 impl fmt::Display for BrokerAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "mqtt://{}:{}", self.host, self.port)
+        let scheme = if self.tls { "mqtts" } else { "mqtt" };
+        if self.host.contains(':') {
+            write!(f, "{scheme}://[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{scheme}://{}:{}", self.host, self.port)
+        }
     }
 }
 
@@ -938,6 +971,12 @@ pub struct LpsAssignment {
     pub seed: u64,
     /// Encoding of the members' model uploads.
     pub upload: Encoding,
+    /// Weigh every member's update equally in the cluster's FedAvg (`--weighting equal`) instead
+    /// of by its training samples.
+    pub equal_weights: bool,
+    /// Drop a member's update whose change from the model it was sent is above this L2 norm
+    /// (`--max-update-norm`); None: no bound.
+    pub max_update_norm: Option<f64>,
 }
 
 /// Errors of validating an LPS/GPS message beyond its decoding.
@@ -1030,6 +1069,9 @@ impl LpsAssignment {
             self.momentum.is_finite() && (0.0..1.0).contains(&self.momentum),
             format!("{}", self.momentum),
         )?;
+        if let Some(b) = self.max_update_norm {
+            setting("max_update_norm", b.is_finite() && b > 0.0, format!("{b}"))?;
+        }
         Ok(self.initial.decode(None)?)
     }
 }

@@ -256,6 +256,8 @@ fn to_lps() -> Vec<ToLps> {
             momentum: 0.5,
             seed: 9,
             upload: Encoding::F32,
+            equal_weights: false,
+            max_update_norm: Some(10.0),
         })),
         ToLps::Common {
             values: Tensor::encode(&[0.5, 0.25], Encoding::F32),

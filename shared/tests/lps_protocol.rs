@@ -35,6 +35,8 @@ fn assignment() -> LpsAssignment {
         momentum: 0.5,
         seed: 7,
         upload: Encoding::F32,
+        equal_weights: true,
+        max_update_norm: Some(2.0),
     }
 }
 
@@ -128,6 +130,11 @@ fn assignments_are_checked() {
         ("epochs", with(&|a| a.epochs = 0)),
         ("batch_size", with(&|a| a.batch_size = 0)),
         ("eval_every", with(&|a| a.eval_every = 0)),
+        ("max_update_norm", with(&|a| a.max_update_norm = Some(0.0))),
+        (
+            "max_update_norm",
+            with(&|a| a.max_update_norm = Some(f64::NAN)),
+        ),
     ] {
         assert!(
             matches!(e, LpsMessageError::Setting { name: n, .. } if n == name),

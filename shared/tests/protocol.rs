@@ -448,7 +448,19 @@ fn ids_topics_and_broker_urls() {
     let b: BrokerAddr = "broker.local".parse().unwrap();
     assert_eq!((b.host.as_str(), b.port), ("broker.local", 1883));
     assert_eq!(b.to_string(), "mqtt://broker.local:1883");
-    assert!("mqtts://x:1".parse::<BrokerAddr>().is_err());
+    assert!(!a.tls && !b.tls);
+    let c: BrokerAddr = "mqtts://broker.local".parse().unwrap();
+    assert_eq!(
+        (c.host.as_str(), c.port, c.tls),
+        ("broker.local", 8883, true)
+    );
+    assert_eq!(c.to_string(), "mqtts://broker.local:8883");
+    let d: BrokerAddr = "ssl://10.0.0.2:9883".parse().unwrap();
+    assert_eq!((d.port, d.tls), (9883, true));
+    let e: BrokerAddr = "mqtts://[::1]:8884".parse().unwrap();
+    assert_eq!((e.host.as_str(), e.port, e.tls), ("::1", 8884, true));
+    assert_eq!(e.to_string().parse::<BrokerAddr>().unwrap(), e);
+    assert!("ws://x:1".parse::<BrokerAddr>().is_err());
     assert!("mqtt://x:port".parse::<BrokerAddr>().is_err());
     assert!("mqtt://:1883".parse::<BrokerAddr>().is_err());
 }

@@ -91,6 +91,63 @@ pub struct FederationConfig {
     /// CFL: ... and the largest member update norm is above ε₂. Unset: 1.6.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eps2: Option<f64>,
+    /// How the averages weigh their members: by training samples (FedAvg; the default) or
+    /// equally.
+    #[serde(default, skip_serializing_if = "Weighting::is_samples")]
+    pub weighting: Weighting,
+    /// Largest accepted L2 norm of an update's change, ‖θ_client − θ_sent‖₂ (the model a client
+    /// returns minus the model it was sent to train). An update above it is reported
+    /// ([`super::Observer::update_dropped`], `dropped_updates` in `summary.json`) and dropped.
+    /// Unset: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_update_norm: Option<f64>,
+}
+
+/// How an average (cluster FedAvg, the GPS's average of common layers) weighs its members.
+///
+/// A client's sample count is the one number a client reports about itself that weights an
+/// average. With [`Weighting::Samples`] the count it reports with an update is bounded by the
+/// count it declared when it joined ([`super::ClientInfo::samples`]): an update claiming more is
+/// dropped. The declared count itself is taken on trust; [`Weighting::Equal`] removes that trust.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Weighting {
+    /// By the training samples of each update (each client's declared count bounds it); the GPS
+    /// weighs a cluster by its members' declared samples.
+    #[default]
+    Samples,
+    /// Every update counts once; the GPS weighs a cluster by its number of members.
+    Equal,
+}
+
+impl Weighting {
+    /// True for the default, [`Weighting::Samples`].
+    pub fn is_samples(&self) -> bool {
+        *self == Weighting::Samples
+    }
+}
+
+impl std::fmt::Display for Weighting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Weighting::Samples => "samples",
+            Weighting::Equal => "equal",
+        })
+    }
+}
+
+impl std::str::FromStr for Weighting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "samples" => Ok(Weighting::Samples),
+            "equal" => Ok(Weighting::Equal),
+            _ => Err(format!(
+                "unknown weighting {s:?} (expected samples or equal)"
+            )),
+        }
+    }
 }
 
 fn default_lps_rounds() -> usize {
@@ -138,6 +195,8 @@ impl Default for FederationConfig {
             fesem_layers: None,
             eps1: None,
             eps2: None,
+            weighting: Weighting::Samples,
+            max_update_norm: None,
         }
     }
 }
@@ -171,6 +230,13 @@ impl FederationConfig {
             {
                 return bad(format!("{name} must be a finite number ≥ 0, got {v}"));
             }
+        }
+        if let Some(b) = self.max_update_norm
+            && !(b.is_finite() && b > 0.0)
+        {
+            return bad(format!(
+                "max-update-norm must be a finite number > 0, got {b}"
+            ));
         }
         if self.clusters == Some(0) {
             return bad("clusters must be ≥ 1".into());

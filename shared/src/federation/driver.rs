@@ -12,7 +12,7 @@ use super::result::task_accuracy;
 use super::{
     Algorithm, Answer, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env, FederationConfig,
     FederationError, GpsLink, Job, Newcomer, NewcomerError, Observer, RoundRecord, RunContext,
-    RunResult, Target, Traffic, client_seed,
+    RunResult, Target, Traffic, Weighting, client_seed,
 };
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::hierarchy::{self, CommonLayers};
@@ -98,6 +98,16 @@ fn run_inner(
         .map(|(p, c)| (c.index, p))
         .collect();
     let mut traffic = Traffic::default();
+    // Dropped updates already handed to the observer.
+    let mut reported = 0;
+    macro_rules! report_dropped {
+        () => {
+            for d in &traffic.dropped[reported..] {
+                observer.update_dropped(d);
+            }
+            reported = traffic.dropped.len();
+        };
+    }
     macro_rules! env {
         () => {
             Env {
@@ -114,6 +124,7 @@ fn run_inner(
 
     // Round 0: who trains with whom.
     let init = strategy.init(&mut env!())?;
+    report_dropped!();
     let ari = match &ctx.truth {
         // The truth may cover clients that join later too (pool indices n..).
         Some(t) if init.clusters_found && t.len() >= n => {
@@ -304,6 +315,7 @@ fn run_inner(
                 .and_then(|t| truth_ari(t, &clients, state.assignment())),
             seconds: t0.elapsed().as_secs_f64(),
         };
+        report_dropped!();
         observer.round(&record, cfg.rounds);
         rounds.push(record);
     }
@@ -328,6 +340,7 @@ fn run_inner(
         models: state.models().to_vec(),
         newcomers,
         dropped_newcomers,
+        dropped_updates: traffic.dropped,
         floats_down: traffic.down,
         floats_up: traffic.up,
         wall_seconds: start.elapsed().as_secs_f64(),
@@ -368,7 +381,12 @@ fn gps_step(
     if !round.is_multiple_of(cfg.lps_rounds) {
         return Ok(false);
     }
-    let samples = state.samples(clients);
+    let samples = match cfg.weighting {
+        Weighting::Equal => (0..state.len())
+            .map(|c| state.members(c).len() as u64)
+            .collect(),
+        _ => state.samples(clients),
+    };
     match remote {
         // This process is one LPS (one cluster); the GPS is elsewhere.
         Some(link) => {
@@ -385,5 +403,58 @@ fn gps_step(
             Ok(true)
         }
         None => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ModelKind;
+
+    /// The in-process GPS step weighs cluster 0 (one member declaring 100 samples, its model all
+    /// 0) against cluster 1 (two members declaring 1 sample each, all 3): by samples the common
+    /// layer becomes (100·0 + 2·3)/102, with equal weighting (1·0 + 2·3)/3 = 2; the other layers
+    /// keep each cluster's own values.
+    #[test]
+    fn gps_step_weighs_clusters_by_declared_samples_or_by_members() {
+        let n = Params::init(ModelKind::Mlp, 0).values.len();
+        let clients: Vec<ClientInfo> = [100, 1, 1]
+            .into_iter()
+            .enumerate()
+            .map(|(index, samples)| ClientInfo {
+                index,
+                id: format!("c{index}"),
+                samples,
+            })
+            .collect();
+        let common = CommonLayers::new(ModelKind::Mlp, None).unwrap();
+        for (weighting, expected) in [(Weighting::Samples, 6.0 / 102.0), (Weighting::Equal, 2.0)] {
+            let cfg = FederationConfig {
+                model: ModelKind::Mlp,
+                hierarchy: true,
+                weighting,
+                ..FederationConfig::default()
+            };
+            let mut state = Clusters::new(
+                vec![0, 1, 1],
+                vec![
+                    Params::new(ModelKind::Mlp, vec![0.0; n]).unwrap(),
+                    Params::new(ModelKind::Mlp, vec![3.0; n]).unwrap(),
+                ],
+            );
+            let ran = gps_step(&cfg, 1, Some(&common), None, &mut state, &clients, &[], 1).unwrap();
+            assert!(ran);
+            for (c, own) in [(0, 0.0f32), (1, 3.0)] {
+                let model = &state.models()[c];
+                let part = common.extract(model).unwrap();
+                assert_eq!(part.len(), common.len());
+                for v in part {
+                    assert!((f64::from(v) - expected).abs() < 1e-6, "{weighting}: {v}");
+                }
+                // Outside the common layers, each cluster keeps its own model.
+                let outside = model.values.iter().filter(|&&v| v == own).count();
+                assert_eq!(outside, n - common.len(), "{weighting} cluster {c}");
+            }
+        }
     }
 }

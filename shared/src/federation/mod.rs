@@ -49,13 +49,14 @@ mod pool;
 mod result;
 
 pub use crate::algorithms::Algorithm;
-pub use config::{FederationConfig, client_seed};
+pub use config::{FederationConfig, Weighting, client_seed};
 pub use driver::{run, run_lps};
 pub use pool::{
     Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Prox, Training, Update,
 };
 pub use result::{
-    DroppedNewcomer, Newcomer, NewcomerError, Observer, Quiet, RoundRecord, RunResult,
+    DroppedNewcomer, DroppedUpdate, Newcomer, NewcomerError, Observer, Quiet, RoundRecord,
+    RunResult, UpdateRejection,
 };
 
 use std::collections::HashMap;
@@ -489,11 +490,12 @@ pub struct Env<'a> {
     traffic: &'a mut Traffic,
 }
 
-/// Floats moved, both ways.
-#[derive(Debug, Clone, Copy, Default)]
+/// Floats moved, both ways, and the trained models [`Env::run`] dropped.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Traffic {
     pub(crate) down: u64,
     pub(crate) up: u64,
+    pub(crate) dropped: Vec<DroppedUpdate>,
 }
 
 impl Env<'_> {
@@ -510,7 +512,11 @@ impl Env<'_> {
     /// Runs `jobs` (by position) in round `round` and returns the valid answers by position, in
     /// the order the pool gave them. An answer is dropped when it is from a client not asked, of
     /// the wrong kind for its job, a second answer, or a model of the wrong architecture or size
-    /// or with zero samples.
+    /// or with zero samples. A trained model that passes these checks is still dropped, and
+    /// recorded as a [`DroppedUpdate`], when it claims more samples than its client declared when
+    /// it joined ([`ClientInfo::samples`]) or when its change from the model it was sent is above
+    /// [`FederationConfig::max_update_norm`]. With [`Weighting::Equal`] every kept model's samples
+    /// become 1.
     ///
     /// # Errors
     ///
@@ -530,8 +536,29 @@ impl Env<'_> {
         let answers = self.pool.run(round, &by_index)?;
         let expected_len = self.initial.values.len();
         let model = self.cfg.model;
-        let valid_update = |u: &Update| {
+        let equal = self.cfg.weighting == Weighting::Equal;
+        let bound = self.cfg.max_update_norm;
+        let clients = self.clients;
+        // A model of the run's architecture and size, trained on at least one sample.
+        let well_formed = |u: &Update| {
             u.params.model == model && u.params.values.len() == expected_len && u.samples > 0
+        };
+        // Trained on no more samples than the client declared, and not too far from `sent`.
+        let trusted = |u: &Update, sent: &Params| -> Result<(), UpdateRejection> {
+            let declared = clients[u.client].samples;
+            if u.samples > declared {
+                return Err(UpdateRejection::TooManySamples {
+                    samples: u.samples,
+                    declared,
+                });
+            }
+            if let Some(bound) = bound {
+                let norm = change_norm(&u.params.values, &sent.values);
+                if norm.is_nan() || norm > bound {
+                    return Err(UpdateRejection::NormAbove { norm, bound });
+                }
+            }
+            Ok(())
         };
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::with_capacity(answers.len());
@@ -545,38 +572,79 @@ impl Env<'_> {
             if !job.accepts(&answer) || !seen.insert(index) {
                 continue;
             }
-            let ok = match &mut answer {
-                Answer::Update(u) => {
+            let checked = match (&mut answer, job) {
+                (Answer::Update(u), Job::Train(t)) => {
                     u.client = p;
-                    valid_update(u)
+                    well_formed(u).then(|| trusted(u, t.start))
                 }
-                Answer::Pair { global, cluster } => {
+                (
+                    Answer::Pair { global, cluster },
+                    Job::TrainPair {
+                        global: g,
+                        cluster: c,
+                    },
+                ) => {
                     global.client = p;
                     cluster.client = p;
-                    valid_update(global) && valid_update(cluster)
+                    (well_formed(global) && well_formed(cluster))
+                        .then(|| trusted(global, g.start).and_then(|()| trusted(cluster, c.start)))
                 }
-                Answer::Picked {
-                    update,
-                    choice,
-                    losses,
-                } => {
+                (
+                    Answer::Picked {
+                        update,
+                        choice,
+                        losses,
+                    },
+                    Job::Pick { candidates, .. },
+                ) => {
                     update.client = p;
-                    let Job::Pick { candidates, .. } = job else {
-                        continue;
-                    };
-                    valid_update(update)
+                    (well_formed(update)
                         && *choice < candidates.len()
-                        && losses.len() == candidates.len()
+                        && losses.len() == candidates.len())
+                    .then(|| trusted(update, candidates[*choice]))
                 }
-                _ => true,
+                (Answer::Update(_) | Answer::Pair { .. } | Answer::Picked { .. }, _) => None,
+                _ => Some(Ok(())),
             };
-            if ok {
-                self.traffic.up += answer.floats_up() as u64;
-                out.push((p, answer));
+            match checked {
+                None => continue,
+                Some(Err(reason)) => {
+                    self.traffic.dropped.push(DroppedUpdate {
+                        client: clients[p].id.clone(),
+                        round,
+                        reason,
+                    });
+                    continue;
+                }
+                Some(Ok(())) => {}
             }
+            if equal {
+                match &mut answer {
+                    Answer::Update(u) | Answer::Picked { update: u, .. } => u.samples = 1,
+                    Answer::Pair { global, cluster } => {
+                        global.samples = 1;
+                        cluster.samples = 1;
+                    }
+                    _ => {}
+                }
+            }
+            self.traffic.up += answer.floats_up() as u64;
+            out.push((p, answer));
         }
         Ok(out)
     }
+}
+
+/// ‖a − b‖₂, summed in f64 (`a` and `b` of the same length).
+fn change_norm(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| {
+            let d = f64::from(x) - f64::from(y);
+            d * d
+        })
+        .sum::<f64>()
+        .sqrt()
 }
 
 impl Job<'_> {
@@ -650,5 +718,17 @@ impl RoundStats {
             received: updates.len(),
             train_loss,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::change_norm;
+
+    #[test]
+    fn change_norm_is_the_l2_distance() {
+        assert_eq!(change_norm(&[3.0, 4.0, 1.0], &[0.0, 0.0, 1.0]), 5.0);
+        assert_eq!(change_norm(&[], &[]), 0.0);
+        assert!(change_norm(&[f32::NAN], &[0.0]).is_nan());
     }
 }

@@ -31,7 +31,11 @@ pub struct ClientInfo {
     pub index: usize,
     /// Human-readable id (the MQTT client id on a real fleet).
     pub id: String,
-    /// Training samples.
+    /// Training samples, as the client declared when it joined (its `Hello` on a real fleet). The
+    /// one number a client reports about itself that weights an average: every update it sends
+    /// must claim at most this many ([`crate::federation::Env::run`] drops the others), and the
+    /// GPS weighs clusters by their members' declared counts; `Weighting::Equal` removes it from
+    /// every average.
     pub samples: u64,
 }
 
@@ -167,7 +171,8 @@ pub struct Update {
     pub client: usize,
     /// New parameters.
     pub params: Params,
-    /// Samples it trained on (the FedAvg weight).
+    /// Samples it trained on (the FedAvg weight), at most its client's declared
+    /// [`ClientInfo::samples`]; 1 under `Weighting::Equal`.
     pub samples: u64,
     /// Its mean training loss over the last local epoch.
     pub loss: f64,

@@ -19,6 +19,55 @@ pub trait Observer {
     fn newcomer(&mut self, _newcomer: &Newcomer) {}
     /// A client that joined after round 0 was turned away (the run goes on without it).
     fn newcomer_dropped(&mut self, _dropped: &DroppedNewcomer) {}
+    /// A trained model was dropped: it claimed more samples than its client declared, or its
+    /// change is above `max_update_norm` (reported at the end of the round it came in).
+    fn update_dropped(&mut self, _dropped: &DroppedUpdate) {}
+}
+
+/// Why a trained model that checked (architecture, size, finite) was still dropped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+#[non_exhaustive]
+pub enum UpdateRejection {
+    /// It claims more training samples than its client declared when it joined
+    /// ([`ClientInfo::samples`]), so it would outweigh its share of the average.
+    #[error("claims {samples} training samples, the client declared {declared} when it joined")]
+    TooManySamples {
+        /// The count the update carried.
+        samples: u64,
+        /// The count the client declared.
+        declared: u64,
+    },
+    /// Its change ‖θ_client − θ_sent‖₂ is above [`FederationConfig::max_update_norm`].
+    #[error("update norm {norm:.4} is above the bound {bound}")]
+    NormAbove {
+        /// ‖θ_client − θ_sent‖₂.
+        norm: f64,
+        /// The bound.
+        bound: f64,
+    },
+}
+
+impl UpdateRejection {
+    /// Its name in `summary.json` (`too_many_samples`, `norm_above`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            UpdateRejection::TooManySamples { .. } => "too_many_samples",
+            UpdateRejection::NormAbove { .. } => "norm_above",
+        }
+    }
+}
+
+/// A trained model dropped by [`super::Env::run`], with its client and round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DroppedUpdate {
+    /// The client's id.
+    pub client: String,
+    /// The round it was trained in (0: round 0's exchanges).
+    pub round: usize,
+    /// Why.
+    #[serde(flatten)]
+    pub reason: UpdateRejection,
 }
 
 /// A client that joined after round 0 and was placed in a cluster, from whose training round on
@@ -186,6 +235,9 @@ pub struct RunResult {
     pub newcomers: Vec<Newcomer>,
     /// Clients that joined after round 0 and were turned away.
     pub dropped_newcomers: Vec<DroppedNewcomer>,
+    /// Trained models dropped for claiming too many samples or for a too large change, in the
+    /// order they came.
+    pub dropped_updates: Vec<DroppedUpdate>,
     /// Floats sent to clients over the whole run (models, relays; every client together).
     pub floats_down: u64,
     /// Floats clients uploaded over the whole run (models, signatures, rows).

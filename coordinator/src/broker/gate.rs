@@ -1,0 +1,530 @@
+//! The embedded broker's front door when security is on: TLS, logins and per-user ACLs in front
+//! of rumqttd.
+//!
+//! rumqttd 0.20 has a connect-time authentication hook (`ConnectionSettings::external_auth`:
+//! client id, username and password in, yes or no out) but no hook on PUBLISH or SUBSCRIBE: the
+//! only topic restriction it has is a per-tenant prefix (`/tenants/<O of the client
+//! certificate>/`, feature `validate-tenant-prefix`), which cannot express "a client may publish
+//! only under its own id" in edgecfl's topic scheme. So the gate does it, MQTT-aware:
+//!
+//! - It listens on the public address, terminates TLS (rustls, ring provider; optionally verifies
+//!   client certificates against a CA), and reads the CONNECT packet.
+//! - It checks the login against a mosquitto `password_file` (refused with CONNACK 4, bad
+//!   username or password, or 5, not authorized, without one), binds the MQTT client id to the
+//!   username (the id must be the username, or `<name>@<username>`: no client can take over
+//!   another's session or fire its last will; CONNACK 2 otherwise), and checks the last will's
+//!   topic against the ACL (CONNACK 5).
+//! - It forwards the CONNECT to rumqttd on a loopback port with the password replaced by a
+//!   per-process secret: rumqttd's `external_auth` accepts nothing else, so connecting to that
+//!   port directly gets nowhere. The coordinator's own links use that door (they are the broker's
+//!   own process).
+//! - Then every packet from the client is framed and checked: a PUBLISH whose topic the ACL does
+//!   not let this user write, a SUBSCRIBE with a filter it may not read, or a second CONNECT
+//!   closes the connection (logged with the user and the topic). Packets from rumqttd to the
+//!   client pass unchanged.
+//!
+//! mosquitto, for comparison, drops a forbidden publish silently and answers a forbidden
+//! subscription with a failure code; closing is stricter and visible in both logs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use edgecfl_shared::mqtt::MAX_PACKET;
+use rumqttc::{ConnAck, ConnectReturnCode, Login, Packet, Protocol};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::acl::Acl;
+use super::passwd::PasswordDb;
+
+/// Time a new connection has for the TLS handshake and its CONNECT packet.
+const HANDSHAKE: Duration = Duration::from_secs(15);
+
+/// What the gate enforces.
+pub struct GateConfig {
+    /// TLS server settings; `None`: plain TCP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Logins; `None`: anonymous clients allowed (and client ids not bound).
+    pub passwords: Option<PasswordDb>,
+    /// Topic access; `None`: every admitted client may publish and subscribe anywhere.
+    pub acl: Option<Acl>,
+}
+
+/// The gate: its settings, rumqttd's loopback address and the secret that opens it.
+pub struct Gate {
+    cfg: GateConfig,
+    inner: SocketAddr,
+    secret: String,
+}
+
+/// Why a connection was refused at CONNECT, with the CONNACK code sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The code.
+    pub code: ConnectReturnCode,
+    /// The reason, for the broker's log.
+    pub reason: String,
+}
+
+fn refuse(code: ConnectReturnCode, reason: impl Into<String>) -> Refusal {
+    Refusal {
+        code,
+        reason: reason.into(),
+    }
+}
+
+/// Is `client_id` allowed for `user`: the username itself, or `<name>@<username>` with a
+/// non-empty name?
+pub fn client_id_allowed(client_id: &str, user: &str) -> bool {
+    client_id == user
+        || client_id
+            .strip_suffix(user)
+            .and_then(|n| n.strip_suffix('@'))
+            .is_some_and(|n| !n.is_empty())
+}
+
+impl Gate {
+    /// A gate in front of rumqttd at `inner`, opened by `secret`.
+    pub fn new(cfg: GateConfig, inner: SocketAddr, secret: String) -> Self {
+        Gate { cfg, inner, secret }
+    }
+
+    /// Checks a CONNECT; returns the authenticated username (`None`: anonymous).
+    pub fn admit(&self, c: &rumqttc::Connect) -> Result<Option<String>, Refusal> {
+        if c.protocol != Protocol::V4 {
+            return Err(refuse(
+                ConnectReturnCode::RefusedProtocolVersion,
+                "only MQTT 3.1.1 is served",
+            ));
+        }
+        let user = match (&self.cfg.passwords, &c.login) {
+            (None, l) => l
+                .as_ref()
+                .map(|l| l.username.clone())
+                .filter(|u| !u.is_empty()),
+            (Some(_), None) => {
+                return Err(refuse(
+                    ConnectReturnCode::NotAuthorized,
+                    "no username/password",
+                ));
+            }
+            (Some(db), Some(l)) => {
+                if !db.verify(&l.username, &l.password) {
+                    return Err(refuse(
+                        ConnectReturnCode::BadUserNamePassword,
+                        format!("bad username or password for user {:?}", l.username),
+                    ));
+                }
+                if !client_id_allowed(&c.client_id, &l.username) {
+                    return Err(refuse(
+                        ConnectReturnCode::BadClientId,
+                        format!(
+                            "client id {:?} is not user {:?}'s (must be the username or <name>@<username>)",
+                            c.client_id, l.username
+                        ),
+                    ));
+                }
+                Some(l.username.clone())
+            }
+        };
+        if let (Some(acl), Some(will)) = (&self.cfg.acl, &c.last_will)
+            && !acl.may_publish(user.as_deref(), &c.client_id, &will.topic)
+        {
+            return Err(refuse(
+                ConnectReturnCode::NotAuthorized,
+                format!("last will on {:?} is outside the ACL", will.topic),
+            ));
+        }
+        Ok(user)
+    }
+
+    /// Accepts connections on `listener` forever (run on a tokio runtime).
+    pub async fn run(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("warn: broker: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let gate = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = gate.connection(tcp, peer).await {
+                    eprintln!("broker: {peer}: {e}");
+                }
+            });
+        }
+    }
+
+    async fn connection(&self, tcp: TcpStream, peer: SocketAddr) -> Result<(), String> {
+        match &self.cfg.tls {
+            None => self.session(tcp, peer).await,
+            Some(cfg) => {
+                let acceptor = tokio_rustls::TlsAcceptor::from(cfg.clone());
+                let tls = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp))
+                    .await
+                    .map_err(|_| "TLS handshake timed out".to_string())?
+                    .map_err(|e| format!("TLS handshake failed: {e}"))?;
+                self.session(tls, peer).await
+            }
+        }
+    }
+
+    async fn session<S>(&self, client: S, peer: SocketAddr) -> Result<(), String>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let (mut cr, mut cw) = tokio::io::split(client);
+        let mut buf = BytesMut::with_capacity(4096);
+        let first = tokio::time::timeout(HANDSHAKE, read_frame(&mut cr, &mut buf))
+            .await
+            .map_err(|_| "no CONNECT in time".to_string())??;
+        let Some(first) = first else {
+            return Ok(());
+        };
+        if first[0] >> 4 != 1 {
+            return Err("the first packet is not CONNECT".into());
+        }
+        let mut connect = match Packet::read(&mut first.clone(), MAX_PACKET) {
+            Ok(Packet::Connect(c)) => c,
+            Ok(_) => return Err("the first packet is not CONNECT".into()),
+            Err(rumqttc::Error::InvalidProtocolLevel(l)) => {
+                send_connack(&mut cw, ConnectReturnCode::RefusedProtocolVersion).await;
+                return Err(format!(
+                    "refused: MQTT protocol level {l} (only 3.1.1 is served)"
+                ));
+            }
+            Err(e) => return Err(format!("malformed CONNECT: {e}")),
+        };
+        let user = match self.admit(&connect) {
+            Ok(u) => u,
+            Err(r) => {
+                send_connack(&mut cw, r.code).await;
+                return Err(format!(
+                    "refused client id {:?}: {} (CONNACK {:?})",
+                    connect.client_id, r.reason, r.code
+                ));
+            }
+        };
+        let client_id = connect.client_id.clone();
+        let who = format!(
+            "client {client_id:?} (user {:?}, {peer})",
+            user.as_deref().unwrap_or("<anonymous>")
+        );
+        connect.login = Some(Login::new(
+            user.clone().unwrap_or_else(|| "anonymous".into()),
+            self.secret.clone(),
+        ));
+        let inner = TcpStream::connect(self.inner)
+            .await
+            .map_err(|e| format!("{who}: cannot reach rumqttd: {e}"))?;
+        let _ = inner.set_nodelay(true);
+        let (mut ir, mut iw) = inner.into_split();
+        let mut out = BytesMut::new();
+        Packet::Connect(connect)
+            .write(&mut out, MAX_PACKET)
+            .map_err(|e| format!("{who}: cannot re-encode CONNECT: {e}"))?;
+        iw.write_all(&out)
+            .await
+            .map_err(|e| format!("{who}: rumqttd: {e}"))?;
+        let upstream = async {
+            loop {
+                let Some(frame) = read_frame(&mut cr, &mut buf).await? else {
+                    return Ok(());
+                };
+                self.check(&frame, user.as_deref(), &client_id)
+                    .map_err(|e| format!("closed {who}: {e}"))?;
+                iw.write_all(&frame)
+                    .await
+                    .map_err(|e| format!("{who}: rumqttd: {e}"))?;
+            }
+        };
+        let downstream = async {
+            tokio::io::copy(&mut ir, &mut cw)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{who}: to client: {e}"))?;
+            let _ = cw.shutdown().await;
+            Ok::<(), String>(())
+        };
+        // Whichever side ends first ends the session; dropping the halves closes both sockets
+        // (rumqttd then publishes the client's last will unless it sent DISCONNECT).
+        tokio::select! {
+            r = upstream => r,
+            r = downstream => r,
+        }
+    }
+
+    /// Checks one packet from an admitted client.
+    fn check(&self, frame: &[u8], user: Option<&str>, client_id: &str) -> Result<(), String> {
+        let Some(acl) = &self.cfg.acl else {
+            return match frame[0] >> 4 {
+                1 => Err("a second CONNECT".into()),
+                _ => Ok(()),
+            };
+        };
+        match frame[0] >> 4 {
+            1 => Err("a second CONNECT".into()),
+            3 => {
+                let topic = publish_topic(frame).ok_or("malformed PUBLISH")?;
+                if acl.may_publish(user, client_id, topic) {
+                    Ok(())
+                } else {
+                    Err(format!("may not publish on {topic:?}"))
+                }
+            }
+            8 => match Packet::read(&mut BytesMut::from(frame), MAX_PACKET) {
+                Ok(Packet::Subscribe(s)) => {
+                    match s
+                        .filters
+                        .iter()
+                        .find(|f| !acl.may_subscribe(user, client_id, &f.path))
+                    {
+                        Some(f) => Err(format!("may not subscribe to {:?}", f.path)),
+                        None => Ok(()),
+                    }
+                }
+                _ => Err("malformed SUBSCRIBE".into()),
+            },
+            _ => Ok(()),
+        }
+    }
+}
+
+async fn send_connack<W: AsyncWrite + Unpin>(w: &mut W, code: ConnectReturnCode) {
+    let mut out = BytesMut::new();
+    if Packet::ConnAck(ConnAck::new(code, false))
+        .write(&mut out, 16)
+        .is_ok()
+    {
+        let _ = w.write_all(&out).await;
+        let _ = w.flush().await;
+        let _ = w.shutdown().await;
+    }
+}
+
+/// The length of the MQTT packet at the start of `buf` (fixed header included) once it is
+/// complete; `Ok(None)` while more bytes are needed.
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
+    let mut len = 0usize;
+    for i in 1..5 {
+        let Some(&b) = buf.get(i) else {
+            return Ok(None);
+        };
+        len |= ((b & 0x7f) as usize) << (7 * (i - 1));
+        if b & 0x80 == 0 {
+            let total = 1 + i + len;
+            if total > MAX_PACKET {
+                return Err(format!(
+                    "packet of {total} bytes over the limit {MAX_PACKET}"
+                ));
+            }
+            return Ok((buf.len() >= total).then_some(total));
+        }
+    }
+    Err("malformed remaining length".into())
+}
+
+/// Reads the next whole packet; `None` at a clean end of stream.
+async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut BytesMut,
+) -> Result<Option<BytesMut>, String> {
+    loop {
+        if let Some(n) = frame_len(buf)? {
+            return Ok(Some(buf.split_to(n)));
+        }
+        match r.read_buf(buf).await {
+            Ok(0) if buf.is_empty() => return Ok(None),
+            Ok(0) => return Err("connection closed inside a packet".into()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// The topic of a PUBLISH packet (whole frame).
+pub fn publish_topic(frame: &[u8]) -> Option<&str> {
+    let mut i = 1;
+    while frame.get(i)? & 0x80 != 0 {
+        i += 1;
+    }
+    let mut rest = frame.get(i + 1..)?;
+    if rest.len() < 2 {
+        return None;
+    }
+    let n = rest.get_u16() as usize;
+    std::str::from_utf8(rest.get(..n)?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rumqttc::{LastWill, Publish, QoS};
+
+    fn gate(acl: &str, passwd: Option<&str>) -> Gate {
+        let rng = ring::rand::SystemRandom::new();
+        let passwords = passwd.map(|users| {
+            let lines: Vec<String> = users
+                .split(',')
+                .map(|u| super::super::passwd::hash_line(u, &format!("pw-{u}"), &rng).unwrap())
+                .collect();
+            PasswordDb::parse(&lines.join("\n")).unwrap()
+        });
+        Gate::new(
+            GateConfig {
+                tls: None,
+                passwords,
+                acl: Some(Acl::parse(acl).unwrap()),
+            },
+            "127.0.0.1:1".parse().unwrap(),
+            "s".into(),
+        )
+    }
+
+    fn connect(id: &str, login: Option<(&str, &str)>, will: Option<&str>) -> rumqttc::Connect {
+        let mut c = rumqttc::Connect::new(id);
+        if let Some((u, p)) = login {
+            c.set_login(u, p);
+        }
+        c.last_will = will.map(|t| LastWill::new(t, b"x".to_vec(), QoS::AtLeastOnce, true));
+        c
+    }
+
+    const ACL: &str = "pattern write f/clients/%u/up\npattern write f/clients/%u/status\npattern read f/clients/%u/down\n";
+
+    #[test]
+    fn logins_are_checked_and_client_ids_bound_to_usernames() {
+        let g = gate(ACL, Some("c1,c2,coordinator"));
+        assert_eq!(
+            g.admit(&connect(
+                "c1",
+                Some(("c1", "pw-c1")),
+                Some("f/clients/c1/status")
+            )),
+            Ok(Some("c1".into()))
+        );
+        assert_eq!(
+            g.admit(&connect(
+                "gps-r@coordinator",
+                Some(("coordinator", "pw-coordinator")),
+                None
+            )),
+            Ok(Some("coordinator".into()))
+        );
+        let code = |c| g.admit(&c).unwrap_err().code;
+        assert_eq!(
+            code(connect("c1", Some(("c1", "pw-c2")), None)),
+            ConnectReturnCode::BadUserNamePassword
+        );
+        assert_eq!(
+            code(connect("c1", Some(("nobody", "pw-nobody")), None)),
+            ConnectReturnCode::BadUserNamePassword
+        );
+        assert_eq!(
+            code(connect("c1", None, None)),
+            ConnectReturnCode::NotAuthorized
+        );
+        // c1 taking over c2's session, or an empty name before the @.
+        assert_eq!(
+            code(connect("c2", Some(("c1", "pw-c1")), None)),
+            ConnectReturnCode::BadClientId
+        );
+        assert_eq!(
+            code(connect("@c1", Some(("c1", "pw-c1")), None)),
+            ConnectReturnCode::BadClientId
+        );
+        assert_eq!(
+            code(connect("", Some(("c1", "pw-c1")), None)),
+            ConnectReturnCode::BadClientId
+        );
+        // A last will on another client's status.
+        assert_eq!(
+            code(connect(
+                "c1",
+                Some(("c1", "pw-c1")),
+                Some("f/clients/c2/status")
+            )),
+            ConnectReturnCode::NotAuthorized
+        );
+        let mut v5 = connect("c1", Some(("c1", "pw-c1")), None);
+        v5.protocol = Protocol::V5;
+        assert_eq!(code(v5), ConnectReturnCode::RefusedProtocolVersion);
+    }
+
+    #[test]
+    fn client_id_binding() {
+        assert!(client_id_allowed("c1", "c1"));
+        assert!(client_id_allowed("x@c1", "c1"));
+        assert!(!client_id_allowed("c1x", "c1"));
+        assert!(!client_id_allowed("x@c10", "c1"));
+        assert!(!client_id_allowed("@c1", "c1"));
+        assert!(!client_id_allowed("c2", "c1"));
+    }
+
+    fn encode(p: Packet) -> BytesMut {
+        let mut b = BytesMut::new();
+        p.write(&mut b, MAX_PACKET).unwrap();
+        b
+    }
+
+    #[test]
+    fn publishes_and_subscriptions_are_checked_per_packet() {
+        let g = gate(ACL, Some("c1"));
+        let publish = |t: &str, n: usize| {
+            let mut p = Publish::new(t, QoS::AtLeastOnce, vec![7u8; n]);
+            p.pkid = 1;
+            encode(Packet::Publish(p))
+        };
+        for n in [0, 100, 200_000] {
+            let own = publish("f/clients/c1/up", n);
+            assert_eq!(frame_len(&own), Ok(Some(own.len())));
+            assert_eq!(publish_topic(&own), Some("f/clients/c1/up"));
+            assert!(g.check(&own, Some("c1"), "c1").is_ok());
+            let forged = publish("f/clients/c2/up", n);
+            assert!(
+                g.check(&forged, Some("c1"), "c1")
+                    .unwrap_err()
+                    .contains("c2")
+            );
+        }
+        let sub = |f: &str| {
+            let mut s = rumqttc::Subscribe::new(f, QoS::AtLeastOnce);
+            s.pkid = 1;
+            encode(Packet::Subscribe(s))
+        };
+        assert!(g.check(&sub("f/clients/c1/down"), Some("c1"), "c1").is_ok());
+        assert!(g.check(&sub("f/clients/+/up"), Some("c1"), "c1").is_err());
+        assert!(g.check(&encode(Packet::PingReq), Some("c1"), "c1").is_ok());
+        assert!(
+            g.check(
+                &encode(Packet::Connect(connect("c1", None, None))),
+                Some("c1"),
+                "c1"
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn framing_waits_for_whole_packets_and_bounds_their_size() {
+        let p = encode(Packet::Publish(Publish::new(
+            "a/b",
+            QoS::AtMostOnce,
+            vec![1u8; 300],
+        )));
+        for cut in 0..p.len() {
+            assert_eq!(frame_len(&p[..cut]), Ok(None), "cut at {cut}");
+        }
+        assert_eq!(frame_len(&p), Ok(Some(p.len())));
+        // Remaining length 2^28 - 1 (0xff ff ff 7f) is over MAX_PACKET; five length bytes are malformed.
+        assert!(frame_len(&[0x30, 0xff, 0xff, 0xff, 0x7f]).is_err());
+        assert!(frame_len(&[0x30, 0xff, 0xff, 0xff, 0xff, 0x01]).is_err());
+        assert_eq!(publish_topic(&[0x30, 0x01, 0x00]), None);
+    }
+}

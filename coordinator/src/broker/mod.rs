@@ -1,0 +1,382 @@
+//! The embedded MQTT broker (rumqttd), started in-process by `serve` and `demo` unless
+//! `--broker` points at an external one.
+//!
+//! Without security settings rumqttd listens on the given address itself (plain MQTT, anyone may
+//! connect and publish anywhere: closed testbed networks only). With any of TLS, a password file
+//! or an ACL ([`BrokerSecurity`]), rumqttd listens on a loopback port that only opens with a
+//! per-process secret, and the [`gate`] listens on the given address: TLS, logins checked against
+//! a mosquitto `password_file`, client ids bound to usernames, and every PUBLISH, SUBSCRIBE and
+//! last will checked against a mosquitto `acl_file` ([`acl`], [`passwd`]). The coordinator's own
+//! links use the loopback door ([`local_login`]).
+
+pub mod acl;
+pub mod gate;
+pub mod passwd;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::mqtt::{Login, MAX_PACKET, Security};
+use edgecfl_shared::protocol::BrokerAddr;
+use ring::rand::SecureRandom;
+use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, ServerSettings};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+
+use self::acl::Acl;
+use self::gate::{Gate, GateConfig};
+use self::passwd::PasswordDb;
+
+/// rumqttd's settings for an edgecfl fleet: packets up to [`MAX_PACKET`] (a LeNet-5 in f32 is
+/// 178 KB; rumqttd's default limit is 20 KB), up to 10 000 connections.
+pub fn config(listen: SocketAddr) -> Config {
+    let connections = ConnectionSettings {
+        connection_timeout_ms: 60_000,
+        max_payload_size: MAX_PACKET,
+        max_inflight_count: 500,
+        auth: None,
+        external_auth: None,
+        dynamic_filters: true,
+    };
+    let server = ServerSettings {
+        name: "v4".into(),
+        listen,
+        tls: None,
+        next_connection_delay_ms: 1,
+        connections,
+    };
+    Config {
+        id: 0,
+        router: RouterConfig {
+            max_connections: 10_010,
+            max_outgoing_packet_count: 200,
+            max_segment_size: 64 << 20,
+            max_segment_count: 10,
+            custom_segment: None,
+            initialized_filters: None,
+            shared_subscriptions_strategy: Default::default(),
+        },
+        v4: Some(HashMap::from([("1".to_string(), server)])),
+        ..Default::default()
+    }
+}
+
+/// Security of the embedded broker: the `coordinator serve`/`demo` flags, or a `broker.toml`
+/// written by `coordinator credentials` (`--broker-config`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct BrokerSecurity {
+    /// The embedded broker's certificate chain (PEM); with --tls-key it speaks MQTT over TLS
+    /// only (port 8883 by default).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that signs client certificates: the embedded broker verifies any certificate a
+    /// client presents against it.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Refuse clients without a certificate signed by --tls-client-ca.
+    #[arg(long, requires = "tls_client_ca")]
+    pub require_client_cert: bool,
+    /// mosquitto password_file (mosquitto_passwd format) the embedded broker checks logins
+    /// against; every client then needs a username and password, and its MQTT client id must be
+    /// its username (or <name>@<username>).
+    #[arg(long, value_name = "FILE")]
+    pub broker_passwd: Option<PathBuf>,
+    /// mosquitto acl_file (user/topic/pattern lines, %u and %c) the embedded broker enforces on
+    /// every publish, subscription and last will.
+    #[arg(long, value_name = "FILE")]
+    pub broker_acl: Option<PathBuf>,
+    /// All of the above from a TOML file (`coordinator credentials` writes one: broker.toml);
+    /// its paths are relative to the file.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["tls_cert", "tls_key", "tls_client_ca", "require_client_cert", "broker_passwd", "broker_acl"])]
+    pub broker_config: Option<PathBuf>,
+}
+
+/// The keys of `broker.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BrokerToml {
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    #[serde(default)]
+    require_client_cert: bool,
+    password_file: Option<PathBuf>,
+    acl_file: Option<PathBuf>,
+    /// The CA of `tls_cert` (informational: what clients give as --ca).
+    #[allow(dead_code)]
+    ca: Option<PathBuf>,
+}
+
+impl BrokerSecurity {
+    /// The settings with `--broker-config` read in (paths made relative to its directory).
+    pub fn resolved(&self) -> anyhow::Result<BrokerSecurity> {
+        let Some(file) = &self.broker_config else {
+            return Ok(self.clone());
+        };
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let t: BrokerToml =
+            toml::from_str(&text).with_context(|| format!("bad {}", file.display()))?;
+        let dir = file.parent().unwrap_or(Path::new("."));
+        let at = |p: Option<PathBuf>| p.map(|p| dir.join(p));
+        Ok(BrokerSecurity {
+            tls_cert: at(t.tls_cert),
+            tls_key: at(t.tls_key),
+            tls_client_ca: at(t.tls_client_ca),
+            require_client_cert: t.require_client_cert,
+            broker_passwd: at(t.password_file),
+            broker_acl: at(t.acl_file),
+            broker_config: None,
+        })
+    }
+
+    /// True when anything is set (the gate runs).
+    pub fn is_on(&self) -> bool {
+        self.tls_cert.is_some()
+            || self.broker_passwd.is_some()
+            || self.broker_acl.is_some()
+            || self.broker_config.is_some()
+    }
+
+    /// True when the broker speaks TLS.
+    pub fn tls(&self) -> bool {
+        self.tls_cert.is_some()
+    }
+
+    fn gate_config(&self) -> anyhow::Result<GateConfig> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => Some(Arc::new(server_tls(
+                c,
+                k,
+                self.tls_client_ca.as_deref(),
+                self.require_client_cert,
+            )?)),
+            _ => None,
+        };
+        let passwords = self
+            .broker_passwd
+            .as_deref()
+            .map(PasswordDb::load)
+            .transpose()?;
+        if let Some(db) = &passwords {
+            anyhow::ensure!(!db.is_empty(), "the broker's password file has no user");
+        }
+        let acl = self.broker_acl.as_deref().map(Acl::load).transpose()?;
+        Ok(GateConfig {
+            tls,
+            passwords,
+            acl,
+        })
+    }
+}
+
+/// rustls server settings (ring provider) from PEM files; with `client_ca`, client certificates
+/// are verified against it (and required when `require`).
+pub fn server_tls(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+    require: bool,
+) -> anyhow::Result<rustls::ServerConfig> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("cannot read {}", cert.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("bad PEM in {}", cert.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "no certificate in {}", cert.display());
+    let key_der = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("no private key in {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca)
+                .with_context(|| format!("cannot read {}", ca.display()))?
+            {
+                roots.add(c.with_context(|| format!("bad PEM in {}", ca.display()))?)?;
+            }
+            let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            );
+            let v = if require {
+                v
+            } else {
+                v.allow_unauthenticated()
+            };
+            builder.with_client_cert_verifier(v.build()?)
+        }
+    };
+    builder
+        .with_single_cert(chain, key_der)
+        .with_context(|| format!("{} does not match {}", key.display(), cert.display()))
+}
+
+/// The loopback doors of the secured embedded brokers of this process: (public address,
+/// rumqttd's loopback address, the login that opens it).
+static LOCAL_DOORS: Mutex<Vec<(BrokerAddr, BrokerAddr, Login)>> = Mutex::new(Vec::new());
+
+/// How this process's own links reach a secured embedded broker it started at `public`: its
+/// loopback address and the login that opens it (`None` for any other broker).
+pub fn local_login(public: &BrokerAddr) -> Option<(BrokerAddr, Security)> {
+    let doors = LOCAL_DOORS.lock().ok()?;
+    doors
+        .iter()
+        .find(|(p, ..)| p == public)
+        .map(|(_, inner, login)| {
+            (
+                inner.clone(),
+                Security {
+                    login: Some(login.clone()),
+                    ..Security::default()
+                },
+            )
+        })
+}
+
+fn free_loopback_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .context("cannot find a free loopback port")?
+        .local_addr()?
+        .port())
+}
+
+fn spawn_rumqttd(cfg: Config) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("rumqttd".into())
+        .spawn(move || {
+            let mut broker = Broker::new(cfg);
+            if let Err(e) = broker.start() {
+                eprintln!("error: embedded broker stopped: {e}");
+            }
+        })
+        .context("cannot start the embedded broker thread")?;
+    Ok(())
+}
+
+fn wait_accepting(probe: SocketAddr, listen: SocketAddr) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_err() {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(10),
+            "the embedded broker did not start listening on {listen}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Starts rumqttd on `ip:port` in background threads and waits until it accepts connections;
+/// with `security` on, behind the [`gate`]. Returns the address this process's clients use
+/// (loopback when `ip` is unspecified; `mqtts://` with TLS). The broker lives as long as the
+/// process.
+pub fn start(ip: IpAddr, port: u16, security: &BrokerSecurity) -> anyhow::Result<BrokerAddr> {
+    let listen = SocketAddr::new(ip, port);
+    // Refuse a taken port up front (rumqttd would only log it from its thread).
+    let listener = std::net::TcpListener::bind(listen)
+        .with_context(|| format!("cannot listen on {listen} for the embedded broker (is another broker running? use --port or --broker)"))?;
+    let probe_ip: IpAddr = if ip.is_unspecified() {
+        [127, 0, 0, 1].into()
+    } else {
+        ip
+    };
+    let public = BrokerAddr {
+        host: probe_ip.to_string(),
+        port,
+        tls: security.tls(),
+    };
+    if !security.is_on() {
+        drop(listener);
+        spawn_rumqttd(config(listen))?;
+        wait_accepting(SocketAddr::new(probe_ip, port), listen)?;
+        return Ok(public);
+    }
+    let gate_cfg = security.gate_config()?;
+    if gate_cfg.passwords.is_some() && gate_cfg.tls.is_none() && !probe_ip.is_loopback() {
+        eprintln!(
+            "warn: embedded broker: passwords without TLS cross the network in clear text (--tls-cert/--tls-key)"
+        );
+    }
+    if gate_cfg.passwords.is_none() {
+        eprintln!(
+            "warn: embedded broker: no password file, anyone who reaches {listen} may connect"
+        );
+    }
+    // rumqttd on loopback, opened only by a secret of this process.
+    let mut secret = [0u8; 24];
+    ring::rand::SystemRandom::new()
+        .fill(&mut secret)
+        .map_err(|_| anyhow::anyhow!("no randomness for the broker's secret"))?;
+    let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let inner_port = free_loopback_port()?;
+    let inner = SocketAddr::new([127, 0, 0, 1].into(), inner_port);
+    let mut cfg = config(inner);
+    if let Some(servers) = cfg.v4.as_mut() {
+        for s in servers.values_mut() {
+            let expected = secret.clone();
+            s.set_auth_handler(move |_client_id, _user, password: String| {
+                let ok = ring_eq(password.as_bytes(), expected.as_bytes());
+                async move { ok }
+            });
+        }
+    }
+    spawn_rumqttd(cfg)?;
+    wait_accepting(inner, inner)?;
+    let gate = Arc::new(Gate::new(gate_cfg, inner, secret.clone()));
+    listener
+        .set_nonblocking(true)
+        .context("cannot set up the broker's listener")?;
+    std::thread::Builder::new()
+        .name("broker-gate".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("broker-gate")
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: embedded broker gate: {e}");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => gate.run(l).await,
+                    Err(e) => eprintln!("error: embedded broker gate: {e}"),
+                }
+            });
+        })
+        .context("cannot start the broker gate thread")?;
+    if let Ok(mut doors) = LOCAL_DOORS.lock() {
+        doors.push((
+            public.clone(),
+            BrokerAddr {
+                host: "127.0.0.1".into(),
+                port: inner_port,
+                tls: false,
+            },
+            Login {
+                username: "coordinator".into(),
+                password: secret,
+            },
+        ));
+    }
+    Ok(public)
+}
+
+fn ring_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

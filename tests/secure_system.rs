@@ -1,0 +1,883 @@
+//! System tests of transport security and identity: a fleet over TLS with a password per client,
+//! on the embedded broker (behind its gate) and on mosquitto configured from the files
+//! `coordinator credentials` writes (the same generator as the shipped examples in `cross/`).
+//!
+//! Each run: bad logins (wrong password, none, wrong CA) are refused with a clear error on the
+//! client side; a credentialed intruder ("mallory", a user of the fleet) tries to speak for other
+//! clients (a forged upload, a retained `Gone`, a `Finish`, a subscription to every client's
+//! commands, a connection under another client's id), and the broker refuses all of it; a
+//! `Finish` of another run, published with the coordinator's own rights, is ignored by the client;
+//! and the run's result equals the in-process `coordinator simulate` run (the clean run). The
+//! hierarchy (GPS and two LPSs, each with its own login) on both brokers: a client cannot register
+//! as an LPS, end the run as one or finish one; an LPS cannot speak for another LPS or a client;
+//! an LPS pinned to a run ignores another run's `Finish`. `coordinator demo --secure` end to end.
+//! Kept short for CI: 4 clients, 1-2 rounds, 1 epoch.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use edgecfl_shared::model::{ModelKind, ParamLayout};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, Login, Security, read_password};
+use edgecfl_shared::protocol::{
+    self, BrokerAddr, Encoding, Envelope, Tensor, ToClient, ToCoordinator, ToGps, ToLps, TopicKind,
+    Topics,
+};
+use edgecfl_tests::*;
+use serde_json::Value;
+
+const PARTITION: &str = "groups:01234-56789";
+const CLIENTS: usize = 4;
+const TOLERANCE: f64 = 0.005;
+
+fn ids() -> Vec<String> {
+    (0..CLIENTS).map(|i| format!("c{i}")).collect()
+}
+
+fn flags(seed: u64) -> Vec<String> {
+    [
+        "--partition",
+        PARTITION,
+        "--clients",
+        &CLIENTS.to_string(),
+        "--rounds",
+        "2",
+        "--frac",
+        "1.0",
+        "--epochs",
+        "1",
+        "--warmup-epochs",
+        "1",
+        "--lr",
+        "0.05",
+        "--seed",
+        &seed.to_string(),
+        "--data",
+        bundled_data().to_str().expect("utf-8 path"),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// `coordinator credentials` for the fleet and the intruder.
+fn credentials(dir: &Path, prefix: &str, extra: &[&str]) -> PathBuf {
+    let out = dir.join("credentials");
+    let mut all = ids();
+    all.push("mallory".into());
+    let o = Command::new(bin("coordinator"))
+        .args(["credentials", "--ids", &all.join(","), "--prefix", prefix])
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .output()
+        .expect("coordinator credentials");
+    assert!(
+        o.status.success(),
+        "credentials failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+fn password_file(creds: &Path, user: &str) -> PathBuf {
+    creds.join("users").join(format!("{user}.password"))
+}
+
+/// An edge client of the fleet; `seed` is the partition seed, the coordinator's.
+fn edge_client(
+    broker: &str,
+    ca: &Path,
+    id: &str,
+    index: usize,
+    prefix: &str,
+    seed: u64,
+) -> Command {
+    let mut cmd = Command::new(bin("edge-client"));
+    cmd.args(["run", "--broker", broker, "--id", id, "--prefix", prefix])
+        .args(["--partition", PARTITION, "--seed", &seed.to_string()])
+        .args(["--index", &index.to_string(), "--of", &CLIENTS.to_string()])
+        .arg("--data")
+        .arg(bundled_data())
+        .arg("--ca")
+        .arg(ca)
+        .env_remove("EDGECFL_PASSWORD");
+    cmd
+}
+
+/// A link of the test's own with `user`'s credentials.
+fn link_as(
+    broker: &BrokerAddr,
+    creds: &Path,
+    user: &str,
+    client_id: &str,
+    subscribe: Vec<String>,
+) -> Link {
+    let security = Security {
+        ca: Some(creds.join("ca.pem")),
+        client_cert: None,
+        login: Some(Login {
+            username: user.into(),
+            password: read_password(&password_file(creds, user)).unwrap(),
+        }),
+    };
+    Link::start(LinkOptions {
+        subscribe,
+        security,
+        ..LinkOptions::new(broker.clone(), client_id)
+    })
+    .expect("link")
+}
+
+/// A wrong password, none, and the wrong CA: each client exits at once with the reason.
+fn bad_logins_are_refused(dir: &Path, broker: &str, creds: &Path, prefix: &str) {
+    let wrong = dir.join("wrong.password");
+    std::fs::write(&wrong, "not-the-password\n").unwrap();
+    let other_ca = credentials(&dir.join("other"), prefix, &[]).join("ca.pem");
+    let ca = creds.join("ca.pem");
+    let cases: Vec<(&str, &Path, Vec<std::ffi::OsString>, &[&str])> = vec![
+        (
+            "wrong password",
+            &ca,
+            vec!["--password-file".into(), wrong.into()],
+            &["bad username or password", "not authorized"],
+        ),
+        ("no password", &ca, vec![], &["not authorized"]),
+        (
+            "wrong CA",
+            &other_ca,
+            vec!["--password-file".into(), password_file(creds, "c0").into()],
+            &["not signed by a trusted CA"],
+        ),
+    ];
+    for (what, ca, args, expected) in cases {
+        let start = Instant::now();
+        let o = edge_client(broker, ca, "c0", 0, prefix, 0)
+            .args(["--connect-retries", "3"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{what}: the client was let in:\n{err}");
+        assert!(
+            err.contains("refused this client") && expected.iter().any(|e| err.contains(e)),
+            "{what}: unclear error:\n{err}"
+        );
+        // Refusals that retrying cannot fix end the client at the first attempt.
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what}: took {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+/// Which broker the run uses.
+enum Broker {
+    Embedded,
+    Mosquitto,
+}
+
+/// Credentials for the fleet (and `extra` arguments of `coordinator credentials`) and, for
+/// mosquitto, the broker started from the generated mosquitto.conf: (the edge clients' port, the
+/// coordinator's and LPSs' port, the credentials directory, mosquitto). The embedded broker is
+/// started by `serve` on the first port.
+fn brokers(
+    kind: &Broker,
+    dir: &Path,
+    prefix: &str,
+    extra: &[&str],
+) -> (u16, u16, PathBuf, Option<Proc>) {
+    match kind {
+        Broker::Embedded => {
+            let port = free_port();
+            let creds = credentials(dir, prefix, extra);
+            (port, port, creds, None)
+        }
+        Broker::Mosquitto => {
+            let port = free_port_pair();
+            let p = port.to_string();
+            let mut args = vec!["--port", &p, "--bind", "127.0.0.1"];
+            args.extend_from_slice(extra);
+            let creds = credentials(dir, prefix, &args);
+            let conf = creds.join("mosquitto.conf");
+            if running_as_root() {
+                // mosquitto started as root switches to the user `mosquitto`, which cannot read
+                // the 0600 key and password files written by root.
+                let mut text = std::fs::read_to_string(&conf).unwrap();
+                text.push_str("user root\n");
+                std::fs::write(&conf, text).unwrap();
+            }
+            let exe = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
+                .into_iter()
+                .find(|p| Path::new(p).exists())
+                .expect("mosquitto is not installed (apt-get install mosquitto)");
+            let mut cmd = Command::new(exe);
+            cmd.arg("-c").arg(&conf).arg("-v");
+            let proc = Proc::spawn(cmd, "mosquitto", &dir.join("mosquitto.log"));
+            wait_listening(port, Duration::from_secs(10));
+            wait_listening(port + 1, Duration::from_secs(10));
+            (port, port + 1, creds, Some(proc))
+        }
+    }
+}
+
+/// `serve`'s broker flags: the embedded broker behind its gate on `port`, or mosquitto's
+/// coordinator listener `infra` with the coordinator's login.
+fn coordinator_broker(
+    cmd: &mut Command,
+    kind: &Broker,
+    port: u16,
+    infra: &BrokerAddr,
+    creds: &Path,
+) {
+    match kind {
+        Broker::Embedded => {
+            cmd.args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+                .arg("--broker-config")
+                .arg(creds.join("broker.toml"));
+        }
+        Broker::Mosquitto => {
+            cmd.args(["--broker", &infra.to_string()])
+                .arg("--ca")
+                .arg(creds.join("ca.pem"))
+                .args(["--username", "coordinator", "--password-file"])
+                .arg(password_file(creds, "coordinator"));
+        }
+    }
+}
+
+fn secure_run(kind: Broker, name: &str, seed: u64) {
+    let dir = scratch(name);
+    let prefix = format!("edgecfl/t-{name}");
+    let topics = Topics::new(&prefix).unwrap();
+    let run_id = "secure";
+    let flags = flags(seed);
+    // Ports: edge clients on `port`; the coordinator on `port` (embedded) or `port + 1`
+    // (mosquitto's coordinator/LPS listener).
+    let (port, infra_port, creds, _mosquitto) = brokers(&kind, &dir, &prefix, &[]);
+    let client_url = format!("mqtts://127.0.0.1:{port}");
+    let infra = BrokerAddr {
+        host: "127.0.0.1".into(),
+        port: infra_port,
+        tls: true,
+    };
+    let clients_broker: BrokerAddr = client_url.parse().unwrap();
+
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--prefix", &prefix, "--run-id", run_id])
+        .args([
+            "--min-clients",
+            &CLIENTS.to_string(),
+            "--join-timeout",
+            "120",
+        ])
+        .args(["--phase-timeout", "120"])
+        .arg("--out")
+        .arg(dir.join("out"))
+        .env_remove("EDGECFL_PASSWORD");
+    coordinator_broker(&mut cmd, &kind, port, &infra, &creds);
+    let coordinator_log = dir.join("coordinator.log");
+    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &coordinator_log);
+    wait_listening(port, Duration::from_secs(60));
+
+    bad_logins_are_refused(&dir, &client_url, &creds, &prefix);
+
+    // The coordinator's eye on the broker (its own credentials; everything under the prefix).
+    let spy = link_as(
+        &infra,
+        &creds,
+        "coordinator",
+        "spy",
+        vec![
+            format!("{prefix}/clients/+/up"),
+            format!("{prefix}/clients/+/status"),
+            format!("{prefix}/clients/+/down"),
+        ],
+    );
+    spy.wait_connected(&infra, Duration::from_secs(10)).unwrap();
+
+    // Every client but c0 joins; the coordinator waits for c0, so the attacks below all happen
+    // while the others are connected and the run is pending, however fast the run is.
+    let spawn = |i: usize, id: &str| {
+        let log = dir.join(format!("{id}.log"));
+        let mut cmd = edge_client(&client_url, &creds.join("ca.pem"), id, i, &prefix, seed);
+        cmd.arg("--password-file").arg(password_file(&creds, id));
+        (Proc::spawn(cmd, id, &log), log)
+    };
+    let mut clients: Vec<(Proc, PathBuf)> = ids()
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(i, id)| spawn(i, id))
+        .collect();
+    wait_for_hellos(&spy, &topics, &ids()[1..]);
+
+    // mallory (a legitimate user of the fleet) speaks for others.
+    let run = protocol::id(run_id).unwrap();
+    let params = vec![0.25f32; ParamLayout::of(ModelKind::LeNet5).len()];
+    let forged_update = Envelope::new(
+        run.clone(),
+        1,
+        ToCoordinator::Update {
+            model: ModelKind::LeNet5,
+            params: Tensor::encode(&params, Encoding::F32),
+            samples: 1_000_000,
+            loss: 0.01,
+        },
+    )
+    .to_bytes();
+    let forged_gone = Envelope::new(run.clone(), 0, ToCoordinator::Gone).to_bytes();
+    let forged_finish = Envelope::new(run.clone(), 1, ToClient::Finish).to_bytes();
+    let forgeries: Vec<(String, Vec<u8>, bool)> = vec![
+        (topics.up("c1"), forged_update.clone(), false),
+        (topics.status("c2"), forged_gone.clone(), true),
+        (topics.down("c3"), forged_finish.clone(), false),
+    ];
+    let mut closed_by_broker = 0;
+    for (topic, payload, retain) in &forgeries {
+        let m = link_as(&clients_broker, &creds, "mallory", "mallory", vec![]);
+        m.wait_connected(&clients_broker, Duration::from_secs(10))
+            .unwrap();
+        m.publish(topic, payload.clone(), *retain).unwrap();
+        if let Some(Inbound::Disconnected(_)) =
+            m.recv_until(Instant::now() + Duration::from_secs(2))
+        {
+            closed_by_broker += 1;
+        }
+    }
+    // Reading every client's commands.
+    let m = link_as(
+        &clients_broker,
+        &creds,
+        "mallory",
+        "mallory",
+        vec![format!("{prefix}/clients/+/down")],
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while let Some(ev) = m.recv_until(deadline) {
+        assert!(
+            !matches!(ev, Inbound::Message { .. }),
+            "mallory read another client's commands: {ev:?}"
+        );
+    }
+    drop(m);
+    // Taking over c1's session (its MQTT client id): refused by the embedded broker; mosquitto
+    // replaces the client id with the username. Either way c1 stays connected (a takeover
+    // would fire its last will, and the run would lose it).
+    takeover_attempt(port, &creds, &prefix);
+
+    // c0 joins and the run starts.
+    clients.insert(0, spawn(0, "c0"));
+    // A `Finish` of another run, with the coordinator's rights, once c3 serves this run: c3
+    // ignores it.
+    first_command_to(&spy, &topics, "c3");
+    let foreign = Envelope::new(protocol::id("another-run").unwrap(), 0, ToClient::Finish);
+    spy.publish(&topics.down("c3"), foreign.to_bytes(), false)
+        .unwrap();
+
+    coordinator.wait_ok(Duration::from_secs(600), &coordinator_log);
+    for (p, log) in &mut clients {
+        p.wait_ok(Duration::from_secs(60), log);
+    }
+    let c3 = std::fs::read_to_string(dir.join("c3.log")).unwrap();
+    assert!(
+        c3.contains("ignored a command of run another-run"),
+        "c3 did not ignore the foreign Finish:\n{c3}"
+    );
+    // No forgery reached anyone.
+    while let Some(ev) = spy.recv_until(Instant::now() + Duration::from_secs(1)) {
+        if let Inbound::Message { topic, payload, .. } = ev {
+            assert!(
+                !forgeries.iter().any(|(_, f, _)| *f == payload),
+                "a forgery was delivered on {topic}"
+            );
+        }
+    }
+    if matches!(kind, Broker::Embedded) {
+        assert_eq!(
+            closed_by_broker, 3,
+            "the embedded broker closes a connection that publishes outside its ACL"
+        );
+        let log = std::fs::read_to_string(&coordinator_log).unwrap();
+        for t in ["clients/c1/up", "clients/c2/status", "clients/c3/down"] {
+            assert!(
+                log.contains(&format!("may not publish on \"{prefix}/{t}\"")),
+                "{t}:\n{log}"
+            );
+        }
+    } else {
+        let log = std::fs::read_to_string(dir.join("mosquitto.log")).unwrap();
+        assert!(log.contains("Denied PUBLISH from mallory"), "{log}");
+    }
+    let s = summary(&dir.join("out"));
+    assert_eq!(s["broker"], infra.to_string());
+    assert_matches_simulate(&s, &flags, &dir);
+}
+
+/// Waits (up to 120 s) until each of `ids` (clients or LPSs) has announced itself on its status
+/// topic.
+fn wait_for_hellos(spy: &Link, topics: &Topics, ids: &[String]) {
+    let mut missing: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !missing.is_empty() {
+        match spy.recv_until(deadline) {
+            Some(Inbound::Message { topic, .. }) => {
+                let who = topics.parse(&topic).or_else(|| topics.parse_lps(&topic));
+                if let Some((id, TopicKind::Status)) = who {
+                    missing.remove(id);
+                }
+            }
+            Some(_) => {}
+            None => panic!("no hello from {missing:?} within 120 s"),
+        }
+    }
+}
+
+/// Waits (up to 300 s) for the first command the coordinator sends to `client`.
+fn first_command_to(spy: &Link, topics: &Topics, client: &str) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Some(ev) = spy.recv_until(deadline) {
+        if let Inbound::Message { topic, .. } = ev
+            && let Some((c, TopicKind::Down)) = topics.parse(&topic)
+            && c == client
+        {
+            return;
+        }
+    }
+    panic!("no command to {client} within 300 s");
+}
+
+/// mosquitto_pub (Debian's mosquitto-clients) as mallory under c1's client id.
+fn takeover_attempt(port: u16, creds: &Path, prefix: &str) {
+    let password = read_password(&password_file(creds, "mallory")).unwrap();
+    let o = Command::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .arg("--cafile")
+        .arg(creds.join("ca.pem"))
+        .args(["-u", "mallory", "-P", &password, "-i", "c1", "-q", "1"])
+        .args(["-t", &format!("{prefix}/clients/mallory/up"), "-m", "x"])
+        .output()
+        .expect("mosquitto_pub (apt-get install mosquitto-clients)");
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Embedded broker: "identifier rejected"; mosquitto: accepted as client id "mallory".
+    assert!(
+        o.status.success() || err.contains("identifier rejected"),
+        "{err}"
+    );
+}
+
+/// Same clusters and accuracy as the in-process run with the same seed and settings.
+fn assert_matches_simulate(served: &Value, flags: &[String], dir: &Path) {
+    assert_eq!(served["n_clients"], CLIENTS, "{served:#}");
+    let twin = simulate(flags, &dir.join("simulate"));
+    assert_eq!(served["assignment"], twin["assignment"], "{served:#}");
+    let (a, b) = (accuracies(served), accuracies(&twin));
+    assert_eq!(a.len(), b.len());
+    for (round, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= TOLERANCE,
+            "round {}: served {x}, simulated {y}",
+            round + 1
+        );
+    }
+}
+
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let p = free_port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no two consecutive free ports");
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[test]
+fn embedded_broker_tls_logins_and_acl() {
+    secure_run(Broker::Embedded, "secure-embedded", 11);
+}
+
+#[test]
+fn mosquitto_tls_logins_and_acl_from_generated_files() {
+    secure_run(Broker::Mosquitto, "secure-mosquitto", 12);
+}
+
+#[test]
+fn unreachable_broker_logs_each_attempt_and_gives_up() {
+    let dir = scratch("connect-retries");
+    let port = free_port(); // nothing listens there
+    let exe = bin("edge-client");
+    let start = Instant::now();
+    let o = Command::new(exe)
+        .args(["run", "--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args([
+            "--id",
+            "x",
+            "--partition",
+            "label:2",
+            "--index",
+            "0",
+            "--of",
+            "2",
+        ])
+        .args(["--seed", "0", "--connect-retries", "3"])
+        .arg("--data")
+        .arg(bundled_data())
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    for attempt in 1..=3 {
+        assert!(
+            err.contains(&format!("connection attempt {attempt} to mqtt://127.0.0.1:{port} failed: nothing accepts connections")),
+            "attempt {attempt}:\n{err}"
+        );
+    }
+    // Backoff 1 s then 2 s, each announced with its time; none after the last attempt.
+    assert!(err.contains("next attempt in 1 s ("), "{err}");
+    assert!(err.contains("next attempt in 2 s ("), "{err}");
+    assert_eq!(err.matches("next attempt in").count(), 2, "{err}");
+    assert!(
+        err.contains("gave up after 3 failed connection attempts")
+            && err.contains("--connect-retries 3"),
+        "{err}"
+    );
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(60),
+        "{took:?}"
+    );
+}
+
+/// A forgery: broker, username, client id, topic, payload, retained.
+type Attempt<'a> = (&'a BrokerAddr, &'a str, &'a str, String, Vec<u8>, bool);
+
+/// Publishes `payload` on `topic` as `user` (client id `client_id`); whether the broker closed
+/// the connection within 2 s.
+fn forge(
+    broker: &BrokerAddr,
+    creds: &Path,
+    user: &str,
+    client_id: &str,
+    topic: &str,
+    payload: Vec<u8>,
+    retain: bool,
+) -> bool {
+    let m = link_as(broker, creds, user, client_id, vec![]);
+    m.wait_connected(broker, Duration::from_secs(10)).unwrap();
+    m.publish(topic, payload, retain).unwrap();
+    matches!(
+        m.recv_until(Instant::now() + Duration::from_secs(2)),
+        Some(Inbound::Disconnected(_))
+    )
+}
+
+/// The hierarchy over TLS with a login per LPS: `serve --lps remote` as the GPS, two
+/// `coordinator lps` processes with their own credentials, four edge clients. Before the run
+/// starts, a client (mallory) tries to register as an LPS, to end the run by publishing `Failed`
+/// for an LPS and to finish an LPS; an LPS (lps-b) tries to speak for the other LPS and for a
+/// client. The broker refuses each, and the run completes with both LPSs.
+fn secure_hierarchy(kind: Broker, name: &str) {
+    let dir = scratch(name);
+    let prefix = format!("edgecfl/t-{name}");
+    let topics = Topics::new(&prefix).unwrap();
+    let run_id = "secure-h";
+    let seed = 5;
+    let mut flags = flags(seed);
+    flags.extend(
+        [
+            "--hierarchy",
+            "--lps-rounds",
+            "1",
+            "--model",
+            "mlp",
+            "--lambda",
+            "k=2",
+        ]
+        .map(String::from),
+    );
+    let (port, infra_port, creds, _mosquitto) =
+        brokers(&kind, &dir, &prefix, &["--lps", "lps-a,lps-b"]);
+    let client_url = format!("mqtts://127.0.0.1:{port}");
+    let clients_broker: BrokerAddr = client_url.parse().unwrap();
+    let infra = BrokerAddr {
+        host: "127.0.0.1".into(),
+        port: infra_port,
+        tls: true,
+    };
+
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--prefix", &prefix, "--run-id", run_id, "--lps", "remote"])
+        .args(["--min-clients", &CLIENTS.to_string()])
+        .args(["--join-timeout", "120", "--phase-timeout", "120"])
+        .arg("--out")
+        .arg(dir.join("gps"))
+        .env_remove("EDGECFL_PASSWORD");
+    coordinator_broker(&mut cmd, &kind, port, &infra, &creds);
+    let gps_log = dir.join("coordinator.log");
+    let mut gps = Proc::spawn(cmd, "coordinator serve --lps remote", &gps_log);
+    wait_listening(port, Duration::from_secs(60));
+
+    let mut lps: Vec<(Proc, PathBuf)> = ["lps-a", "lps-b"]
+        .iter()
+        .map(|id| {
+            let log = dir.join(format!("{id}.log"));
+            let mut cmd = Command::new(bin("coordinator"));
+            cmd.args(["lps", "--broker", &infra.to_string(), "--id", id])
+                .args(["--prefix", &prefix, "--run-id", run_id])
+                .args(["--assign-timeout", "300", "--gps-timeout", "120"])
+                .arg("--out")
+                .arg(dir.join(id))
+                .arg("--ca")
+                .arg(creds.join("ca.pem"))
+                .arg("--password-file")
+                .arg(password_file(&creds, id))
+                .env_remove("EDGECFL_PASSWORD");
+            (Proc::spawn(cmd, id, &log), log)
+        })
+        .collect();
+    let spawn = |i: usize, id: &str| {
+        let log = dir.join(format!("{id}.log"));
+        let mut cmd = edge_client(&client_url, &creds.join("ca.pem"), id, i, &prefix, seed);
+        cmd.arg("--password-file").arg(password_file(&creds, id));
+        (Proc::spawn(cmd, id, &log), log)
+    };
+    let spy = link_as(
+        &infra,
+        &creds,
+        "coordinator",
+        "spy",
+        vec![
+            format!("{prefix}/clients/+/status"),
+            format!("{prefix}/lps/+/status"),
+        ],
+    );
+    spy.wait_connected(&infra, Duration::from_secs(10)).unwrap();
+    let mut clients: Vec<(Proc, PathBuf)> = ids()
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(i, id)| spawn(i, id))
+        .collect();
+    let mut waiting: Vec<String> = ids()[1..].to_vec();
+    waiting.extend(["lps-a".to_string(), "lps-b".to_string()]);
+    wait_for_hellos(&spy, &topics, &waiting);
+    // A `Finish` of another run, with the GPS's rights: lps-a (pinned to this run) ignores it.
+    let foreign = Envelope::new(protocol::id("another-run").unwrap(), 0, ToLps::Finish);
+    spy.publish(&topics.lps_down("lps-a"), foreign.to_bytes(), false)
+        .unwrap();
+
+    let run = protocol::id(run_id).unwrap();
+    let failed = |who: &str| {
+        Envelope::new(
+            run.clone(),
+            u32::MAX,
+            ToGps::Failed {
+                reason: protocol::text(&format!("forged by {who}")),
+            },
+        )
+        .to_bytes()
+    };
+    let params = vec![0.25f32; ParamLayout::of(ModelKind::Mlp).len()];
+    let forged_update = Envelope::new(
+        run.clone(),
+        1,
+        ToCoordinator::Update {
+            model: ModelKind::Mlp,
+            params: Tensor::encode(&params, Encoding::F32),
+            samples: 1_000_000,
+            loss: 0.01,
+        },
+    )
+    .to_bytes();
+    let hello = Envelope::new(protocol::Id::new(), 0, ToGps::Hello).to_bytes();
+    let finish = Envelope::new(run.clone(), 0, ToLps::Finish).to_bytes();
+    let attempts: Vec<Attempt> = vec![
+        // A client registers as an LPS.
+        (
+            &clients_broker,
+            "mallory",
+            "mallory",
+            topics.lps_status("mallory"),
+            hello,
+            true,
+        ),
+        // A client ends the run as lps-a.
+        (
+            &clients_broker,
+            "mallory",
+            "mallory",
+            topics.lps_up("lps-a"),
+            failed("mallory"),
+            false,
+        ),
+        // A client finishes lps-a as if it were the GPS.
+        (
+            &clients_broker,
+            "mallory",
+            "mallory",
+            topics.lps_down("lps-a"),
+            finish,
+            false,
+        ),
+        // An LPS speaks for the other LPS, and for a client.
+        (
+            &infra,
+            "lps-b",
+            "x",
+            topics.lps_up("lps-a"),
+            failed("lps-b"),
+            false,
+        ),
+        (&infra, "lps-b", "x", topics.up("c1"), forged_update, false),
+    ];
+    let mut closed = 0;
+    for (broker, user, client_id, topic, payload, retain) in &attempts {
+        if forge(
+            broker,
+            &creds,
+            user,
+            client_id,
+            topic,
+            payload.clone(),
+            *retain,
+        ) {
+            closed += 1;
+        }
+    }
+
+    clients.insert(0, spawn(0, "c0"));
+    gps.wait_ok(Duration::from_secs(600), &gps_log);
+    for (p, log) in &mut lps {
+        p.wait_ok(Duration::from_secs(60), log);
+    }
+    for (p, log) in &mut clients {
+        p.wait_ok(Duration::from_secs(60), log);
+    }
+
+    match kind {
+        Broker::Embedded => {
+            assert_eq!(closed, attempts.len(), "the gate closes every forger");
+            let log = std::fs::read_to_string(&gps_log).unwrap();
+            for (_, user, _, topic, _, _) in &attempts {
+                let user = format!("(user \"{user}\"");
+                let denied = format!("may not publish on \"{topic}\"");
+                assert!(
+                    log.lines()
+                        .any(|l| l.contains(&user) && l.contains(&denied)),
+                    "{user} on {topic}:\n{log}"
+                );
+            }
+        }
+        Broker::Mosquitto => {
+            // The edge-client listener replaces the client id with the username.
+            let log = std::fs::read_to_string(dir.join("mosquitto.log")).unwrap();
+            for (broker, user, client_id, topic, _, _) in &attempts {
+                let who = if **broker == clients_broker {
+                    format!("Denied PUBLISH from {user} ")
+                } else {
+                    format!("Denied PUBLISH from {client_id}@{user} ")
+                };
+                let topic = format!("'{topic}'");
+                assert!(
+                    log.lines().any(|l| l.contains(&who) && l.contains(&topic)),
+                    "{who}on {topic}:\n{log}"
+                );
+            }
+        }
+    }
+    let lps_a = std::fs::read_to_string(&lps[0].1).unwrap();
+    assert!(
+        lps_a.contains("ignored a GPS message of run another-run"),
+        "{lps_a}"
+    );
+    let s = summary(&dir.join("gps"));
+    assert_eq!(s["lps"], "remote");
+    assert_eq!(s["n_clusters"], 2, "{s:#}");
+    assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+    let records = s["gps"]["lps"].as_array().unwrap();
+    let mut served: Vec<&str> = records.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    served.sort_unstable();
+    assert_eq!(served, ["lps-a", "lps-b"], "{s:#}");
+    for r in records {
+        assert!(r["done"]["final_accuracy"].as_f64().unwrap() > 0.5, "{r:#}");
+    }
+}
+
+#[test]
+fn embedded_broker_hierarchy_lps_and_gps_identities() {
+    secure_hierarchy(Broker::Embedded, "secure-h-embedded");
+}
+
+#[test]
+fn mosquitto_hierarchy_lps_and_gps_identities() {
+    secure_hierarchy(Broker::Mosquitto, "secure-h-mosquitto");
+}
+
+/// `coordinator demo --secure`: credentials written, the embedded broker behind its gate, each
+/// client over TLS with its own login, and the demo's result.
+#[test]
+fn demo_secure_runs_over_tls_with_a_login_per_client() {
+    let dir = scratch("secure-demo");
+    let out = dir.join("out");
+    let o = Command::new(bin("coordinator"))
+        .args(["demo", "--secure", "--partition", PARTITION])
+        .args([
+            "--clients",
+            &CLIENTS.to_string(),
+            "--rounds",
+            "1",
+            "--epochs",
+            "1",
+        ])
+        .args(["--warmup-epochs", "1", "--lr", "0.05", "--seed", "3"])
+        .arg("--data")
+        .arg(bundled_data())
+        .arg("--out")
+        .arg(&out)
+        .env_remove("EDGECFL_PASSWORD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("(TLS, logins checked, ACL enforced)"), "{err}");
+    let creds = out.join("credentials");
+    for f in [
+        "ca.pem",
+        "acl",
+        "passwd",
+        "broker.toml",
+        "users/client-000.password",
+    ] {
+        assert!(creds.join(f).is_file(), "{f}");
+    }
+    let logs: Vec<PathBuf> = std::fs::read_dir(out.join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(logs.len(), CLIENTS, "{logs:?}");
+    for log in &logs {
+        let text = std::fs::read_to_string(log).unwrap();
+        assert!(
+            text.contains("connected to mqtts://"),
+            "{}:\n{text}",
+            log.display()
+        );
+    }
+    let s = summary(&out);
+    assert_eq!(s["n_clients"], CLIENTS, "{s:#}");
+    assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+}
