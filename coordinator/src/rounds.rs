@@ -380,7 +380,9 @@ impl Awaiting {
                 let mut r = EvalReport::default();
                 for l in per_label {
                     let i = usize::from(l.label);
-                    if i >= CLASSES || l.correct > l.total || !l.loss_sum.is_finite() {
+                    // A cross-entropy sum is finite and non-negative.
+                    let loss_ok = l.loss_sum.is_finite() && l.loss_sum >= 0.0;
+                    if i >= CLASSES || l.correct > l.total || !loss_ok {
                         return Err(Rejected::new(
                             Rejection::Malformed,
                             format!("evaluation entry {l:?}"),
@@ -393,6 +395,12 @@ impl Awaiting {
                 r.correct = r.correct_per_label.iter().sum();
                 r.total = r.total_per_label.iter().sum();
                 r.loss_sum = r.loss_per_label.iter().sum();
+                if !r.loss_sum.is_finite() {
+                    return Err(Rejected::new(
+                        Rejection::Malformed,
+                        "evaluation losses sum to infinity",
+                    ));
+                }
                 Answer::Evaluation(Box::new(r))
             }
             (
@@ -811,17 +819,25 @@ mod tests {
             Expect::Evaluation,
             [3],
         );
-        let bad = vec![LabelEval {
-            label: 10,
+        // Label 10 does not exist; a negative cross-entropy; finite losses summing to infinity.
+        let entry = |label, loss_sum| LabelEval {
+            label,
             correct: 1,
             total: 1,
-            loss_sum: 0.0,
-        }];
-        assert_eq!(
-            aw.accept(3, env("r", 1, ToCoordinator::Evaluation { per_label: bad }))
-                .unwrap_err()
-                .reason,
-            Rejection::Malformed
-        );
+            loss_sum,
+        };
+        for bad in [
+            vec![entry(10, 0.0)],
+            vec![entry(2, -1.0)],
+            vec![entry(2, f64::MAX), entry(3, f64::MAX)],
+        ] {
+            assert_eq!(
+                aw.accept(3, env("r", 1, ToCoordinator::Evaluation { per_label: bad }))
+                    .unwrap_err()
+                    .reason,
+                Rejection::Malformed
+            );
+        }
+        assert!(aw.is_pending(3));
     }
 }
