@@ -5,7 +5,7 @@
 # summary.json already has every round are skipped, so the script resumes. Then
 # `python3 scripts/experiments-report.py` prints the tables and draws the per-grid plots.
 #
-# Usage: [ROUNDS=50] [SEED=0] scripts/experiments.sh [GRID...]
+# Usage: [ROUNDS=50] [SEED=0] [TAUS="0.5 0.7"] scripts/experiments.sh [GRID...]
 #   grids: adacfl (AdaCFL Table 2/3: dominant:0.5/0.8/1, pairs; AdaCFL vs FedAvg, CFL, IFCA)
 #          stocfl (rotate:4, shift:4 at 10 % and 100 % sampling; StoCFL vs FedAvg, FedProx, IFCA)
 #          tau    (StoCFL's τ sweep on the 2 rotations × 4 label groups product)
@@ -62,7 +62,7 @@ for grid in "${grids[@]}"; do
         done
       done ;;
     tau)
-      for t in 0.5 0.6 0.67 0.7 0.76 0.8 0.85; do
+      for t in ${TAUS:-0.5 0.6 0.67 0.7 0.76 0.8 0.85}; do
         run tau "tau-$t" --algorithm stocfl --tau "$t" --mu 0.05 --partition 'rotate:2*groups:012-34-56-789' \
           --frac 0.1 --epochs 5 --batch 10 --lr 0.01 --momentum 0.5
       done ;;
