@@ -252,3 +252,122 @@ fn killed_client_does_not_stop_the_round() {
     assert!(acc > 0.6, "cluster {cluster} accuracy {acc} after round 1");
     assert_eq!(s["n_clusters"], 4);
 }
+
+/// Peak resident memory (`VmHWM`, kB) of a running process, `None` once it is gone.
+fn peak_rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Samples a process's peak RSS until it exits; returns the last (largest) value seen.
+fn watch_peak_rss(pid: u32) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while let Some(kb) = peak_rss_kb(pid) {
+            peak = peak.max(kb);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        peak
+    })
+}
+
+/// A flood of 1 MiB garbage on a training client's `down` topic: the client keeps at most one
+/// pending command per topic (the rest are dropped and counted), its memory stays within a
+/// bound of the unflooded client's, and it still serves the next round's job.
+#[test]
+fn flooded_client_keeps_one_pending_command_and_its_memory_bound() {
+    const FLOOD: usize = 100;
+    const FLOOD_BYTES: usize = 1 << 20;
+    let dir = scratch("flood");
+    let (_broker, port) = mosquitto(&dir);
+    let prefix = "edgecfl/t-flood";
+    let topics = Topics::new(prefix).unwrap();
+    let partition = "groups:01234-56789";
+    let flags = run_flags(partition, 2, 2, 1.0, 6);
+    let net: Vec<String> = [
+        "--broker",
+        &format!("mqtt://127.0.0.1:{port}"),
+        "--prefix",
+        prefix,
+        "--phase-timeout",
+        "120",
+    ]
+    .map(String::from)
+    .to_vec();
+    let link = spy(port, "flooder", vec![format!("{prefix}/clients/+/down")]);
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(&net)
+        .args(["--min-clients", "2", "--join-timeout", "120"])
+        .arg("--out")
+        .arg(dir.join("out"));
+    let coordinator = Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"));
+    let clients = fleet(&dir, port, prefix, partition, 2, 6);
+    let watchers: Vec<_> = clients
+        .iter()
+        .map(|(p, _)| watch_peak_rss(p.child.id()))
+        .collect();
+
+    // Round 1 trains; the target took its job at once (it was idle, waiting for it).
+    let (_, target) = first_training_command(&link, &topics);
+    let victim: usize = target.trim_start_matches('c').parse().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let down = topics.down(&target);
+    for _ in 0..FLOOD {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        link.publish(&down, vec![x as u8; FLOOD_BYTES], false)
+            .unwrap();
+    }
+    // The broker queued the whole flood for the target before the next real command (it
+    // delivered it all back to this spy), so that command is the newest on its topic.
+    let mut seen = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while seen < FLOOD {
+        match link.recv_until(deadline) {
+            Some(edgecfl_shared::mqtt::Inbound::Message { topic, payload, .. }) => {
+                if topic == down && payload.len() == FLOOD_BYTES {
+                    seen += 1;
+                } else if topic == down {
+                    panic!("a command reached {target} before the flood was through");
+                }
+            }
+            Some(_) => {}
+            None => panic!("only {seen} of the flood's {FLOOD} messages came back"),
+        }
+    }
+
+    let s = finish(&dir, coordinator, clients);
+    assert_eq!(s["phase_timeouts"], 0, "a real command was lost: {s:#}");
+    let peaks: Vec<u64> = watchers.into_iter().map(|w| w.join().unwrap()).collect();
+    let log = std::fs::read_to_string(dir.join(format!("{target}.log"))).unwrap();
+    let dropped: u64 = log
+        .lines()
+        .find_map(|l| l.split(" commands ignored, ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary line in {target}'s log:\n{log}"));
+    eprintln!(
+        "flood: {target} dropped {dropped} of {FLOOD}; peak RSS {} kB flooded, {} kB not",
+        peaks[victim],
+        peaks[1 - victim]
+    );
+    // It trained while most of the flood arrived: nearly all of it was replaced unread.
+    assert!(dropped >= FLOOD as u64 / 2, "{log}");
+    assert!(log.contains("warn: dropped"), "{log}");
+    // The bound: at most one pending payload per topic (here ≤ 2 MiB of flood) plus the link's
+    // read buffers; unbounded, the flood would add 100 MiB.
+    let bound_kb = 48 * 1024;
+    assert!(
+        peaks[victim] < peaks[1 - victim] + bound_kb,
+        "peak RSS {} kB flooded vs {} kB not",
+        peaks[victim],
+        peaks[1 - victim]
+    );
+}

@@ -27,8 +27,8 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Run(a) => run::run(&a).map(|s| {
             eprintln!(
-                "{} jobs ({} failed), {} commands ignored; {} bytes up, {} bytes down",
-                s.jobs, s.failed, s.ignored, s.bytes_up, s.bytes_down
+                "{} jobs ({} failed), {} commands ignored, {} dropped unread; {} bytes up, {} bytes down",
+                s.jobs, s.failed, s.ignored, s.dropped, s.bytes_up, s.bytes_down
             );
         }),
         Command::Signature(a) => signature::run(&a).map(|_| ()),

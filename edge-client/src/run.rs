@@ -86,6 +86,9 @@ pub struct Served {
     pub bytes_up: u64,
     /// Payload bytes received.
     pub bytes_down: u64,
+    /// Commands dropped unread because a newer one on the same topic replaced them (the link
+    /// keeps at most one pending command per subscribed topic).
+    pub dropped: u64,
 }
 
 /// Connects and serves until the coordinator says the run is finished (or forever with
@@ -128,6 +131,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
         last_will: Some((topics.status(&id), gone.clone())),
         keep_alive: Duration::from_secs(args.keepalive.max(5)),
         security: args.login.resolve(id.as_str())?,
+        // At most one pending command per topic (down and broadcast): a flood while this client
+        // trains replaces the queued command instead of growing the process.
+        latest_per_topic: true,
         ..LinkOptions::new(args.broker.clone(), id.as_str())
     })?;
     eprintln!("{}: connecting to {}", id.as_str(), args.broker);
@@ -144,6 +150,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     // The run this client serves: pinned, or the first command's (see --run-id).
     let mut current_run = pinned_run.clone();
     while let Some(ev) = link.recv() {
+        let dropped = link.dropped();
+        if dropped > served.dropped {
+            eprintln!(
+                "{}: warn: dropped {} unread command(s) replaced by newer ones on the same topic ({dropped} in all)",
+                id.as_str(),
+                dropped - served.dropped
+            );
+            served.dropped = dropped;
+        }
         match ev {
             Inbound::Connected => {
                 eprintln!("{}: connected to {}", id.as_str(), args.broker);
@@ -248,6 +263,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     }
     // A clean exit: replace the retained Hello so no coordinator counts on this client.
     link.publish(&topics.status(&id), gone, true)?;
+    served.dropped = link.dropped();
     link.disconnect();
     Ok(served)
 }

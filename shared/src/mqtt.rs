@@ -17,10 +17,10 @@
 //! credentials, a certificate that does not verify) is a [`Link::refused`] error with a plain
 //! explanation; [`Link::wait_connected`] returns it at once.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rumqttc::{
@@ -260,6 +260,11 @@ pub struct LinkOptions {
     pub security: Security,
     /// Delays between connection attempts.
     pub reconnect: Backoff,
+    /// Keep at most one pending message per topic (a newer one replaces the queued one, which
+    /// [`Link::dropped`] counts) and at most one pending connection event, so that a flood
+    /// cannot grow the process while the caller is busy: the inbox then holds at most one
+    /// payload per subscribed topic. Off (every event queued, unbounded) by default.
+    pub latest_per_topic: bool,
 }
 
 impl LinkOptions {
@@ -274,6 +279,7 @@ impl LinkOptions {
             keep_alive: Duration::from_secs(30),
             security: Security::default(),
             reconnect: Backoff::default(),
+            latest_per_topic: false,
         }
     }
 }
@@ -445,6 +451,110 @@ pub fn describe(e: &ConnectionError, broker: &BrokerAddr, connected: bool) -> (S
     }
 }
 
+/// The queue between the event loop and the [`Link`]'s reader: unbounded, or (`latest`) at most
+/// one pending [`Inbound::Message`] per topic and one pending connection event.
+#[derive(Debug)]
+struct Inbox {
+    latest: bool,
+    state: Mutex<InboxState>,
+    ready: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct InboxState {
+    queue: VecDeque<Inbound>,
+    /// Messages replaced by a newer one of their topic before they were read.
+    dropped: u64,
+    /// The event loop is gone: nothing more will come.
+    closed: bool,
+}
+
+impl Inbox {
+    fn new(latest: bool) -> Self {
+        Inbox {
+            latest,
+            state: Mutex::new(InboxState::default()),
+            ready: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, InboxState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `ev`; in `latest` mode it first removes the pending message of the same topic
+    /// (counted as dropped), or the pending connection event, which `ev` supersedes.
+    fn push(&self, ev: Inbound) {
+        let mut st = self.lock();
+        if self.latest {
+            let stale = st.queue.iter().position(|q| match (q, &ev) {
+                (Inbound::Message { topic: a, .. }, Inbound::Message { topic: b, .. }) => a == b,
+                (Inbound::Message { .. }, _) | (_, Inbound::Message { .. }) => false,
+                _ => true, // both connection events
+            });
+            if let Some(i) = stale
+                && let Some(old) = st.queue.remove(i)
+                && matches!(old, Inbound::Message { .. })
+            {
+                st.dropped += 1;
+            }
+        }
+        st.queue.push_back(ev);
+        drop(st);
+        self.ready.notify_one();
+    }
+
+    /// Marks the end of the stream: readers get what is queued, then `None`.
+    fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// The next event, waiting at most until `deadline` (forever when `None`).
+    fn pop(&self, deadline: Option<Instant>) -> Option<Inbound> {
+        let mut st = self.lock();
+        loop {
+            if let Some(ev) = st.queue.pop_front() {
+                return Some(ev);
+            }
+            if st.closed {
+                return None;
+            }
+            st = match deadline {
+                None => self.ready.wait(st).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.ready
+                        .wait_timeout(st, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    fn dropped(&self) -> u64 {
+        self.lock().dropped
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+}
+
+/// Closes the inbox when the event loop's task ends (or is dropped with the runtime).
+struct CloseOnDrop(Arc<Inbox>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// What the event loop shares with the [`Link`].
 #[derive(Debug, Default)]
 struct LinkState {
@@ -459,7 +569,7 @@ struct LinkState {
 /// A live MQTT connection.
 pub struct Link {
     client: AsyncClient,
-    inbox: Receiver<Inbound>,
+    inbox: Arc<Inbox>,
     runtime: Runtime,
     state: Arc<LinkState>,
 }
@@ -503,7 +613,8 @@ impl Link {
             ));
         }
         let (client, mut eventloop) = AsyncClient::new(mqtt, 64);
-        let (tx, inbox) = channel();
+        let inbox = Arc::new(Inbox::new(opts.latest_per_topic));
+        let tx = CloseOnDrop(inbox.clone());
         let sub_client = client.clone();
         let subscribe = opts.subscribe;
         let state = Arc::new(LinkState::default());
@@ -511,7 +622,15 @@ impl Link {
         let broker = opts.broker.clone();
         let backoff = opts.reconnect;
         runtime.spawn(async move {
-            let tx: Sender<Inbound> = tx;
+            // Sends to the Link; false once the Link is gone (this task holds the only other
+            // reference).
+            let send = |ev: Inbound| {
+                if Arc::strong_count(&tx.0) < 2 {
+                    return false;
+                }
+                tx.0.push(ev);
+                true
+            };
             let mut connected = false;
             loop {
                 let forward = match eventloop.poll().await {
@@ -525,7 +644,7 @@ impl Link {
                         for f in &subscribe {
                             // try_: this task is the one that drains the request channel.
                             if let Err(e) = sub_client.try_subscribe(f, QoS::AtLeastOnce) {
-                                let _ = tx.send(Inbound::Disconnected(e.to_string()));
+                                send(Inbound::Disconnected(e.to_string()));
                             }
                         }
                         Some(Inbound::Connected)
@@ -560,7 +679,7 @@ impl Link {
                         let at = SystemTime::now() + delay;
                         let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
                         shared.next_attempt_ms.store(ms, Ordering::Relaxed);
-                        if tx.send(Inbound::Disconnected(reason)).is_err() {
+                        if !send(Inbound::Disconnected(reason)) {
                             break;
                         }
                         tokio::time::sleep(delay).await;
@@ -568,7 +687,7 @@ impl Link {
                     }
                 };
                 if let Some(m) = forward
-                    && tx.send(m).is_err()
+                    && !send(m)
                 {
                     break; // the Link was dropped
                 }
@@ -585,6 +704,12 @@ impl Link {
     /// Consecutive failed connection attempts since the last connection (0 while connected).
     pub fn failures(&self) -> u32 {
         self.state.failures.load(Ordering::Relaxed)
+    }
+
+    /// Messages dropped unread because a newer one of their topic replaced them (only with
+    /// [`LinkOptions::latest_per_topic`]).
+    pub fn dropped(&self) -> u64 {
+        self.inbox.dropped()
     }
 
     /// When the next connection attempt starts, after a failure.
@@ -607,10 +732,9 @@ impl Link {
         let start = Instant::now();
         let mut last = String::from("none");
         loop {
-            let left = timeout.saturating_sub(start.elapsed());
-            match self.inbox.recv_timeout(left) {
-                Ok(Inbound::Connected) => return Ok(()),
-                Ok(Inbound::Disconnected(e)) => {
+            match self.inbox.pop(Some(start + timeout)) {
+                Some(Inbound::Connected) => return Ok(()),
+                Some(Inbound::Disconnected(e)) => {
                     if let Some(reason) = self.refused() {
                         return Err(LinkError::Refused {
                             addr: broker.clone(),
@@ -619,8 +743,8 @@ impl Link {
                     }
                     last = e;
                 }
-                Ok(Inbound::Message { .. }) => {}
-                Err(_) => {
+                Some(Inbound::Message { .. }) => {}
+                None => {
                     return Err(LinkError::Connect {
                         addr: broker.clone(),
                         seconds: start.elapsed().as_secs_f64(),
@@ -633,13 +757,12 @@ impl Link {
 
     /// The next inbound event, waiting at most until `deadline` (`None` when it passed).
     pub fn recv_until(&self, deadline: Instant) -> Option<Inbound> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        self.inbox.recv_timeout(left).ok()
+        self.inbox.pop(Some(deadline))
     }
 
     /// The next inbound event, blocking.
     pub fn recv(&self) -> Option<Inbound> {
-        self.inbox.recv().ok()
+        self.inbox.pop(None)
     }
 
     /// Publishes with QoS 1 (blocks while the request queue is full).
@@ -661,5 +784,91 @@ impl Link {
             r
         });
         self.runtime.shutdown_timeout(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(topic: &str, payload: &[u8]) -> Inbound {
+        Inbound::Message {
+            topic: topic.into(),
+            payload: payload.to_vec(),
+            retained: false,
+        }
+    }
+
+    fn drain(inbox: &Inbox) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(ev) = inbox.pop(Some(Instant::now())) {
+            out.push(match ev {
+                Inbound::Connected => "connected".into(),
+                Inbound::Disconnected(e) => format!("disconnected {e}"),
+                Inbound::Message { topic, payload, .. } => {
+                    format!("{topic} {}", String::from_utf8_lossy(&payload))
+                }
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn latest_inbox_keeps_the_newest_message_of_each_topic() {
+        let inbox = Inbox::new(true);
+        inbox.push(msg("a", b"1"));
+        inbox.push(msg("b", b"1"));
+        inbox.push(msg("a", b"2"));
+        inbox.push(msg("a", b"3"));
+        assert_eq!(inbox.len(), 2);
+        assert_eq!(inbox.dropped(), 2);
+        // The kept ones in the order they arrived.
+        assert_eq!(drain(&inbox), ["b 1", "a 3"]);
+        inbox.push(msg("a", b"4"));
+        inbox.push(msg("b", b"2"));
+        assert_eq!(drain(&inbox), ["a 4", "b 2"]);
+        assert_eq!(inbox.dropped(), 2);
+    }
+
+    #[test]
+    fn latest_inbox_coalesces_connection_events() {
+        let inbox = Inbox::new(true);
+        for i in 0..1000 {
+            inbox.push(Inbound::Disconnected(format!("{i}")));
+            inbox.push(msg("down", b"x"));
+        }
+        inbox.push(Inbound::Connected);
+        assert_eq!(inbox.len(), 2);
+        assert_eq!(inbox.dropped(), 999); // connection events are not counted
+        assert_eq!(drain(&inbox), ["down x", "connected"]);
+    }
+
+    #[test]
+    fn default_inbox_keeps_everything_and_ends_after_close() {
+        let inbox = Arc::new(Inbox::new(false));
+        for i in 0..5 {
+            inbox.push(msg("a", format!("{i}").as_bytes()));
+        }
+        inbox.push(Inbound::Connected);
+        inbox.push(Inbound::Connected);
+        assert_eq!(inbox.len(), 7);
+        assert_eq!(inbox.dropped(), 0);
+        // A blocked reader wakes on a push, then on close.
+        let reader = {
+            let inbox = inbox.clone();
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while inbox.pop(None).is_some() {
+                    n += 1;
+                }
+                n
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        inbox.push(msg("b", b"late"));
+        drop(CloseOnDrop(inbox.clone()));
+        assert_eq!(reader.join().expect("reader"), 8);
+        // A deadline that passed with nothing queued.
+        assert!(inbox.pop(Some(Instant::now())).is_none());
     }
 }
