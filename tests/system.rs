@@ -286,7 +286,11 @@ fn flooded_client_keeps_one_pending_command_and_its_memory_bound() {
     let prefix = "edgecfl/t-flood";
     let topics = Topics::new(prefix).unwrap();
     let partition = "groups:01234-56789";
-    let flags = run_flags(partition, 2, 2, 1.0, 6);
+    let mut flags = run_flags(partition, 2, 2, 1.0, 6);
+    // Training long enough (1 500 images × 20 epochs, seconds even on a fast machine) for the
+    // whole flood to arrive while the target trains, and before its next real command.
+    let epochs = flags.iter().position(|f| f == "--epochs").unwrap() + 1;
+    flags[epochs] = "20".into();
     let net: Vec<String> = [
         "--broker",
         &format!("mqtt://127.0.0.1:{port}"),
