@@ -127,14 +127,15 @@ run() {
     env -u EDGECFL_FMNIST_DIR "${envs[@]}" /usr/bin/time -v -o "$OUT/raw/$name.time" \
         $r "$bin" "$@" >"$OUT/raw/$name.stdout" 2>"$OUT/raw/$name.stderr" \
         || die "$name failed, see $OUT/raw/$name.stderr"
-    printf '%s\n' "${envs[*]:-} /usr/bin/time -v $r $bin $*" >"$OUT/raw/$name.cmd"
+    # Recorded relative to the checkout, so the file holds no path of this machine.
+    printf '%s\n' "${envs[*]:-} /usr/bin/time -v $r $bin $*" | sed "s#$ROOT/##g" >"$OUT/raw/$name.cmd"
 }
 
 bench=(bench --model lenet5 --backends flex --batches "$BATCH" --samples "$SAMPLES" --repeats "$REPEATS")
 for t in "${TARGETS[@]}"; do
     bin="$(binary "$t")"
     [[ -x "$bin" ]] || die "$bin missing: build it (drop --no-build)"
-    printf '%s\n' "$bin" >"$OUT/raw/$t.binary"
+    printf '%s\n' "${bin#"$ROOT"/}" >"$OUT/raw/$t.binary"
     file -b "$bin" >"$OUT/raw/$t.file"
     stat -c %s "$bin" >"$OUT/raw/$t.size"
     run "$t.help" "$t" - --help

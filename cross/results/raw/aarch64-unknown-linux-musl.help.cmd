@@ -1,1 +1,1 @@
- /usr/bin/time -v qemu-aarch64 /work/target-cross/aarch64-unknown-linux-musl/release/edge-client --help
+ /usr/bin/time -v qemu-aarch64 target/aarch64-unknown-linux-musl/release/edge-client --help

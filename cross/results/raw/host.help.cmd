@@ -1,1 +1,1 @@
- /usr/bin/time -v  /work/target-cross/release/edge-client --help
+ /usr/bin/time -v  target/release/edge-client --help
