@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release -p edgecfl-shared --example hc_bench                 # n = 1000 and 10000
 //! cargo run --release -p edgecfl-shared --example hc_bench -- 2000 --dim 850 --reps 5
+//! python3 scripts/bench-hc.py 1000 10000       # the same beside scipy, on the same data
 //! ```
 //!
 //! The observations are synthetic "final layers" (850 floats, like LeNet-5's 84×10 + 10): 20
@@ -10,20 +11,14 @@
 //! repeated `--reps` times (default 3 for n ≤ 2000, else 1) and the median is printed, one JSON
 //! object per line, with the machine's available parallelism.
 //!
-//! Measured with the first command on the 2-core development VM (AMD EPYC, SSE2 baseline
-//! build, other builds running: expect ±30 % noise), next to scipy 1.17.1 on similar data
-//! (`pdist` single-threaded, `linkage` on its output) run right after it:
+//! `--dump DIR` also writes, for the comparison with scipy (`scripts/bench-hc.py`), per size
+//! `n`: `points-N.f32` (the observations, row-major little-endian `f32`), `pairs-N.bin` (10 000
+//! seeded pairs: `u32` i, `u32` j, `f64` distance, little-endian) and `heights-N-METHOD.f64`
+//! (the dendrogram's merge heights in merge order, little-endian `f64`).
 //!
-//! | n × 850 | euclidean | single | complete | average | weighted | ward |
-//! | --- | --- | --- | --- | --- | --- | --- |
-//! | 1 000 (this crate) | 0.14 s | 0.005 s | 0.012 s | 0.012 s | 0.013 s | 0.019 s |
-//! | 1 000 (scipy) | 0.17 s | 0.003 s | 0.010 s | 0.010 s | 0.011 s | 0.012 s |
-//! | 10 000 (this crate) | 13.7 s | 1.3 s | 3.1 s | 3.1 s | 3.0 s | 3.3 s |
-//! | 10 000 (scipy) | 25.5 s | 1.3 s | 4.1 s | 4.7 s | 5.6 s | 5.2 s |
-//!
-//! Linkage at 10 000 needs about 1.2 GB (the 400 MB condensed input plus an 800 MB square
-//! working copy for the nn-chain methods).
+//! Results: BENCHMARKS.md §4.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use edgecfl_shared::cluster::{CondensedMatrix, Linkage, linkage};
@@ -77,19 +72,27 @@ fn main() {
     let mut sizes = Vec::new();
     let mut dim = 850usize;
     let mut reps: Option<usize> = None;
+    let mut dump: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--dim" => dim = args.next().and_then(|v| v.parse().ok()).unwrap_or(dim),
             "--reps" => reps = args.next().and_then(|v| v.parse().ok()),
+            "--dump" => dump = args.next().map(PathBuf::from),
             other => match other.parse() {
                 Ok(n) => sizes.push(n),
                 Err(_) => {
-                    eprintln!("usage: hc_bench [N ...] [--dim D] [--reps R]");
+                    eprintln!("usage: hc_bench [N ...] [--dim D] [--reps R] [--dump DIR]");
                     std::process::exit(2);
                 }
             },
         }
+    }
+    if let Some(dir) = &dump
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        eprintln!("cannot create {}: {e}", dir.display());
+        std::process::exit(1);
     }
     if sizes.is_empty() {
         sizes = vec![1000, 10_000];
@@ -109,12 +112,42 @@ fn main() {
         println!(
             "{{\"n\":{n},\"dim\":{dim},\"threads\":{threads},\"reps\":{reps},\"step\":\"euclidean\",\"median_s\":{secs:.4}}}"
         );
+        if let Some(dir) = &dump {
+            let points: Vec<u8> = pts.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
+            write(&dir.join(format!("points-{n}.f32")), &points);
+            let mut rng = Rng(7);
+            let mut pairs = Vec::new();
+            for _ in 0..10_000 {
+                let i = (rng.next_u64() % n as u64) as usize;
+                let j = (rng.next_u64() % n as u64) as usize;
+                let dist = d.get(i, j).unwrap_or(f64::NAN);
+                pairs.extend((i as u32).to_le_bytes());
+                pairs.extend((j as u32).to_le_bytes());
+                pairs.extend(dist.to_le_bytes());
+            }
+            write(&dir.join(format!("pairs-{n}.bin")), &pairs);
+        }
         for method in Linkage::ALL {
             let (secs, tree) = median_secs(reps, || linkage(&d, method));
+            if let Some(dir) = &dump {
+                let heights: Vec<u8> = tree
+                    .heights()
+                    .iter()
+                    .flat_map(|h| h.to_le_bytes())
+                    .collect();
+                write(&dir.join(format!("heights-{n}-{method}.f64")), &heights);
+            }
             let k = tree.n_clusters_at(tree.auto_threshold());
             println!(
                 "{{\"n\":{n},\"dim\":{dim},\"threads\":{threads},\"reps\":{reps},\"step\":\"linkage\",\"method\":\"{method}\",\"median_s\":{secs:.4},\"auto_k\":{k}}}"
             );
         }
+    }
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    if let Err(e) = std::fs::write(path, bytes) {
+        eprintln!("cannot write {}: {e}", path.display());
+        std::process::exit(1);
     }
 }

@@ -7,10 +7,15 @@
 //!
 //! Constructors:
 //!
-//! * [`CondensedMatrix::euclidean`]: Euclidean distances between `f32` observations, computed
-//!   exactly as `pdist(X.astype(float64))` does (differences and squares accumulated in `f64`,
-//!   then one square root; no `‖x‖² + ‖y‖² − 2x·y` shortcut, so tiny distances stay accurate);
-//! * [`CondensedMatrix::cosine_distance`]: `1 − x·y / (‖x‖ ‖y‖)` (scipy's `cosine`);
+//! * [`CondensedMatrix::euclidean`]: Euclidean distances between `f32` observations, in `f64`
+//!   like `pdist(X.astype(float64))`. Small inputs are computed pair by pair (differences and
+//!   squares accumulated in `f64`, then one square root). From [`PRODUCT_MIN_N`] observations on,
+//!   the dot products come from blocked matrix products (`‖x‖² + ‖y‖² − 2x·y`, the
+//!   formulation of scikit-learn's `euclidean_distances`), and every pair whose squared distance
+//!   is below [`RECOMPUTE_BELOW`] of `‖x‖² + ‖y‖²` (where the expansion loses digits) is
+//!   recomputed pair by pair, so tiny distances stay exact;
+//! * [`CondensedMatrix::cosine_distance`]: `1 − x·y / (‖x‖ ‖y‖)` (scipy's `cosine`), with the same
+//!   matrix products from [`PRODUCT_MIN_N`] observations on;
 //! * [`CondensedMatrix::from_square`] and [`CondensedMatrix::from_condensed`] for distances
 //!   computed elsewhere.
 //!
@@ -301,20 +306,135 @@ where
     data
 }
 
+/// From this many observations on (and at least [`PRODUCT_MIN_DIM`] coordinates), the dot products
+/// of all pairs come from blocked matrix products ([`fill_by_products`]) instead of one loop per
+/// pair. Below it the pair loop is as fast and the distances are the direct ones bit for bit.
+pub const PRODUCT_MIN_N: usize = 256;
+
+/// Fewest coordinates for which the matrix products pay off (see [`PRODUCT_MIN_N`]).
+const PRODUCT_MIN_DIM: usize = 16;
+
+/// A squared Euclidean distance from `‖x‖² + ‖y‖² − 2x·y` that is below this fraction of
+/// `‖x‖² + ‖y‖²` is recomputed directly. The expansion's absolute error is about
+/// `dim · 2⁻⁵³ · (‖x‖² + ‖y‖²)`; above the threshold that is a relative error below
+/// `dim · 1.2·10⁻¹⁶ / 10⁻³` (2·10⁻¹⁰ for `dim` = 850) of the squared distance, and half of it on
+/// the distance. Below it the direct sum is exact to rounding however close the points are.
+pub const RECOMPUTE_BELOW: f64 = 1e-3;
+
+/// Rows per tile of the matrix products: a tile's `TILE × TILE` products (512 KiB) stay in L2.
+const TILE: usize = 256;
+
+/// Fills the condensed vector of `n` rows (`rows` is `n × dim`, row-major) with
+/// `finish(i, j, x_i·x_j)` for every `i < j`, the dot products computed as `TILE × TILE` blocks of
+/// the Gram matrix by a matrix product (nalgebra's `gemm`, which runs matrixmultiply's
+/// SIMD kernels chosen at run time). Row blocks are handed to the threads largest first; each
+/// block owns a contiguous range of the condensed vector, so no two threads write to the same
+/// place and the result does not depend on the number of threads.
+fn fill_by_products<F>(n: usize, dim: usize, rows: &[f64], finish: F) -> Vec<f64>
+where
+    F: Fn(usize, usize, f64) -> f64 + Sync,
+{
+    use nalgebra::{DMatrix, DMatrixView};
+
+    let len = n * n.saturating_sub(1) / 2;
+    let mut data = vec![0.0f64; len];
+    // Row blocks [i0, i1) with the part of `data` holding their pairs, smallest (last rows) first
+    // so that `pop` hands out the largest first.
+    let mut blocks = Vec::new();
+    let mut rest: &mut [f64] = &mut data;
+    for i0 in (0..n).step_by(TILE) {
+        let i1 = (i0 + TILE).min(n);
+        let count: usize = (i0..i1).map(|i| n - i - 1).sum();
+        let (mine, tail) = rest.split_at_mut(count);
+        rest = tail;
+        blocks.push((i0, i1, mine));
+    }
+    blocks.reverse();
+    let queue = std::sync::Mutex::new(blocks);
+
+    // Block `a..b` of the rows as a `(b − a) × dim` matrix, and its transpose, without copying.
+    let block = |a: usize, b: usize| {
+        DMatrixView::from_slice_with_strides(&rows[a * dim..b * dim], b - a, dim, dim, 1)
+    };
+    let block_t = |a: usize, b: usize| {
+        DMatrixView::from_slice_with_strides(&rows[a * dim..b * dim], dim, b - a, 1, dim)
+    };
+    let worker = || {
+        let mut gram = DMatrix::<f64>::zeros(TILE, TILE);
+        loop {
+            // A poisoned lock only means another worker panicked; its blocks are lost either way.
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let Some((i0, i1, out)) = next else { break };
+            let base = condensed_index(n, i0, i0 + 1);
+            let xi_t = block_t(i0, i1);
+            for j0 in (i0..n).step_by(TILE) {
+                let j1 = (j0 + TILE).min(n);
+                // gram[(j − j0, i − i0)] = x_j · x_i: column i − i0 is contiguous in j.
+                let mut g = gram.view_mut((0, 0), (j1 - j0, i1 - i0));
+                g.gemm(1.0, &block(j0, j1), &xi_t, 0.0);
+                for i in i0..i1 {
+                    let start = (i + 1).max(j0);
+                    if start >= j1 {
+                        continue;
+                    }
+                    let off = condensed_index(n, i, start) - base;
+                    let col = g.column(i - i0);
+                    for (k, j) in (start..j1).enumerate() {
+                        out[off + k] = finish(i, j, col[j - j0]);
+                    }
+                }
+            }
+        }
+    };
+    let threads = worker_count(len, dim);
+    if threads <= 1 {
+        worker();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(worker);
+            }
+        });
+    }
+    data
+}
+
+/// Whether [`fill_by_products`] is used for `n` observations of `dim` coordinates.
+fn use_products(n: usize, dim: usize) -> bool {
+    n >= PRODUCT_MIN_N && dim >= PRODUCT_MIN_DIM
+}
+
 impl CondensedMatrix {
     /// Euclidean distances between observations (all of the same dimension, finite).
     ///
-    /// Each distance is `sqrt(Σ (x_k − y_k)²)` with the `f32` coordinates widened to `f64`
-    /// first and the sum accumulated in `f64`, as `pdist(X.astype(float64))` computes it (it may
-    /// differ from scipy in the last bits because the summation order differs). The pairs are
-    /// processed in cache blocks on up to [`std::thread::available_parallelism`] threads.
+    /// The `f32` coordinates are widened to `f64` first, as `pdist(X.astype(float64))` does.
+    /// Below [`PRODUCT_MIN_N`] observations each distance is `sqrt(Σ (x_k − y_k)²)` accumulated
+    /// in `f64` (it may differ from scipy in the last bits because the summation order differs);
+    /// from there on it is `sqrt(‖x‖² + ‖y‖² − 2x·y)` with the dot products from blocked matrix
+    /// products, recomputed the direct way where that expansion is inaccurate (see
+    /// [`RECOMPUTE_BELOW`]): within about `10⁻¹⁰` relative of the direct value. Work is spread over
+    /// up to [`std::thread::available_parallelism`] threads.
     ///
     /// Accepts `&[Vec<f32>]`, `&[&[f32]]` or any slice of `AsRef<[f32]>`.
     pub fn euclidean<P: AsRef<[f32]>>(points: &[P]) -> Result<Self, DistanceError> {
         let dim = validate_points(points)?;
         let n = points.len();
         let rows = to_f64_rows(points, dim);
-        let data = fill_pairwise(n, dim, &rows, |x, y| sq_euclid(x, y).sqrt());
+        let row = |i: usize| &rows[i * dim..(i + 1) * dim];
+        let data = if use_products(n, dim) {
+            let norms: Vec<f64> = (0..n).map(|i| dot(row(i), row(i))).collect();
+            fill_by_products(n, dim, &rows, |i, j, xy| {
+                let scale = norms[i] + norms[j];
+                let d2 = scale - 2.0 * xy;
+                if d2 > RECOMPUTE_BELOW * scale {
+                    d2.sqrt()
+                } else {
+                    sq_euclid(row(i), row(j)).sqrt()
+                }
+            })
+        } else {
+            fill_pairwise(n, dim, &rows, |x, y| sq_euclid(x, y).sqrt())
+        };
         Ok(Self { n, data })
     }
 
@@ -337,7 +457,11 @@ impl CondensedMatrix {
             }
             r.iter_mut().for_each(|v| *v /= norm);
         }
-        let data = fill_pairwise(n, dim, &rows, |x, y| (1.0 - dot(x, y)).clamp(0.0, 2.0));
+        let data = if use_products(n, dim) {
+            fill_by_products(n, dim, &rows, |_, _, xy| (1.0 - xy).clamp(0.0, 2.0))
+        } else {
+            fill_pairwise(n, dim, &rows, |x, y| (1.0 - dot(x, y)).clamp(0.0, 2.0))
+        };
         Ok(Self { n, data })
     }
 
@@ -526,6 +650,88 @@ mod tests {
                 let want = s.sqrt();
                 let got = d.get(i, j).unwrap();
                 assert!((got - want).abs() <= 1e-12 * want.max(1.0), "{i} {j}");
+            }
+        }
+    }
+
+    /// Points for the matrix-product path: clustered values of very different magnitudes,
+    /// exact duplicates, near duplicates and a zero vector, more than one tile of rows.
+    fn product_path_points() -> Vec<Vec<f32>> {
+        let n = TILE + 77;
+        let dim = 850;
+        let mut state = 7u64;
+        let mut unit = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let centres: Vec<Vec<f32>> = (0..5)
+            .map(|c| (0..dim).map(|_| 10f32.powi(c - 2) * unit()).collect())
+            .collect();
+        let mut pts: Vec<Vec<f32>> = (0..n)
+            .map(|i| {
+                let c = &centres[i % 5];
+                c.iter().map(|&v| v + 0.01 * v.abs() * unit()).collect()
+            })
+            .collect();
+        pts[3] = pts[200].clone();
+        pts[290] = pts[5].clone();
+        pts[291] = pts[5].clone();
+        pts[291][17] += 1.0 / 4096.0;
+        pts[100] = vec![1000.0; dim];
+        pts[300] = vec![1000.0; dim];
+        pts[300][3] += 1.0 / 1024.0;
+        pts[150] = vec![0.0; dim];
+        pts
+    }
+
+    fn naive(x: &[f32], y: &[f32], f: impl Fn(f64, f64) -> f64) -> f64 {
+        x.iter()
+            .zip(y)
+            .map(|(&a, &b)| f(f64::from(a), f64::from(b)))
+            .sum()
+    }
+
+    #[test]
+    fn matrix_products_match_the_direct_sums() {
+        let pts = product_path_points();
+        let n = pts.len();
+        assert!(use_products(n, pts[0].len()));
+        let d = CondensedMatrix::euclidean(&pts).unwrap();
+        for i in 0..n {
+            for j in i + 1..n {
+                let want = naive(&pts[i], &pts[j], |a, b| (a - b) * (a - b)).sqrt();
+                let got = d.get(i, j).unwrap();
+                assert!(
+                    (got - want).abs() <= 1e-10 * want,
+                    "({i}, {j}): {got} vs {want}"
+                );
+            }
+        }
+        // Exact where the expansion would have lost everything.
+        assert_eq!(d.get(3, 200), Some(0.0));
+        assert_eq!(d.get(5, 290), Some(0.0));
+        assert_eq!(d.get(5, 291), Some(1.0 / 4096.0));
+        assert_eq!(d.get(100, 300), Some(1.0 / 1024.0));
+        // The same again (threads pick blocks in any order).
+        assert_eq!(CondensedMatrix::euclidean(&pts).unwrap(), d);
+    }
+
+    #[test]
+    fn cosine_by_matrix_products_matches_the_direct_sums() {
+        let mut pts = product_path_points();
+        pts[150][0] = 1.0;
+        let n = pts.len();
+        let d = CondensedMatrix::cosine_distance(&pts).unwrap();
+        for i in 0..n {
+            for j in i + 1..n {
+                let xy = naive(&pts[i], &pts[j], |a, b| a * b);
+                let xx = naive(&pts[i], &pts[i], |a, b| a * b);
+                let yy = naive(&pts[j], &pts[j], |a, b| a * b);
+                let want = (1.0 - xy / (xx.sqrt() * yy.sqrt())).clamp(0.0, 2.0);
+                let got = d.get(i, j).unwrap();
+                assert!((got - want).abs() <= 1e-12, "({i}, {j}): {got} vs {want}");
             }
         }
     }
