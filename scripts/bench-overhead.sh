@@ -4,7 +4,10 @@
 # mosquitto on loopback, so every second of a round is overhead. Uploads in f32 and f16.
 # Usage: [PROFILE=debug|release] [ROUNDS=5] [TABLE_ONLY=1] scripts/bench-overhead.sh [N...]
 #        (default: 100 500; TABLE_ONLY=1 prints the table of earlier results without running)
-# Results: bench-results/overhead/n<N>-<enc>/{summary.json,rounds.csv}, and a table on stdout.
+# Results: bench-results/overhead/n<N>-<enc>/{summary.json,rounds.csv,fleet.json,coordinator.time},
+# and a table on stdout: round times, traffic, the coordinator's peak RSS (/usr/bin/time -v), and
+# the message count check (every job the coordinator published reached a simulated client, every
+# answer a client published was accepted, no phase timed out).
 # The echo clients all send the same signature, so FedClust finds one cluster: every round the
 # coordinator sends all N clients the new model for evaluation, the worst case for traffic.
 set -euo pipefail
@@ -27,12 +30,12 @@ for n in "${ns[@]}"; do
     mpid=$!
     sleep 0.5
     echo "== N=$n upload=$enc (port $port)"
-    "$bin/coordinator" serve --broker "mqtt://127.0.0.1:$port" --prefix edgecfl/bench \
+    /usr/bin/time -v -o "$out/coordinator.time" "$bin/coordinator" serve --broker "mqtt://127.0.0.1:$port" --prefix edgecfl/bench \
       --clients "$n" --min-clients "$n" --rounds "$rounds" --frac 0.1 --eval-every 1 \
       --upload "$enc" --phase-timeout 600 --data shared/data/fmnist-subset --out "$out" \
       > "$out/coordinator.log" 2>&1 &
     cpid=$!
-    "$bin/sim-fleet" "$port" "$n" edgecfl/bench > "$out/fleet.log" 2>&1 &
+    "$bin/sim-fleet" "$port" "$n" edgecfl/bench > "$out/fleet.json" 2> "$out/fleet.log" &
     fpid=$!
     wait "$cpid" || { echo "coordinator failed, see $out/coordinator.log"; kill $fpid $mpid; exit 1; }
     wait "$fpid" || true
@@ -44,8 +47,9 @@ done
 python3 - "$profile" "${ns[@]}" <<'PY'
 import csv, json, sys, statistics
 profile, ns = sys.argv[1], sys.argv[2:]
-print(f"| clients | upload | round 0: signatures + clustering (s) | training round, median (s) | MB through the broker per round, down / up | per message: signature, update (raw floats) |  ({profile} build)")
-print("|---|---|---|---|---|---|")
+print(f"| clients | upload | round 0: signatures + clustering (s) | training round, median (s) | MB through the broker per round, down / up | per message: signature, update (raw floats) | coordinator peak RSS | messages down / answers up: coordinator, fleet; timeouts |  ({profile} build)")
+print("|---|---|---|---|---|---|---|---|")
+lost = []
 for n in ns:
     for enc in ("f32", "f16"):
         d = f"bench-results/overhead/n{n}-{enc}"
@@ -57,7 +61,23 @@ for n in ns:
         down = (w["down"] - nc * w["down"] / (nc + sum(int(x["sampled"]) for x in rows) + nc * r)) / r
         up = (w["update_up"] + w["evaluation_up"]) / r
         per_update = w["update_up"] / max(w["updates"], 1)
+        rss, msgs = "-", "-"
+        try:
+            for line in open(f"{d}/coordinator.time"):
+                if "Maximum resident set size" in line:
+                    rss = f"{int(line.split(':')[1]) / 1024:.0f} MiB"
+            f = json.loads(open(f"{d}/fleet.json").read().strip().splitlines()[-1])
+            # The fleet counts the final Finish, which the coordinator does not count as a job.
+            got = f["commands"] - f["finishes"]
+            msgs = (f"{w['messages_down']} / {w['answers_up']}, {got} / {f['answers']}; "
+                    f"{s['phase_timeouts']}")
+            if (got, f["answers"], s["phase_timeouts"]) != (w["messages_down"], w["answers_up"], 0):
+                lost.append(d)
+        except (OSError, KeyError, ValueError, IndexError):
+            pass   # results of an earlier version of this script
         print(f"| {nc} | {enc} | {s['wall_seconds'] - sum(secs):.2f} | {statistics.median(secs):.2f} | "
               f"{down / 1e6:.1f} / {up / 1e6:.2f} | {w['signature_up'] / nc:.0f} B ({850 * 4}), "
-              f"{per_update:.0f} B ({44426 * 4}) |")
+              f"{per_update:.0f} B ({44426 * 4}) | {rss} | {msgs} |")
+if lost:
+    sys.exit("messages lost or timed out in: " + ", ".join(lost))
 PY

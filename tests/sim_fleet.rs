@@ -6,8 +6,13 @@
 //! model back, an evaluation reports fixed counts. So a round's wall time is all overhead:
 //! encoding, the broker, decoding, aggregation.
 //!
+//! At exit it prints one JSON line of totals over the fleet (`commands` received including the
+//! final `Finish`, `answers` published, payload bytes both ways), so that a benchmark can check
+//! that no message was lost against the coordinator's `wire_bytes` counts.
+//!
 //! Usage: `sim-fleet BROKER_PORT N [PREFIX]`
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use edgecfl_shared::model::{LayerSet, ParamLayout};
@@ -15,6 +20,13 @@ use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions};
 use edgecfl_shared::protocol::{
     BrokerAddr, Envelope, Hello, Id, LabelEval, Tensor, ToClient, ToCoordinator, Topics, text,
 };
+
+/// Totals over the fleet (see the module doc).
+static COMMANDS: AtomicU64 = AtomicU64::new(0);
+static FINISHES: AtomicU64 = AtomicU64::new(0);
+static ANSWERS: AtomicU64 = AtomicU64::new(0);
+static BYTES_DOWN: AtomicU64 = AtomicU64::new(0);
+static BYTES_UP: AtomicU64 = AtomicU64::new(0);
 
 fn answer(cmd: &ToClient) -> Option<ToCoordinator> {
     Some(match cmd {
@@ -77,13 +89,20 @@ fn client(port: u16, id: String, topics: Topics) {
                 .expect("hello"),
             Inbound::Disconnected(_) => {}
             Inbound::Message { payload, .. } => {
+                COMMANDS.fetch_add(1, Relaxed);
+                BYTES_DOWN.fetch_add(payload.len() as u64, Relaxed);
                 let Ok(env) = Envelope::<ToClient>::from_bytes(&payload) else {
                     continue;
                 };
+                if matches!(env.body, ToClient::Finish) {
+                    FINISHES.fetch_add(1, Relaxed);
+                }
                 let Some(reply) = answer(&env.body) else {
                     break;
                 };
                 let bytes = Envelope::new(env.run, env.round, reply).to_bytes();
+                ANSWERS.fetch_add(1, Relaxed);
+                BYTES_UP.fetch_add(bytes.len() as u64, Relaxed);
                 link.publish(&topics.up(&id), bytes, false).expect("upload");
             }
         }
@@ -112,4 +131,12 @@ fn main() {
     for t in threads {
         let _ = t.join();
     }
+    println!(
+        "{{\"clients\":{n},\"commands\":{},\"finishes\":{},\"answers\":{},\"bytes_down\":{},\"bytes_up\":{}}}",
+        COMMANDS.load(Relaxed),
+        FINISHES.load(Relaxed),
+        ANSWERS.load(Relaxed),
+        BYTES_DOWN.load(Relaxed),
+        BYTES_UP.load(Relaxed)
+    );
 }

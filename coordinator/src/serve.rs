@@ -156,6 +156,10 @@ pub struct WireStats {
     pub down: u64,
     /// Of `down`, the bytes published on the broadcast topic (MT-HFL's signature relay).
     pub broadcast: u64,
+    /// Messages published to clients (a broadcast counts once; the final `Finish` not counted).
+    pub messages_down: u64,
+    /// Answers from clients accepted (rejected ones are in the summary's `rejected`).
+    pub answers_up: u64,
 }
 
 /// A client of the run.
@@ -439,6 +443,7 @@ impl MqttPool {
     fn send(&mut self, client: usize, round: u32, msg: ToClient) -> Result<(), PoolError> {
         let bytes = Envelope::new(self.run.clone(), round, msg).to_bytes();
         self.wire.down += bytes.len() as u64;
+        self.wire.messages_down += 1;
         self.link
             .publish(&self.topics.down(&self.members[client].id), bytes, false)
             .map_err(|e| PoolError::Transport(e.to_string()))
@@ -448,6 +453,7 @@ impl MqttPool {
     fn broadcast(&mut self, bytes: &[u8]) -> Result<(), PoolError> {
         self.wire.down += bytes.len() as u64;
         self.wire.broadcast += bytes.len() as u64;
+        self.wire.messages_down += 1;
         self.link
             .publish(&self.topics.broadcast(), bytes.to_vec(), false)
             .map_err(|e| PoolError::Transport(e.to_string()))
@@ -621,6 +627,7 @@ impl MqttPool {
                 let len = payload.len() as u64;
                 match aw.accept(c, msg) {
                     Ok(a) => {
+                        self.wire.answers_up += 1;
                         match &a {
                             WireAnswer::Signature(_)
                             | WireAnswer::SignatureStats { .. }
