@@ -2,7 +2,10 @@
 # Benchmark of BENCHMARKS.md "MQTT overhead": the coordinator's per-round time with N lightweight
 # simulated clients (tests/sim_fleet.rs: real MQTT connections and protocol, no training) over
 # mosquitto on loopback, so every second of a round is overhead. Uploads in f32 and f16.
-# Usage: [PROFILE=debug|release] [ROUNDS=5] [TABLE_ONLY=1] scripts/bench-overhead.sh [N...]
+# Usage: [PROFILE=debug|release] [ROUNDS=5] [ENCODINGS="f32 f16"] [BROKER=mosquitto|embedded]
+#        [TABLE_ONLY=1] scripts/bench-overhead.sh [N...]
+#        BROKER=embedded: the coordinator's own broker (rumqttd) instead of mosquitto; its results
+#        go to bench-results/overhead/embedded-n<N>-<enc> and its RSS includes the broker's.
 #        (default: 100 500; TABLE_ONLY=1 prints the table of earlier results without running)
 # Results: bench-results/overhead/n<N>-<enc>/{summary.json,rounds.csv,fleet.json,coordinator.time},
 # and a table on stdout: round times, traffic, the coordinator's peak RSS (/usr/bin/time -v), and
@@ -14,6 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${PROFILE:-release}
 rounds=${ROUNDS:-5}
+broker=${BROKER:-mosquitto}
+read -r -a encs <<< "${ENCODINGS:-f32 f16}"
+case "$broker" in mosquitto) tag= ;; embedded) tag=embedded- ;; *) echo "BROKER must be mosquitto or embedded" >&2; exit 2 ;; esac
 ns=("$@"); [ ${#ns[@]} -gt 0 ] || ns=(100 500)
 flag=(); [ "$profile" = release ] && flag=(--release)
 [ -n "${TABLE_ONLY:-}" ] || {
@@ -21,38 +27,49 @@ cargo build -q "${flag[@]}" -p coordinator -p edgecfl-tests --bins
 bin=target/$profile
 mosq=$(command -v mosquitto || echo /usr/sbin/mosquitto)
 for n in "${ns[@]}"; do
-  for enc in f32 f16; do
-    out=bench-results/overhead/n$n-$enc
+  for enc in "${encs[@]}"; do
+    out=bench-results/overhead/${tag}n$n-$enc
     rm -rf "$out"; mkdir -p "$out"
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_packet_size 4198400\nmax_inflight_messages 100\nmax_queued_messages 100000\nmax_connections -1\n' "$port" > "$out/mosquitto.conf"
-    "$mosq" -c "$out/mosquitto.conf" > "$out/mosquitto.log" 2>&1 &
-    mpid=$!
-    sleep 0.5
-    echo "== N=$n upload=$enc (port $port)"
-    /usr/bin/time -v -o "$out/coordinator.time" "$bin/coordinator" serve --broker "mqtt://127.0.0.1:$port" --prefix edgecfl/bench \
+    if [ "$broker" = mosquitto ]; then
+      printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_packet_size 4198400\nmax_inflight_messages 100\nmax_queued_messages 100000\nmax_connections -1\n' "$port" > "$out/mosquitto.conf"
+      "$mosq" -c "$out/mosquitto.conf" > "$out/mosquitto.log" 2>&1 &
+      mpid=$!
+      sleep 0.5
+      where=(--broker "mqtt://127.0.0.1:$port")
+    else
+      mpid=
+      where=(--port "$port" --listen 127.0.0.1)
+    fi
+    echo "== N=$n upload=$enc broker=$broker (port $port)"
+    /usr/bin/time -v -o "$out/coordinator.time" "$bin/coordinator" serve "${where[@]}" --prefix edgecfl/bench \
       --clients "$n" --min-clients "$n" --rounds "$rounds" --frac 0.1 --eval-every 1 \
       --upload "$enc" --phase-timeout 600 --data shared/data/fmnist-subset --out "$out" \
       > "$out/coordinator.log" 2>&1 &
     cpid=$!
+    [ "$broker" = mosquitto ] || python3 -c "import socket,sys,time
+for _ in range(200):
+    try: socket.create_connection(('127.0.0.1', $port)).close(); sys.exit(0)
+    except OSError: time.sleep(0.05)
+sys.exit('the embedded broker did not start')"
     "$bin/sim-fleet" "$port" "$n" edgecfl/bench > "$out/fleet.json" 2> "$out/fleet.log" &
     fpid=$!
     wait "$cpid" || { echo "coordinator failed, see $out/coordinator.log"; kill $fpid $mpid; exit 1; }
     wait "$fpid" || true
-    kill "$mpid"; wait "$mpid" 2>/dev/null || true
+    [ -z "$mpid" ] || { kill "$mpid"; wait "$mpid" 2>/dev/null || true; }
     rm -f "$out"/*.svg   # one cluster of identical echo clients: nothing to look at, 21 MB at N=500
   done
 done
 }
-python3 - "$profile" "${ns[@]}" <<'PY'
+python3 - "$profile" "$tag" "${encs[*]}" "${ns[@]}" <<'PY'
 import csv, json, sys, statistics
-profile, ns = sys.argv[1], sys.argv[2:]
-print(f"| clients | upload | round 0: signatures + clustering (s) | training round, median (s) | MB through the broker per round, down / up | per message: signature, update (raw floats) | coordinator peak RSS | messages down / answers up: coordinator, fleet; timeouts |  ({profile} build)")
+profile, tag, encs, ns = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
+print(f"| clients | upload | round 0: signatures + clustering (s) | training round, median (s) | MB through the broker per round, down / up | per message: signature, update (raw floats) | coordinator peak RSS | messages down / answers up: coordinator, fleet; timeouts |  ({profile} build, {'embedded broker' if tag else 'mosquitto'})")
 print("|---|---|---|---|---|---|---|---|")
 lost = []
 for n in ns:
-    for enc in ("f32", "f16"):
-        d = f"bench-results/overhead/n{n}-{enc}"
+    for enc in encs:
+        d = f"bench-results/overhead/{tag}n{n}-{enc}"
         s = json.load(open(f"{d}/summary.json"))
         rows = list(csv.DictReader(open(f"{d}/rounds.csv")))
         secs = [float(r["seconds"]) for r in rows]

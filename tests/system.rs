@@ -375,3 +375,75 @@ fn flooded_client_keeps_one_pending_command_and_its_memory_bound() {
         peaks[1 - victim]
     );
 }
+
+/// Floods of 4 MiB messages on the embedded broker (inside `coordinator serve`): on a topic
+/// somebody subscribed to and left, on a topic nobody ever subscribed to, and on a client's
+/// `down` topic nobody reads. rumqttd keeps every topic's messages in a log trimmed by size only;
+/// with the limits edgecfl used before (64 MiB × 10 per log) these floods grew the coordinator by
+/// 377 MB. With `coordinator::broker::Retention` (3 segments of 64 KiB, each plus its last
+/// message) each topic holds at most ~12.8 MB, whatever is published: it grew by 32 MB.
+#[test]
+fn embedded_broker_memory_is_bounded_under_floods() {
+    const FLOOD: usize = 60;
+    let dir = scratch("broker-flood");
+    let port = free_port();
+    let prefix = "edgecfl/t-broker-flood";
+    let topics = Topics::new(prefix).unwrap();
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(run_flags("label:2", 2, 1, 1.0, 0))
+        .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+        .args([
+            "--prefix",
+            prefix,
+            "--min-clients",
+            "2",
+            "--join-timeout",
+            "300",
+        ])
+        .arg("--out")
+        .arg(dir.join("out"));
+    let coordinator = Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"));
+    wait_listening(port, Duration::from_secs(30));
+    let pid = coordinator.child.id();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = peak_rss_kb(pid).expect("coordinator running");
+
+    // A subscriber that leaves: its filter's log stays behind.
+    spy(port, "leaver", vec!["flood/left".into()]).disconnect();
+    let flooder = spy(port, "flooder", vec!["flood/done".into()]);
+    let big = vec![0x5Au8; edgecfl_shared::protocol::MAX_PAYLOAD];
+    for topic in ["flood/left", "flood/nobody", &topics.down("c0")] {
+        for _ in 0..FLOOD {
+            flooder.publish(topic, big.clone(), false).unwrap();
+        }
+    }
+    // Publishes of one connection are processed in order: once this one comes back, the broker
+    // has taken the whole flood.
+    flooder
+        .publish("flood/done", b"done".to_vec(), false)
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        match flooder.recv_until(deadline) {
+            Some(edgecfl_shared::mqtt::Inbound::Message { topic, .. }) if topic == "flood/done" => {
+                break;
+            }
+            Some(_) => {}
+            None => panic!("the flood did not get through the broker in 300 s"),
+        }
+    }
+    let after = peak_rss_kb(pid).expect("coordinator still running");
+    let grown_mb = (after.saturating_sub(before)) as f64 / 1024.0;
+    let flooded_mb = (3 * FLOOD * big.len()) as f64 / 1e6;
+    eprintln!(
+        "coordinator peak RSS {:.1} MB before, {:.1} MB after {flooded_mb:.0} MB of floods on 3 topics",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0
+    );
+    assert!(
+        grown_mb < 64.0,
+        "the embedded broker grew the coordinator by {grown_mb:.0} MB under a {flooded_mb:.0} MB flood of 3 topics (bound: 3 × 12.8 MB plus buffers)"
+    );
+    drop(coordinator);
+}

@@ -959,8 +959,9 @@ fn clock_run_id() -> String {
     format!("run-{}", String::from_utf8_lossy(&s))
 }
 
-/// The broker to use: the external one, or the embedded one started now.
-pub fn broker_for(net: &NetFlags) -> anyhow::Result<BrokerAddr> {
+/// The broker to use: the external one, or the embedded one started now, its memory sized for
+/// `clients` clients ([`broker::Retention`]).
+pub fn broker_for(net: &NetFlags, clients: usize) -> anyhow::Result<BrokerAddr> {
     Ok(match &net.broker {
         Some(b) => {
             anyhow::ensure!(
@@ -976,7 +977,8 @@ pub fn broker_for(net: &NetFlags) -> anyhow::Result<BrokerAddr> {
             } else {
                 BrokerAddr::MQTT_PORT
             });
-            let addr = broker::start(net.listen, port, &security)?;
+            let retention = broker::Retention::fleet(&Topics::new(&net.prefix)?, clients);
+            let addr = broker::start(net.listen, port, &security, &retention)?;
             eprintln!(
                 "embedded broker (rumqttd) listening on {}:{port}{}",
                 net.listen,

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::mqtt::{Login, MAX_PACKET, Security};
-use edgecfl_shared::protocol::BrokerAddr;
+use edgecfl_shared::protocol::{BrokerAddr, Topics};
 use ring::rand::SecureRandom;
-use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, ServerSettings};
+use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, SegmentConfig, ServerSettings};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
@@ -33,9 +33,84 @@ use self::acl::Acl;
 use self::gate::{Gate, GateConfig};
 use self::passwd::PasswordDb;
 
+/// How much the embedded broker keeps in memory.
+///
+/// rumqttd keeps the messages of each subscription filter (and of each topic published to before
+/// anyone subscribed to it) in an in-memory log that it trims by size only: a log keeps its newest
+/// `count + 1` segments, and a segment is closed once it holds `size` bytes (so it may exceed
+/// `size` by its last message). A reader that falls further behind than that skips ahead (its
+/// messages are lost); a log nobody reads any more stays at its bound. Nothing else bounds the
+/// broker's memory, so these are the bounds (rumqttd 0.20's defaults, 64 MiB × 10 per log, made
+/// `coordinator serve` on the embedded broker grow by every model it ever sent: 798 MB after 10
+/// rounds of 200 simulated clients).
+///
+/// * Every topic and filter except the coordinator's fleet-wide ones (a client's `down` topic, the
+///   broadcast topic, an LPS's topics, any other topic): [`TOPIC_SEGMENT_BYTES`] segments,
+///   [`TOPIC_SEGMENTS`] + 1 kept: the 3 newest messages of a model's size, never more than
+///   3 × (64 KiB + [`MAX_PACKET`]) ≈ 12.8 MB per topic however it is flooded. Their readers (edge
+///   clients, LPSs) drain them at once into their own inboxes, and the coordinator sends a client
+///   at most 2 messages before it waits for its answer.
+/// * The coordinator's filters over the whole fleet (`<prefix>/clients/+/status` and `…/up`, and
+///   the LPS ones): [`FLEET_SEGMENT_BYTES`] segments, enough of them for a backlog of
+///   `clients` × [`FLEET_BYTES_PER_CLIENT`] (at least [`FLEET_MIN_BYTES`]), so that every
+///   client of the fleet answering at once is never skipped.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    /// The fleet-wide filters (from [`Retention::fleet`]).
+    pub fleet_filters: Vec<String>,
+    /// Clients of the fleet (sizes the backlog of the fleet-wide filters).
+    pub clients: usize,
+}
+
+/// Segment size of an ordinary topic's log (see [`Retention`]).
+pub const TOPIC_SEGMENT_BYTES: usize = 64 << 10;
+/// Closed segments an ordinary topic's log keeps besides the one being written.
+pub const TOPIC_SEGMENTS: usize = 2;
+/// Segment size of a fleet-wide filter's log.
+pub const FLEET_SEGMENT_BYTES: usize = 8 << 20;
+/// Backlog a fleet-wide filter's log keeps per client: two LeNet-5 updates in f32 (178 KB each)
+/// and then some.
+pub const FLEET_BYTES_PER_CLIENT: usize = 512 << 10;
+/// Smallest backlog of a fleet-wide filter's log.
+pub const FLEET_MIN_BYTES: usize = 32 << 20;
+
+impl Retention {
+    /// The coordinator's fleet-wide filters under `topics`, for `clients` clients.
+    pub fn fleet(topics: &Topics, clients: usize) -> Self {
+        Self {
+            fleet_filters: vec![
+                topics.all_status(),
+                topics.all_up(),
+                topics.all_lps_status(),
+                topics.all_lps_up(),
+            ],
+            clients,
+        }
+    }
+
+    /// Closed segments a fleet-wide filter's log keeps besides the one being written.
+    fn fleet_segments(&self) -> usize {
+        let backlog = self
+            .clients
+            .saturating_mul(FLEET_BYTES_PER_CLIENT)
+            .max(FLEET_MIN_BYTES);
+        backlog.div_ceil(FLEET_SEGMENT_BYTES)
+    }
+
+    /// Upper bound of one log's bytes: a fleet-wide filter's, and any other topic's.
+    pub fn bounds(&self) -> (usize, usize) {
+        let per_log = |size: usize, count: usize| (count + 1) * (size + MAX_PACKET);
+        (
+            per_log(FLEET_SEGMENT_BYTES, self.fleet_segments()),
+            per_log(TOPIC_SEGMENT_BYTES, TOPIC_SEGMENTS),
+        )
+    }
+}
+
 /// rumqttd's settings for an edgecfl fleet: packets up to [`MAX_PACKET`] (a LeNet-5 in f32 is
-/// 178 KB; rumqttd's default limit is 20 KB), up to 10 000 connections.
-pub fn config(listen: SocketAddr) -> Config {
+/// 178 KB; rumqttd's default limit is 20 KB), up to 10 000 connections, logs bounded as
+/// [`Retention`] says.
+pub fn config(listen: SocketAddr, retention: &Retention) -> Config {
     let connections = ConnectionSettings {
         connection_timeout_ms: 60_000,
         max_payload_size: MAX_PACKET,
@@ -51,14 +126,24 @@ pub fn config(listen: SocketAddr) -> Config {
         next_connection_delay_ms: 1,
         connections,
     };
+    let fleet = SegmentConfig {
+        max_segment_size: FLEET_SEGMENT_BYTES,
+        max_segment_count: retention.fleet_segments(),
+    };
     Config {
         id: 0,
         router: RouterConfig {
             max_connections: 10_010,
             max_outgoing_packet_count: 200,
-            max_segment_size: 64 << 20,
-            max_segment_count: 10,
-            custom_segment: None,
+            max_segment_size: TOPIC_SEGMENT_BYTES,
+            max_segment_count: TOPIC_SEGMENTS,
+            custom_segment: Some(
+                retention
+                    .fleet_filters
+                    .iter()
+                    .map(|f| (f.clone(), fleet.clone()))
+                    .collect(),
+            ),
             initialized_filters: None,
             shared_subscriptions_strategy: Default::default(),
         },
@@ -281,7 +366,12 @@ fn wait_accepting(probe: SocketAddr, listen: SocketAddr) -> anyhow::Result<()> {
 /// with `security` on, behind the [`gate`]. Returns the address this process's clients use
 /// (loopback when `ip` is unspecified; `mqtts://` with TLS). The broker lives as long as the
 /// process.
-pub fn start(ip: IpAddr, port: u16, security: &BrokerSecurity) -> anyhow::Result<BrokerAddr> {
+pub fn start(
+    ip: IpAddr,
+    port: u16,
+    security: &BrokerSecurity,
+    retention: &Retention,
+) -> anyhow::Result<BrokerAddr> {
     let listen = SocketAddr::new(ip, port);
     // Refuse a taken port up front (rumqttd would only log it from its thread).
     let listener = std::net::TcpListener::bind(listen)
@@ -298,7 +388,7 @@ pub fn start(ip: IpAddr, port: u16, security: &BrokerSecurity) -> anyhow::Result
     };
     if !security.is_on() {
         drop(listener);
-        spawn_rumqttd(config(listen))?;
+        spawn_rumqttd(config(listen, retention))?;
         wait_accepting(SocketAddr::new(probe_ip, port), listen)?;
         return Ok(public);
     }
@@ -321,7 +411,7 @@ pub fn start(ip: IpAddr, port: u16, security: &BrokerSecurity) -> anyhow::Result
     let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
     let inner_port = free_loopback_port()?;
     let inner = SocketAddr::new([127, 0, 0, 1].into(), inner_port);
-    let mut cfg = config(inner);
+    let mut cfg = config(inner, retention);
     if let Some(servers) = cfg.v4.as_mut() {
         for s in servers.values_mut() {
             let expected = secret.clone();
