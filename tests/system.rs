@@ -376,12 +376,13 @@ fn flooded_client_keeps_one_pending_command_and_its_memory_bound() {
     );
 }
 
-/// Floods of 4 MiB messages on the embedded broker (inside `coordinator serve`): on a topic
-/// somebody subscribed to and left, on a topic nobody ever subscribed to, and on a client's
-/// `down` topic nobody reads. rumqttd keeps every topic's messages in a log trimmed by size only;
-/// with the limits edgecfl used before (64 MiB × 10 per log) these floods grew the coordinator by
-/// 377 MB. With `coordinator::broker::Retention` (3 segments of 64 KiB, each plus its last
-/// message) each topic holds at most ~12.8 MB, whatever is published: it grew by 32 MB.
+/// Floods of 4 MiB messages on the embedded broker (inside `coordinator serve`, waiting for its
+/// clients), on topics nobody reads: one somebody subscribed to and left, one nobody ever
+/// subscribed to, and a client's `down` topic. rumqttd keeps every topic's messages in a log
+/// trimmed by size only; with the limits edgecfl used before (64 MiB × 10 per log) these floods
+/// grew the coordinator by 377 MB. Now (`coordinator::broker::Retention`) a topic holds at most
+/// 3 × (64 KiB + 4 MiB) ≈ 12.8 MB whatever is published. (Floods of topics the coordinator reads
+/// are bounded differently: see the README, Security.)
 #[test]
 fn embedded_broker_memory_is_bounded_under_floods() {
     const FLOOD: usize = 60;
@@ -413,7 +414,12 @@ fn embedded_broker_memory_is_bounded_under_floods() {
     spy(port, "leaver", vec!["flood/left".into()]).disconnect();
     let flooder = spy(port, "flooder", vec!["flood/done".into()]);
     let big = vec![0x5Au8; edgecfl_shared::protocol::MAX_PAYLOAD];
-    for topic in ["flood/left", "flood/nobody", &topics.down("c0")] {
+    let targets = [
+        "flood/left".to_string(),
+        "flood/nobody".into(),
+        topics.down("c0"),
+    ];
+    for topic in &targets {
         for _ in 0..FLOOD {
             flooder.publish(topic, big.clone(), false).unwrap();
         }
@@ -435,15 +441,69 @@ fn embedded_broker_memory_is_bounded_under_floods() {
     }
     let after = peak_rss_kb(pid).expect("coordinator still running");
     let grown_mb = (after.saturating_sub(before)) as f64 / 1024.0;
-    let flooded_mb = (3 * FLOOD * big.len()) as f64 / 1e6;
+    let flooded_mb = (targets.len() * FLOOD * big.len()) as f64 / 1e6;
     eprintln!(
-        "coordinator peak RSS {:.1} MB before, {:.1} MB after {flooded_mb:.0} MB of floods on 3 topics",
+        "coordinator peak RSS {:.1} MB before, {:.1} MB after {flooded_mb:.0} MB of floods on {} topics",
         before as f64 / 1024.0,
-        after as f64 / 1024.0
+        after as f64 / 1024.0,
+        targets.len()
     );
     assert!(
         grown_mb < 64.0,
-        "the embedded broker grew the coordinator by {grown_mb:.0} MB under a {flooded_mb:.0} MB flood of 3 topics (bound: 3 × 12.8 MB plus buffers)"
+        "the coordinator grew by {grown_mb:.0} MB under a {flooded_mb:.0} MB flood (bound: 3 × 12.8 MB plus buffers)"
+    );
+    // It is still waiting for its clients, and counted the garbage it read.
+    assert!(
+        coordinator.child.id() == pid && peak_rss_kb(pid).is_some(),
+        "the coordinator died under the flood"
     );
     drop(coordinator);
+}
+
+/// A link with `max_unread_bytes` stops reading from the broker while its reader is behind, and
+/// loses nothing: the broker (mosquitto) holds the rest until the reader catches up.
+#[test]
+fn link_with_a_byte_bound_pauses_reading_and_loses_nothing() {
+    const COUNT: usize = 40;
+    const SIZE: usize = 1 << 20;
+    let dir = scratch("unread-bound");
+    let (_broker, port) = mosquitto(&dir);
+    let addr = edgecfl_shared::protocol::BrokerAddr {
+        host: "127.0.0.1".into(),
+        port,
+        tls: false,
+    };
+    let slow = edgecfl_shared::mqtt::Link::start(edgecfl_shared::mqtt::LinkOptions {
+        subscribe: vec!["bound/x".into()],
+        max_unread_bytes: Some(4 * SIZE),
+        ..edgecfl_shared::mqtt::LinkOptions::new(addr.clone(), "slow-reader")
+    })
+    .unwrap();
+    slow.wait_connected(&addr, Duration::from_secs(10)).unwrap();
+    let sender = spy(port, "sender", vec![]);
+    for i in 0..COUNT {
+        sender
+            .publish("bound/x", vec![i as u8; SIZE], false)
+            .unwrap();
+    }
+    // Everything has been sent; the reader has not read anything yet.
+    std::thread::sleep(Duration::from_secs(3));
+    let held = slow.unread_bytes();
+    assert!(
+        (4 * SIZE..=5 * SIZE).contains(&held),
+        "{held} bytes unread: the link should hold 4 MiB plus at most one message"
+    );
+    // Now read: every message arrives, in order.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut next = 0usize;
+    while next < COUNT {
+        match slow.recv_until(deadline) {
+            Some(edgecfl_shared::mqtt::Inbound::Message { payload, .. }) => {
+                assert_eq!((payload.len(), payload[0]), (SIZE, next as u8));
+                next += 1;
+            }
+            Some(_) => {}
+            None => panic!("only {next} of {COUNT} messages arrived"),
+        }
+    }
 }

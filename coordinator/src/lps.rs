@@ -32,7 +32,7 @@ use edgecfl_shared::federation::{
 };
 use edgecfl_shared::hierarchy::CommonLayers;
 use edgecfl_shared::model::{LayerSet, Params};
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs, fleet_backlog};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Id, LpsAssignment, LpsDone, ProtocolError, Tensor, ToGps,
     ToLps, TopicKind, Topics,
@@ -328,6 +328,7 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
         subscribe: vec![topics.lps_down(&id)],
         last_will: Some((topics.lps_status(&id), gone.clone())),
         security: security.clone(),
+        max_unread_bytes: Some(fleet_backlog(1)),
         ..LinkOptions::new(args.broker.clone(), format!("edgecfl-lps-{}", id.as_str()))
     })?;
     let assigned = await_assignment(
@@ -417,6 +418,7 @@ fn serve_cluster(
     let link = Link::start(LinkOptions {
         subscribe,
         security: args.login.resolve(gps.id.as_str())?,
+        max_unread_bytes: Some(fleet_backlog(a.members.len())),
         ..LinkOptions::new(
             args.broker.clone(),
             format!("edgecfl-lps-{}-c", gps.id.as_str()),

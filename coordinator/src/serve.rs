@@ -16,7 +16,7 @@ use edgecfl_shared::federation::{
     RunResult, Training, Update,
 };
 use edgecfl_shared::model::ParamLayout;
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, Security, SecurityArgs};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, Security, SecurityArgs, fleet_backlog};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Encoding, Envelope, Hello, Id, Tensor, ToClient, ToCoordinator, TopicKind,
     Topics, TrainJob,
@@ -1039,6 +1039,7 @@ pub fn run(
             let link = Link::start(LinkOptions {
                 subscribe: Gps::subscriptions(&topics),
                 security: security.clone(),
+                max_unread_bytes: Some(fleet_backlog(cfg.clients + cfg.newcomers)),
                 ..LinkOptions::new(link_addr.clone(), format!("gps-{}", run.as_str()))
             })?;
             link.wait_connected(&link_addr, Duration::from_secs(30))?;
@@ -1048,6 +1049,7 @@ pub fn run(
     let link = Link::start(LinkOptions {
         subscribe: vec![topics.all_status(), topics.all_up()],
         security,
+        max_unread_bytes: Some(fleet_backlog(cfg.clients + cfg.newcomers)),
         ..LinkOptions::new(link_addr.clone(), format!("coordinator-{}", run.as_str()))
     })?;
     link.wait_connected(&link_addr, Duration::from_secs(30))?;

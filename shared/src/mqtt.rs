@@ -265,6 +265,10 @@ pub struct LinkOptions {
     /// cannot grow the process while the caller is busy: the inbox then holds at most one
     /// payload per subscribed topic. Off (every event queued, unbounded) by default.
     pub latest_per_topic: bool,
+    /// Stop reading from the broker while this many payload bytes wait unread (the broker then
+    /// holds the rest, within its own limits), so that the link's queue never holds more than
+    /// this plus one message. `None` (the default): unbounded, every message read at once.
+    pub max_unread_bytes: Option<usize>,
 }
 
 impl LinkOptions {
@@ -280,8 +284,27 @@ impl LinkOptions {
             security: Security::default(),
             reconnect: Backoff::default(),
             latest_per_topic: false,
+            max_unread_bytes: None,
         }
     }
+}
+
+/// Unread bytes a link that hears a whole fleet may hold per client before it pauses reading
+/// ([`LinkOptions::max_unread_bytes`], [`fleet_backlog`]): two LeNet-5 updates in f32 (178 KB
+/// each) and then some.
+pub const BACKLOG_BYTES_PER_CLIENT: usize = 512 << 10;
+
+/// Smallest [`fleet_backlog`].
+pub const MIN_BACKLOG_BYTES: usize = 16 << 20;
+
+/// The backlog a link hearing `clients` clients must be able to hold so that all of them
+/// answering at once never waits: `clients` × [`BACKLOG_BYTES_PER_CLIENT`], at least
+/// [`MIN_BACKLOG_BYTES`]. The coordinator's, LPS's and GPS's links stop reading past it, and the
+/// embedded broker keeps that much of the coordinator's fleet-wide filters.
+pub fn fleet_backlog(clients: usize) -> usize {
+    clients
+        .saturating_mul(BACKLOG_BYTES_PER_CLIENT)
+        .max(MIN_BACKLOG_BYTES)
 }
 
 /// The MQTT client id a link uses: `client_id` itself, or `<client_id>@<username>` when it logs in
@@ -463,6 +486,8 @@ struct Inbox {
 #[derive(Debug, Default)]
 struct InboxState {
     queue: VecDeque<Inbound>,
+    /// Payload bytes of the queued messages.
+    bytes: usize,
     /// Messages replaced by a newer one of their topic before they were read.
     dropped: u64,
     /// The event loop is gone: nothing more will come.
@@ -494,10 +519,14 @@ impl Inbox {
             });
             if let Some(i) = stale
                 && let Some(old) = st.queue.remove(i)
-                && matches!(old, Inbound::Message { .. })
+                && let Inbound::Message { payload, .. } = old
             {
                 st.dropped += 1;
+                st.bytes -= payload.len();
             }
+        }
+        if let Inbound::Message { payload, .. } = &ev {
+            st.bytes += payload.len();
         }
         st.queue.push_back(ev);
         drop(st);
@@ -515,6 +544,9 @@ impl Inbox {
         let mut st = self.lock();
         loop {
             if let Some(ev) = st.queue.pop_front() {
+                if let Inbound::Message { payload, .. } = &ev {
+                    st.bytes -= payload.len();
+                }
                 return Some(ev);
             }
             if st.closed {
@@ -538,6 +570,11 @@ impl Inbox {
 
     fn dropped(&self) -> u64 {
         self.lock().dropped
+    }
+
+    /// Payload bytes waiting unread.
+    fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     #[cfg(test)]
@@ -621,6 +658,7 @@ impl Link {
         let shared = state.clone();
         let broker = opts.broker.clone();
         let backoff = opts.reconnect;
+        let max_unread = opts.max_unread_bytes;
         runtime.spawn(async move {
             // Sends to the Link; false once the Link is gone (this task holds the only other
             // reference).
@@ -686,6 +724,18 @@ impl Link {
                         None
                     }
                 };
+                // Backpressure: while the reader is this far behind, leave the rest with the broker.
+                if let (Some(max), Some(Inbound::Message { .. })) = (max_unread, &forward)
+                    && tx.0.bytes() >= max
+                {
+                    eprintln!(
+                        "warn: {client_id}: {} MB unread; reading from the broker paused until the queue drains",
+                        tx.0.bytes() >> 20
+                    );
+                    while tx.0.bytes() >= max && Arc::strong_count(&tx.0) >= 2 {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                }
                 if let Some(m) = forward
                     && !send(m)
                 {
@@ -710,6 +760,12 @@ impl Link {
     /// [`LinkOptions::latest_per_topic`]).
     pub fn dropped(&self) -> u64 {
         self.inbox.dropped()
+    }
+
+    /// Payload bytes received and not read yet (bounded by [`LinkOptions::max_unread_bytes`]
+    /// plus one message when that is set).
+    pub fn unread_bytes(&self) -> usize {
+        self.inbox.bytes()
     }
 
     /// When the next connection attempt starts, after a failure.
@@ -828,6 +884,33 @@ mod tests {
         inbox.push(msg("b", b"2"));
         assert_eq!(drain(&inbox), ["a 4", "b 2"]);
         assert_eq!(inbox.dropped(), 2);
+    }
+
+    #[test]
+    fn inbox_counts_unread_payload_bytes() {
+        let inbox = Inbox::new(false);
+        inbox.push(msg("a", b"12345"));
+        inbox.push(Inbound::Connected);
+        inbox.push(msg("a", b"123"));
+        assert_eq!(inbox.bytes(), 8);
+        assert_eq!(drain(&inbox).len(), 3);
+        assert_eq!(inbox.bytes(), 0);
+        // A replaced message no longer counts.
+        let latest = Inbox::new(true);
+        latest.push(msg("a", b"12345"));
+        latest.push(msg("a", b"12"));
+        latest.push(msg("b", b"1"));
+        assert_eq!(latest.bytes(), 3);
+        assert_eq!(drain(&latest), ["a 12", "b 1"]);
+        assert_eq!(latest.bytes(), 0);
+    }
+
+    #[test]
+    fn fleet_backlog_scales_with_the_fleet() {
+        assert_eq!(fleet_backlog(0), MIN_BACKLOG_BYTES);
+        assert_eq!(fleet_backlog(10), MIN_BACKLOG_BYTES);
+        assert_eq!(fleet_backlog(1000), 1000 * (512 << 10));
+        assert_eq!(fleet_backlog(usize::MAX), usize::MAX);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::mqtt::{Login, MAX_PACKET, Security};
+use edgecfl_shared::mqtt::{Login, MAX_PACKET, Security, fleet_backlog};
 use edgecfl_shared::protocol::{BrokerAddr, Topics};
 use ring::rand::SecureRandom;
 use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, SegmentConfig, ServerSettings};
@@ -51,9 +51,10 @@ use self::passwd::PasswordDb;
 ///   clients, LPSs) drain them at once into their own inboxes, and the coordinator sends a client
 ///   at most 2 messages before it waits for its answer.
 /// * The coordinator's filters over the whole fleet (`<prefix>/clients/+/status` and `…/up`, and
-///   the LPS ones): [`FLEET_SEGMENT_BYTES`] segments, enough of them for a backlog of
-///   `clients` × [`FLEET_BYTES_PER_CLIENT`] (at least [`FLEET_MIN_BYTES`]), so that every
-///   client of the fleet answering at once is never skipped.
+///   the LPS ones): [`FLEET_SEGMENT_BYTES`] segments, enough of them for
+///   [`fleet_backlog`]`(clients)` bytes (512 KiB per client, at least 16 MiB; the coordinator's
+///   link holds as much before it pauses reading), so that every client of the fleet answering
+///   at once is never skipped.
 #[derive(Debug, Clone)]
 pub struct Retention {
     /// The fleet-wide filters (from [`Retention::fleet`]).
@@ -68,11 +69,6 @@ pub const TOPIC_SEGMENT_BYTES: usize = 64 << 10;
 pub const TOPIC_SEGMENTS: usize = 2;
 /// Segment size of a fleet-wide filter's log.
 pub const FLEET_SEGMENT_BYTES: usize = 8 << 20;
-/// Backlog a fleet-wide filter's log keeps per client: two LeNet-5 updates in f32 (178 KB each)
-/// and then some.
-pub const FLEET_BYTES_PER_CLIENT: usize = 512 << 10;
-/// Smallest backlog of a fleet-wide filter's log.
-pub const FLEET_MIN_BYTES: usize = 32 << 20;
 
 impl Retention {
     /// The coordinator's fleet-wide filters under `topics`, for `clients` clients.
@@ -90,20 +86,7 @@ impl Retention {
 
     /// Closed segments a fleet-wide filter's log keeps besides the one being written.
     fn fleet_segments(&self) -> usize {
-        let backlog = self
-            .clients
-            .saturating_mul(FLEET_BYTES_PER_CLIENT)
-            .max(FLEET_MIN_BYTES);
-        backlog.div_ceil(FLEET_SEGMENT_BYTES)
-    }
-
-    /// Upper bound of one log's bytes: a fleet-wide filter's, and any other topic's.
-    pub fn bounds(&self) -> (usize, usize) {
-        let per_log = |size: usize, count: usize| (count + 1) * (size + MAX_PACKET);
-        (
-            per_log(FLEET_SEGMENT_BYTES, self.fleet_segments()),
-            per_log(TOPIC_SEGMENT_BYTES, TOPIC_SEGMENTS),
-        )
+        fleet_backlog(self.clients).div_ceil(FLEET_SEGMENT_BYTES)
     }
 }
 
