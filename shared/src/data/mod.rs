@@ -25,7 +25,7 @@ pub mod fmnist;
 pub mod idx;
 pub mod partition;
 
-pub use fmnist::{CLASS_NAMES, DataError, DataSource, Dataset, FashionMnist};
+pub use fmnist::{CLASS_NAMES, DataError, DataSource, Dataset, FashionMnist, FashionMnistLabels};
 pub use idx::IdxError;
 pub use partition::{
     ClientShard, DOMINANT_CLASSES, FMNIST3_TASKS, Partition, PartitionError, PartitionSpec,
