@@ -47,10 +47,18 @@ fn old_way(data: &FashionMnist, a: &ShardArgs) -> (LocalData, LocalData) {
 fn assert_same(data: &FashionMnist, a: &ShardArgs) {
     let (train, test) = old_way(data, a);
     let shard = a.load().unwrap();
-    let what = format!("{:?} {}/{}", a.partition.as_ref().map(|p| p.to_string()), a.index, a.of);
+    let what = format!(
+        "{:?} {}/{}",
+        a.partition.as_ref().map(|p| p.to_string()),
+        a.index,
+        a.of
+    );
     assert!(!shard.train.is_empty(), "{what}");
     assert_eq!(shard.train.labels, train.labels, "{what}: training labels");
-    assert!(shard.train.pixels == train.pixels, "{what}: training images");
+    assert!(
+        shard.train.pixels == train.pixels,
+        "{what}: training images"
+    );
     assert_eq!(shard.test.labels, test.labels, "{what}: test labels");
     assert!(shard.test.pixels == test.pixels, "{what}: test images");
 }

@@ -440,7 +440,11 @@ impl LocalData {
     fn images(&self, idx: &[usize], device: &Device) -> Tensor<4> {
         let mut px = Vec::with_capacity(idx.len() * PIXELS);
         for &i in idx {
-            px.extend(self.pixels[i * PIXELS..(i + 1) * PIXELS].iter().map(|&p| to_unit(p)));
+            px.extend(
+                self.pixels[i * PIXELS..(i + 1) * PIXELS]
+                    .iter()
+                    .map(|&p| to_unit(p)),
+            );
         }
         Tensor::<4>::from_data(TensorData::new(px, [idx.len(), 1, 28, 28]), device)
     }

@@ -8,8 +8,8 @@ use burn::prelude::Device;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
 use edgecfl_shared::train::{
-    CLASSES, LocalData, PIXELS, Proximal, TrainConfig, TrainError, evaluate, gradient, train_local,
-    train_local_prox, to_unit,
+    CLASSES, LocalData, PIXELS, Proximal, TrainConfig, TrainError, evaluate, gradient, to_unit,
+    train_local, train_local_prox,
 };
 
 const KINDS: [ModelKind; 2] = [ModelKind::Mlp, ModelKind::LeNet5];

@@ -385,7 +385,14 @@ impl FashionMnistLabels {
                 // The header first: a wrong shape or count is reported as such, before any
                 // index is checked against the image count.
                 let (count, rows, cols) = idx::read_images_header(path)?;
-                check_shape(count, rows, cols, labels.len(), path, &self.label_path(split))?;
+                check_shape(
+                    count,
+                    rows,
+                    cols,
+                    labels.len(),
+                    path,
+                    &self.label_path(split),
+                )?;
                 (idx::read_images_selected(path, indices)?, path.clone())
             }
             None => {
@@ -395,7 +402,14 @@ impl FashionMnistLabels {
                 (img, path)
             }
         };
-        check_shape(img.count, img.rows, img.cols, labels.len(), &path, &self.label_path(split))?;
+        check_shape(
+            img.count,
+            img.rows,
+            img.cols,
+            labels.len(),
+            &path,
+            &self.label_path(split),
+        )?;
         Ok(Dataset {
             images: img.pixels,
             labels: indices.iter().map(|&i| labels[i]).collect(),
@@ -573,7 +587,10 @@ mod tests {
         assert_eq!(labels.train, full.train.labels);
         assert_eq!(labels.test, full.test.labels);
         for (set, select) in [
-            (&full.train, FashionMnistLabels::select_train as fn(&_, &_) -> _),
+            (
+                &full.train,
+                FashionMnistLabels::select_train as fn(&_, &_) -> _,
+            ),
             (&full.test, FashionMnistLabels::select_test),
         ] {
             let idx = some_indices(set.len());
@@ -612,7 +629,8 @@ mod tests {
     /// images.
     fn subset_dir(name: &str, edit: impl Fn(&mut Vec<u8>)) -> PathBuf {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fmnist-subset");
-        let dir = std::env::temp_dir().join(format!("edgecfl-fmnist-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("edgecfl-fmnist-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for f in [TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS] {
             let gz = std::fs::read(src.join(format!("{f}.gz"))).unwrap();

@@ -594,29 +594,42 @@ mod tests {
         let cut = |n: usize| plain[..n].to_vec();
         // Truncated in the header, in the first image, in the last image; trailing data; wrong
         // magic: both readers give the same typed error (same message).
-        for file in [cut(10), cut(17), cut(plain.len() - 1), trailing, wrong_magic] {
+        for file in [
+            cut(10),
+            cut(17),
+            cut(plain.len() - 1),
+            trailing,
+            wrong_magic,
+        ] {
             for file in [file.clone(), gzip(&file)] {
                 let full = decode_images(&file[..], p).unwrap_err();
                 // Index 0 selected or not, the whole file is checked.
                 for indices in [&[0usize][..], &[]] {
                     let sel = decode_images_selected(&file[..], p, indices).unwrap_err();
                     assert_eq!(sel.to_string(), full.to_string());
-                    assert_eq!(
-                        std::mem::discriminant(&sel),
-                        std::mem::discriminant(&full)
-                    );
+                    assert_eq!(std::mem::discriminant(&sel), std::mem::discriminant(&full));
                 }
             }
         }
         let err = decode_images_selected(&cut(plain.len() - 1)[..], p, &[4]).unwrap_err();
         assert!(
-            matches!(err, IdxError::Truncated { expected: 46, found: 45, .. }),
+            matches!(
+                err,
+                IdxError::Truncated {
+                    expected: 46,
+                    found: 45,
+                    ..
+                }
+            ),
             "{err}"
         );
         // A corrupt gzip stream: an error, not a panic.
         let gz = gzip(&plain);
         let err = decode_images_selected(&gz[..gz.len() / 2], p, &[0]).unwrap_err();
-        assert!(matches!(err, IdxError::Io { .. } | IdxError::Truncated { .. }), "{err}");
+        assert!(
+            matches!(err, IdxError::Io { .. } | IdxError::Truncated { .. }),
+            "{err}"
+        );
     }
 
     #[test]
@@ -633,7 +646,10 @@ mod tests {
             v.extend_from_slice(&d.to_be_bytes());
         }
         let err = decode_images_selected(&v[..], Path::new("mem"), &[0, 59_999]).unwrap_err();
-        assert!(matches!(err, IdxError::Truncated { found: 16, .. }), "{err}");
+        assert!(
+            matches!(err, IdxError::Truncated { found: 16, .. }),
+            "{err}"
+        );
     }
 
     #[test]
