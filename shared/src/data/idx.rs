@@ -428,8 +428,16 @@ fn select_plain(
         }
     }
     expect_end(reader, path, &header)?;
-    // Already in the order asked (the common case: increasing, no repeats)?
-    let pixels = if wanted.len() == indices.len() && wanted.as_slice() == indices {
+    let pixels = if wanted.len() == indices.len() {
+        // No repeats: `kept` holds exactly the images asked for, in file order; put them in the
+        // order asked in place (a shard is often shuffled), without a second copy of them.
+        if wanted.as_slice() != indices {
+            let source: Vec<usize> = indices
+                .iter()
+                .map(|i| wanted.binary_search(i).unwrap_or_default())
+                .collect();
+            permute_blocks(&mut kept, size, &source);
+        }
         kept
     } else {
         let mut out = Vec::with_capacity(indices.len() * size);
@@ -446,6 +454,31 @@ fn select_plain(
         cols,
         pixels,
     })
+}
+
+/// Reorders the `size`-byte blocks of `data` in place so that block `p` becomes the old block
+/// `source[p]`; `source` must be a permutation of `0..data.len() / size`. Follows the cycles of
+/// the permutation with one block of scratch space.
+fn permute_blocks(data: &mut [u8], size: usize, source: &[usize]) {
+    let mut done = vec![false; source.len()];
+    let mut scratch = vec![0u8; size];
+    for start in 0..source.len() {
+        if done[start] || source[start] == start {
+            continue;
+        }
+        scratch.copy_from_slice(&data[start * size..(start + 1) * size]);
+        let mut j = start;
+        loop {
+            done[j] = true;
+            let k = source[j];
+            if k == start {
+                data[j * size..(j + 1) * size].copy_from_slice(&scratch);
+                break;
+            }
+            data.copy_within(k * size..(k + 1) * size, j * size);
+            j = k;
+        }
+    }
 }
 
 /// Reads until `buf` is full or the reader ends; returns the number of bytes read.
@@ -548,12 +581,15 @@ mod tests {
         let p = Path::new("mem");
         let plain = images_file(9);
         let full = decode_images(&plain[..], p).unwrap();
-        let cases: [&[usize]; 6] = [
+        let cases: [&[usize]; 9] = [
             &[],
             &[0],
             &[8],
             &[1, 4, 7],
             &[6, 2, 2, 0, 8, 6],
+            &[3, 8, 0, 5, 1],
+            &[8, 7, 6, 5, 4, 3, 2, 1, 0],
+            &[2, 0, 1, 5, 3, 4, 8, 6, 7],
             &[0, 1, 2, 3, 4, 5, 6, 7, 8],
         ];
         for file in [plain.clone(), gzip(&plain)] {
