@@ -1,1 +1,1 @@
-EDGECFL_FMNIST_DIR=/usr/share/datasets/fashion-mnist /usr/bin/time -v qemu-aarch64 -L /usr/aarch64-linux-gnu target/aarch64-unknown-linux-gnu/release/edge-client.stripped bench --model lenet5 --backends flex --batches 10 --samples 600 --repeats 3
+EDGECFL_FMNIST_DIR=/usr/share/datasets/fashion-mnist /usr/bin/time -v qemu-aarch64 -L /usr/aarch64-linux-gnu target/aarch64-unknown-linux-gnu/release/edge-client bench --model lenet5 --backends flex --batches 10 --samples 600 --repeats 3

@@ -1,1 +1,1 @@
- /usr/bin/time -v qemu-aarch64 -L /usr/aarch64-linux-gnu target/aarch64-unknown-linux-gnu/release/edge-client.stripped --help
+ /usr/bin/time -v qemu-aarch64 -L /usr/aarch64-linux-gnu target/aarch64-unknown-linux-gnu/release/edge-client --help

@@ -1,1 +1,1 @@
- /usr/bin/time -v  target/release/edge-client.stripped --help
+ /usr/bin/time -v  target/release/edge-client --help

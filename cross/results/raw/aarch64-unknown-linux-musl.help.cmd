@@ -1,0 +1,1 @@
+ /usr/bin/time -v qemu-aarch64 target/aarch64-unknown-linux-musl/release/edge-client --help
