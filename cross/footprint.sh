@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measure the edge client's footprint: stripped binary size per target, peak memory (max RSS) and
 # time per local epoch while training LeNet-5 on 600 Fashion-MNIST samples, natively on the x86-64
-# host and under qemu-user for the ARM targets.
+# host and under qemu-user for the ARM targets; and peak memory while holding one client's shard of
+# a partition of the full Fashion-MNIST, as `edge-client run --partition ...` does.
 #
 #   cross/footprint.sh [--no-build] [--out DIR] [--repeats N] [--note TEXT] [TARGET...]
 #   cross/footprint.sh --report-only [--out DIR] [TARGET...]   (rewrite the report from DIR/raw/)
@@ -16,11 +17,18 @@
 #   /usr/bin/time -v [QEMU] edge-client --help                        (baseline: process/emulator alone)
 #   EDGECFL_FMNIST_DIR=DIR/shard600 /usr/bin/time -v [QEMU] edge-client bench --model lenet5 \
 #       --backends flex --batches 10 --samples 600 --repeats N         (a device holding 600 samples)
-# and for host and aarch64-unknown-linux-gnu also the same bench with the full Fashion-MNIST
-# installed (60 000 + 10 000 images loaded, 600 of them trained on), to show the cost of loading
-# more data than one trains on.
+#   EDGECFL_FMNIST_DIR=SRC ... the same bench with the full Fashion-MNIST installed (SRC, default
+#       /usr/share/datasets/fashion-mnist): it reads the first 600 training images and no others
+# and, per partition mode MODE in PARTITIONS (below), with the full Fashion-MNIST:
+#   /usr/bin/time -v [QEMU] edge-client bench ... --data SRC --partition SPEC --of N --index I
+# which loads the shard exactly as `edge-client run` does (labels first, then only the shard's
+# training images and its local test set, held for the whole bench) and trains on its first 600.
+# The last mode, `iid` of 1, is one client holding all 60 000 + 10 000 images: the memory of
+# `edge-client run` without --partition on a directory holding the full dataset.
 # `bench` trains one untimed warm-up epoch and then N timed epochs of 600 samples at batch size 10
 # (the federation default) and reports the median samples/s; epoch seconds = 600 / that.
+# A binary that comes out of the build unstripped is measured as BIN.stripped (a stripped copy, as
+# cross/build.sh makes it; made here if missing or older than BIN).
 #
 # Under qemu-user, "Maximum resident set size" is that of the qemu process: the guest program's
 # memory plus the emulator's own (translated-code cache, its heap). It is an upper bound for the
@@ -77,7 +85,25 @@ if [[ $BUILD -eq 1 ]]; then
     fi
 fi
 
-binary() { if [[ "$1" == host ]]; then echo "$TARGET_DIR/release/edge-client"; else echo "$TARGET_DIR/$1/release/edge-client"; fi; }
+built() { if [[ "$1" == host ]]; then echo "$TARGET_DIR/release/edge-client"; else echo "$TARGET_DIR/$1/release/edge-client"; fi; }
+strip_tool() {
+    case "$1" in
+        host) echo strip ;;
+        aarch64-*) echo aarch64-linux-gnu-strip ;;
+        armv7-*) echo arm-linux-gnueabihf-strip ;;
+    esac
+}
+# The binary measured: the build's output if stripped, else its stripped copy BIN.stripped.
+binary() {
+    local b; b="$(built "$1")"
+    if [[ -x "$b" ]] && ! file -b "$b" | grep -q ', stripped'; then
+        if [[ ! -x "$b.stripped" || "$b.stripped" -ot "$b" ]]; then
+            "$(strip_tool "$1")" -o "$b.stripped" "$b" || die "cannot strip $b"
+        fi
+        b="$b.stripped"
+    fi
+    echo "$b"
+}
 runner() {
     case "$1" in
         host) echo "" ;;
@@ -132,17 +158,24 @@ run() {
 }
 
 bench=(bench --model lenet5 --backends flex --batches "$BATCH" --samples "$SAMPLES" --repeats "$REPEATS")
+# Partition modes NAME:SPEC:OF:INDEX (seed 0): 10-client label skew (~6 000 training + 2 000
+# local test images), 10-client IID (6 000 + all 10 000 test images: the largest local test set),
+# 10-client Dirichlet 0.1, and one client holding everything (the whole directory as its data).
+PARTITIONS=("label2-of10 label:2 10 0" "iid-of10 iid 10 0" "dir0.1-of10 dir:0.1 10 0" "iid-of1 iid 1 0")
 for t in "${TARGETS[@]}"; do
+    [[ -x "$(built "$t")" ]] || die "$(built "$t") missing: build it (drop --no-build)"
     bin="$(binary "$t")"
-    [[ -x "$bin" ]] || die "$bin missing: build it (drop --no-build)"
     printf '%s\n' "${bin#"$ROOT"/}" >"$OUT/raw/$t.binary"
     file -b "$bin" >"$OUT/raw/$t.file"
     stat -c %s "$bin" >"$OUT/raw/$t.size"
     run "$t.help" "$t" - --help
     run "$t.bench-shard600" "$t" shard "${bench[@]}"
-    if [[ "$t" == host || "$t" == aarch64-unknown-linux-gnu ]]; then
-        run "$t.bench-full" "$t" full "${bench[@]}"
-    fi
+    run "$t.bench-full" "$t" full "${bench[@]}"
+    for p in "${PARTITIONS[@]}"; do
+        read -r pname pspec pof pindex <<<"$p"
+        run "$t.bench-part-$pname" "$t" - "${bench[@]}" --data "$SRC" \
+            --partition "$pspec" --of "$pof" --index "$pindex"
+    done
 done
 
 # Environment facts for the record.
@@ -212,6 +245,20 @@ for t in targets:
     }
     if os.path.exists(os.path.join(raw, t + ".bench-full.time")):
         entry["bench_full_fmnist"] = bench(t + ".bench-full")
+    parts = {}
+    for f in sorted(os.listdir(raw)):
+        prefix = t + ".bench-part-"
+        if f.startswith(prefix) and f.endswith(".time"):
+            name = f[len(prefix):-len(".time")]
+            r = bench(prefix + name)
+            err = open(os.path.join(raw, prefix + name + ".stderr")).read()
+            m = re.search(r"bench: first (\d+) of (\d+) training samples \((\d+) test\) of (.+)", err)
+            if m:
+                r.update(trained=int(m.group(1)), train_held=int(m.group(2)),
+                         test_held=int(m.group(3)), shard=m.group(4).strip())
+            parts[name] = r
+    if parts:
+        entry["bench_partition"] = parts
     result["targets"][t] = entry
 json.dump(result, open(os.path.join(out, "footprint.json"), "w"), indent=2)
 
@@ -221,7 +268,7 @@ L = ["# Edge client footprint", "",
      f"LeNet-5, flex backend, batch 10, {samples} training samples, 1 warm-up + {repeats} timed epochs "
      "(`edge-client bench`). Under qemu-user the max RSS is the qemu process's (guest + emulator) and "
      "times are emulation times, not board times.", "",
-     "| target | measured | stripped size | max RSS `--help` | max RSS bench, 600-sample shard | epoch s (samples/s) | bench wall s | max RSS bench, full FMNIST loaded |",
+     "| target | measured | stripped size | max RSS `--help` | max RSS bench, 600-sample shard | epoch s (samples/s) | bench wall s | max RSS bench, full FMNIST installed (first 600 read) |",
      "| --- | --- | --- | --- | --- | --- | --- | --- |"]
 for t, e in result["targets"].items():
     b = e["bench_shard600"]
@@ -231,11 +278,26 @@ for t, e in result["targets"].items():
              f"| {e['help']['max_rss_kib'] / 1024:.1f} MiB | {b['max_rss_kib'] / 1024:.1f} MiB "
              f"| {b['epoch_s']:.2f} ({b['samples_per_second']:.0f}) | {b['wall_s']:.1f} "
              f"| {full_rss} |")
-L += ["", "Commands:", ""]
+if any("bench_partition" in e for e in result["targets"].values()):
+    L += ["", "One client's shard of a partition of the full Fashion-MNIST, loaded as `edge-client run "
+          "--partition` loads it (labels first, then only the shard's images, held as bytes for the "
+          "whole run) and trained on for its first 600 samples. `iid` of 1 is one client holding "
+          "all 60 000 + 10 000 images: the memory of `edge-client run` without `--partition` on "
+          "the full dataset.", "",
+          "| target | partition (seed 0) | training images held | local test images held | max RSS | bench wall s |",
+          "| --- | --- | --- | --- | --- | --- |"]
+    for t, e in result["targets"].items():
+        for name, r in e.get("bench_partition", {}).items():
+            shard = r.get("shard", name).split(", ", 1)[-1]
+            L.append(f"| {t} | {shard} | {r.get('train_held', '?')} | {r.get('test_held', '?')} "
+                     f"| {r['max_rss_kib'] / 1024:.1f} MiB | {r['wall_s']:.1f} |")
+L += ["", "Commands (from the checkout):", ""]
 for t, e in result["targets"].items():
     for k in ("help", "bench_shard600", "bench_full_fmnist"):
         if k in e:
             L.append(f"    {e[k]['command']}")
+    for r in e.get("bench_partition", {}).values():
+        L.append(f"    {r['command']}")
 open(os.path.join(out, "footprint.md"), "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 EOF

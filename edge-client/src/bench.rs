@@ -1,11 +1,19 @@
 //! `edge-client bench`: local training throughput (samples per second) of this machine for each
 //! device (`--devices`) and batch size asked, as JSON. Repeats each measurement and reports the median.
+//!
+//! Without `--partition` it reads the first `--samples` training images of the data (`--data`,
+//! else `EDGECFL_FMNIST_DIR`, the Debian package's directory or the bundled subset) and nothing
+//! else. With `--partition` it loads this client's shard exactly as `edge-client run` does
+//! (training shard and local test set, held for the whole bench) and times epochs on the first
+//! `--samples` of the shard: its memory is that of a client of that partition.
 
 use clap::Args;
-use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::fmnist::FashionMnistLabels;
 use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::train::{Backend, LocalData, TrainConfig, train_local};
+use edgecfl_shared::train::{Backend, LocalData, PIXELS, TrainConfig, train_local};
 use serde::Serialize;
+
+use crate::shard::ShardArgs;
 
 /// Arguments of `edge-client bench`.
 #[derive(Debug, Clone, Args)]
@@ -26,12 +34,16 @@ pub struct BenchArgs {
     /// Batch sizes to measure (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "10,64")]
     pub batches: Vec<usize>,
-    /// Training samples (the first N of the bundled/installed train set).
+    /// Training samples per timed epoch: the first N of the train set, or of this client's shard
+    /// with --partition.
     #[arg(long, default_value_t = 600)]
     pub samples: usize,
     /// Repetitions of one epoch per setting; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
+    /// Where the data come from; with --partition, the shard a client of that partition holds.
+    #[command(flatten)]
+    pub shard: ShardArgs,
 }
 
 /// One measured setting.
@@ -49,10 +61,27 @@ pub struct Throughput {
 
 /// Runs the measurements.
 pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
-    let data = FashionMnist::load(None)?;
-    let n = args.samples.min(data.train.len());
-    let idx: Vec<usize> = (0..n).collect();
-    let local = LocalData::from_dataset(&data.train, &idx, 0);
+    // With --partition, `_shard` stays in memory for the whole bench, as in `edge-client run`.
+    let (local, _shard) = if args.shard.partition.is_some() {
+        let shard = args.shard.load()?;
+        let n = args.samples.min(shard.train.len());
+        let first = LocalData {
+            pixels: shard.train.pixels[..n * PIXELS].to_vec(),
+            labels: shard.train.labels[..n].to_vec(),
+        };
+        eprintln!(
+            "bench: first {n} of {} training samples ({} test) of {}",
+            shard.train.len(),
+            shard.test.len(),
+            shard.source
+        );
+        (first, Some(shard))
+    } else {
+        let data = FashionMnistLabels::load(args.shard.data.as_deref())?;
+        let n = args.samples.min(data.train.len());
+        let idx: Vec<usize> = (0..n).collect();
+        (LocalData::from_owned(data.select_train(&idx)?, 0, 0), None)
+    };
     let params = Params::init(args.model, 0);
     let mut out = Vec::new();
     for &backend in &args.backends {

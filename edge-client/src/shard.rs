@@ -1,11 +1,16 @@
 //! A client's local data: one shard of a seeded partition of Fashion-MNIST (testbeds), or
 //! the whole of a directory of IDX files (a real device with its own data).
+//!
+//! The labels are read first; the partition is cut from them; then the image files are streamed
+//! once and only this client's images are kept ([`FashionMnistLabels`]), as bytes
+//! ([`LocalData`]). The client never holds the full dataset, and trains on exactly the images,
+//! in the order, that cutting the shard out of the fully loaded dataset gives.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::fmnist::FashionMnistLabels;
 use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
 use edgecfl_shared::protocol::{ShardInfo, text};
 use edgecfl_shared::train::LocalData;
@@ -47,14 +52,15 @@ pub struct Shard {
 impl ShardArgs {
     /// Loads the data and cuts this client's shard.
     pub fn load(&self) -> anyhow::Result<Shard> {
-        let data = FashionMnist::load(self.data.as_deref()).context("loading Fashion-MNIST")?;
+        let data =
+            FashionMnistLabels::load(self.data.as_deref()).context("loading Fashion-MNIST")?;
         let source = data.source.to_string();
         let Some(spec) = &self.partition else {
             let all: Vec<usize> = (0..data.train.len()).collect();
             let test: Vec<usize> = (0..data.test.len()).collect();
             return Ok(Shard {
-                train: LocalData::from_dataset(&data.train, &all, 0),
-                test: LocalData::from_dataset(&data.test, &test, 0),
+                train: LocalData::from_owned(data.select_train(&all)?, 0, 0),
+                test: LocalData::from_owned(data.select_test(&test)?, 0, 0),
                 source,
                 info: None,
             });
@@ -65,23 +71,14 @@ impl ShardArgs {
             self.index,
             self.of
         );
-        let part = partition(spec, &data.train.labels, self.of, self.seed)
+        let part = partition(spec, &data.train, self.of, self.seed)
             .with_context(|| format!("partition {spec}"))?;
         let shard = &part.clients[self.index];
-        let test = local_test_indices(shard, &data.test.labels);
+        let test = local_test_indices(shard, &data.test);
+        let (rotation, shift) = (shard.rotation, shard.label_shift);
         Ok(Shard {
-            train: LocalData::from_dataset_shifted(
-                &data.train,
-                &shard.train,
-                shard.rotation,
-                shard.label_shift,
-            ),
-            test: LocalData::from_dataset_shifted(
-                &data.test,
-                &test,
-                shard.rotation,
-                shard.label_shift,
-            ),
+            train: LocalData::from_owned(data.select_train(&shard.train)?, rotation, shift),
+            test: LocalData::from_owned(data.select_test(&test)?, rotation, shift),
             source: format!("{source}, {spec} shard {}/{}", self.index, self.of),
             info: Some(ShardInfo {
                 partition: text(&spec.to_string()),

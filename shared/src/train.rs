@@ -354,13 +354,24 @@ impl TrainConfig {
     }
 }
 
-/// A client's samples, ready for training: pixels scaled to [0, 1], rotation applied.
-#[derive(Debug, Clone, Default)]
+/// A client's samples, ready for training: rotation applied, grey levels kept as bytes.
+///
+/// The pixels stay `u8` (one byte a pixel, a quarter of `f32`): a batch is scaled to `[0, 1]` as
+/// it is built ([`to_unit`], `p / 255` in `f32`), and [`Gram`](crate::algorithms::mthfl::Gram)
+/// scales the same way, so training sees exactly the floats a stored `f32` copy would give.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LocalData {
-    /// `len() * 784` floats.
-    pub pixels: Vec<f32>,
+    /// `len() * 784` grey levels (0 = background), image after image, each 28 × 28 row-major,
+    /// rotation applied. [`to_unit`] gives the value training sees.
+    pub pixels: Vec<u8>,
     /// One label per sample.
     pub labels: Vec<u8>,
+}
+
+/// A grey level scaled to `[0, 1]`, as training and the Gram matrix see it: `p / 255` in `f32`.
+#[inline]
+pub fn to_unit(p: u8) -> f32 {
+    f32::from(p) / 255.0
 }
 
 impl LocalData {
@@ -384,12 +395,34 @@ impl LocalData {
         for &i in indices {
             let img = data.image(i);
             if quarter_turns.is_multiple_of(4) {
-                pixels.extend(img.iter().map(|&p| f32::from(p) / 255.0));
+                pixels.extend_from_slice(img);
             } else {
-                let r = rotate_image(img, quarter_turns);
-                pixels.extend(r.iter().map(|&p| f32::from(p) / 255.0));
+                pixels.extend_from_slice(&rotate_image(img, quarter_turns));
             }
             labels.push(shift_label(data.labels[i], label_shift));
+        }
+        LocalData { pixels, labels }
+    }
+
+    /// All of `data`, in order, rotated and label-shifted as [`from_dataset_shifted`]
+    /// (`Self::from_dataset_shifted(&data, &(0..data.len()).collect::<Vec<_>>(), ..)`), taking
+    /// its buffers over instead of copying them: e.g. the images a client selected with
+    /// [`FashionMnistLabels`](crate::data::FashionMnistLabels), with no second copy in memory.
+    ///
+    /// [`from_dataset_shifted`]: Self::from_dataset_shifted
+    pub fn from_owned(data: Dataset, quarter_turns: u8, label_shift: u8) -> Self {
+        let Dataset {
+            images: mut pixels,
+            mut labels,
+        } = data;
+        if !quarter_turns.is_multiple_of(4) {
+            for img in pixels.chunks_exact_mut(PIXELS) {
+                let r = rotate_image(img, quarter_turns);
+                img.copy_from_slice(&r);
+            }
+        }
+        for l in &mut labels {
+            *l = shift_label(*l, label_shift);
         }
         LocalData { pixels, labels }
     }
@@ -407,7 +440,11 @@ impl LocalData {
     fn images(&self, idx: &[usize], device: &Device) -> Tensor<4> {
         let mut px = Vec::with_capacity(idx.len() * PIXELS);
         for &i in idx {
-            px.extend_from_slice(&self.pixels[i * PIXELS..(i + 1) * PIXELS]);
+            px.extend(
+                self.pixels[i * PIXELS..(i + 1) * PIXELS]
+                    .iter()
+                    .map(|&p| to_unit(p)),
+            );
         }
         Tensor::<4>::from_data(TensorData::new(px, [idx.len(), 1, 28, 28]), device)
     }

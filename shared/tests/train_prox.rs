@@ -8,8 +8,8 @@ use burn::prelude::Device;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
 use edgecfl_shared::train::{
-    CLASSES, LocalData, PIXELS, Proximal, TrainConfig, TrainError, evaluate, gradient, train_local,
-    train_local_prox,
+    CLASSES, LocalData, PIXELS, Proximal, TrainConfig, TrainError, evaluate, gradient, to_unit,
+    train_local, train_local_prox,
 };
 
 const KINDS: [ModelKind; 2] = [ModelKind::Mlp, ModelKind::LeNet5];
@@ -121,7 +121,7 @@ fn mean_loss(model: ModelKind, v: &[f64], data: &LocalData) -> f64 {
     for (i, &label) in data.labels.iter().enumerate() {
         let img: Vec<f64> = data.pixels[i * PIXELS..(i + 1) * PIXELS]
             .iter()
-            .map(|&x| f64::from(x))
+            .map(|&x| f64::from(to_unit(x)))
             .collect();
         let z = logits(model, &p, &img);
         assert_eq!(z.len(), CLASSES);

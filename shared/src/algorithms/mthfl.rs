@@ -84,7 +84,7 @@ use crate::federation::{
     Placement, RoundStats, Strategy, Target, fedavg_round,
 };
 use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
-use crate::train::{Device, LocalData, PIXELS};
+use crate::train::{Device, LocalData, PIXELS, to_unit};
 
 /// The paper's number of kept eigenvectors (§III, Fig. 4).
 pub const DEFAULT_EIGENVECTORS: usize = 5;
@@ -243,21 +243,7 @@ impl Gram {
         if let Some(index) = features.iter().position(|v| !v.is_finite()) {
             return Err(MtHflError::NotFinite { index });
         }
-        let n = features.len() / d;
-        let mut g = DMatrix::<f64>::zeros(d, d);
-        for block in features.chunks(GRAM_BLOCK * d) {
-            let rows = block.len() / d;
-            // Column-major d × rows: column s is sample s, i.e. this is Xᵀ of the block.
-            let xt = DMatrix::<f64>::from_iterator(d, rows, block.iter().map(|&v| f64::from(v)));
-            let x = xt.transpose();
-            g.gemm(1.0 / n as f64, &xt, &x, 1.0);
-        }
-        // The product is symmetric up to rounding; make it exactly so.
-        let g = (&g + g.transpose()) * 0.5;
-        Ok(Gram {
-            n_samples: n,
-            matrix: g,
-        })
+        Ok(Gram::accumulate(features, d, f64::from))
     }
 
     /// The Gram matrix of a client's training pixels (`d = 784`, values in `[0, 1]`).
@@ -266,7 +252,37 @@ impl Gram {
     ///
     /// As [`Gram::from_features`] (an empty client is [`MtHflError::BadFeatures`]).
     pub fn from_local_data(data: &LocalData) -> Result<Gram, MtHflError> {
-        Gram::from_features(&data.pixels, PIXELS)
+        // The floats training sees (`to_unit`), converted a block at a time: no f32 copy of
+        // the client's data is held, and the sums are those `from_features` makes on them.
+        if data.is_empty() || data.pixels.len() != data.len() * PIXELS {
+            return Err(MtHflError::BadFeatures {
+                len: data.pixels.len(),
+                d: PIXELS,
+            });
+        }
+        Ok(Gram::accumulate(&data.pixels, PIXELS, |p| {
+            f64::from(to_unit(p))
+        }))
+    }
+
+    /// (1/n) XᵀX over `values` (n rows of `d`, checked by the callers), each value as `f`
+    /// makes it, a block of rows at a time.
+    fn accumulate<T: Copy>(values: &[T], d: usize, f: impl Fn(T) -> f64) -> Gram {
+        let n = values.len() / d;
+        let mut g = DMatrix::<f64>::zeros(d, d);
+        for block in values.chunks(GRAM_BLOCK * d) {
+            let rows = block.len() / d;
+            // Column-major d × rows: column s is sample s, i.e. this is Xᵀ of the block.
+            let xt = DMatrix::<f64>::from_iterator(d, rows, block.iter().map(|&v| f(v)));
+            let x = xt.transpose();
+            g.gemm(1.0 / n as f64, &xt, &x, 1.0);
+        }
+        // The product is symmetric up to rounding; make it exactly so.
+        let g = (&g + g.transpose()) * 0.5;
+        Gram {
+            n_samples: n,
+            matrix: g,
+        }
     }
 
     /// A Gram matrix given directly, `d × d` row-major (for tests and for features computed

@@ -16,6 +16,11 @@
 //! `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`); the plain
 //! file wins when both exist. The Debian package installs the four `.gz` files.
 //!
+//! [`FashionMnistLabels`] follows the same rule but reads only the labels (70 kB); its
+//! [`select_train`](FashionMnistLabels::select_train) / [`select_test`](FashionMnistLabels::select_test)
+//! then stream the image files once and keep only the images asked for, so a client that holds a
+//! shard never holds the 55 MB of the full images (issue 13, the edge client's footprint).
+//!
 //! Fashion-MNIST is © 2017 Zalando SE, released under the MIT licence
 //! (<https://github.com/zalandoresearch/fashion-mnist>).
 
@@ -227,17 +232,10 @@ impl FashionMnist {
     /// variants if a file is malformed, [`DataError::NoBundledData`] if nothing was found and the
     /// subset is not compiled in.
     pub fn load(dir: Option<&Path>) -> Result<FashionMnist, DataError> {
-        if let Some(dir) = dir {
-            return Self::load_dir(dir);
+        match resolve(dir) {
+            Some(dir) => Self::load_dir(&dir),
+            None => Self::bundled(),
         }
-        if let Some(env) = std::env::var_os(ENV_DIR).filter(|v| !v.is_empty()) {
-            return Self::load_dir(Path::new(&env));
-        }
-        let system = Path::new(SYSTEM_DIR);
-        if system.is_dir() {
-            return Self::load_dir(system);
-        }
-        Self::bundled()
     }
 
     /// Loads Fashion-MNIST from the four standard IDX files (plain or `.gz`) in `dir`.
@@ -271,6 +269,163 @@ impl FashionMnist {
     }
 }
 
+/// The directory [`FashionMnist::load`]'s rule picks: `dir`, else [`ENV_DIR`], else
+/// [`SYSTEM_DIR`] if it exists; `None` for the bundled subset.
+fn resolve(dir: Option<&Path>) -> Option<PathBuf> {
+    if let Some(dir) = dir {
+        return Some(dir.to_path_buf());
+    }
+    if let Some(env) = std::env::var_os(ENV_DIR).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(env));
+    }
+    let system = Path::new(SYSTEM_DIR);
+    system.is_dir().then(|| system.to_path_buf())
+}
+
+/// Fashion-MNIST's labels, and where its images are: the first step of loading only part of it.
+///
+/// [`FashionMnistLabels::load`] finds the data by [`FashionMnist::load`]'s rule and reads the
+/// two label files (60,000 + 10,000 bytes); the caller picks samples from the labels (e.g. one
+/// shard of a [`partition`](crate::data::partition::partition())), then
+/// [`select_train`](Self::select_train) / [`select_test`](Self::select_test) stream the image
+/// file once and keep only those images. The result equals [`Dataset::select`] on
+/// [`FashionMnist::load`]'s data, byte for byte, while memory holds only the selected images.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FashionMnistLabels {
+    /// The training labels, one per training image, each in `0..10`.
+    pub train: Vec<u8>,
+    /// The test labels, each in `0..10`.
+    pub test: Vec<u8>,
+    /// Where the data come from.
+    pub source: DataSource,
+    /// The image files (`None`: the bundled subset).
+    images: Option<[PathBuf; 2]>,
+}
+
+impl FashionMnistLabels {
+    /// Reads the labels of the data [`FashionMnist::load`] would load, by the same rule.
+    ///
+    /// # Errors
+    ///
+    /// As for [`FashionMnist::load`]; the image files must exist (their content is read and
+    /// checked by the `select_*` methods).
+    pub fn load(dir: Option<&Path>) -> Result<FashionMnistLabels, DataError> {
+        match resolve(dir) {
+            Some(dir) => Self::load_dir(&dir),
+            None => Self::bundled(),
+        }
+    }
+
+    /// Reads the labels from the standard IDX files (plain or `.gz`) in `dir`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`FashionMnist::load_dir`].
+    pub fn load_dir(dir: &Path) -> Result<FashionMnistLabels, DataError> {
+        if !dir.is_dir() {
+            return Err(DataError::MissingDir {
+                path: dir.to_path_buf(),
+            });
+        }
+        let train_images = find(dir, TRAIN_IMAGES)?;
+        let train_labels = find(dir, TRAIN_LABELS)?;
+        let test_images = find(dir, TEST_IMAGES)?;
+        let test_labels = find(dir, TEST_LABELS)?;
+        Ok(FashionMnistLabels {
+            train: check_labels(idx::read_labels(&train_labels)?, &train_labels)?,
+            test: check_labels(idx::read_labels(&test_labels)?, &test_labels)?,
+            source: DataSource::Dir(dir.to_path_buf()),
+            images: Some([train_images, test_images]),
+        })
+    }
+
+    /// The labels of the bundled subset ([`FashionMnist::bundled`]).
+    ///
+    /// # Errors
+    ///
+    /// [`DataError::NoBundledData`] without the `bundled-data` feature.
+    pub fn bundled() -> Result<FashionMnistLabels, DataError> {
+        let labels = |name: &str| -> Result<Vec<u8>, DataError> {
+            let path = bundled_path(name);
+            check_labels(idx::decode_labels(bundled::file(name)?, &path)?, &path)
+        };
+        Ok(FashionMnistLabels {
+            train: labels(TRAIN_LABELS)?,
+            test: labels(TEST_LABELS)?,
+            source: DataSource::Bundled,
+            images: None,
+        })
+    }
+
+    /// The training samples at `indices`, in that order (repeats allowed), reading only those
+    /// images: equal to `FashionMnist::load(..)?.train.select(indices)`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataError::Idx`] if the image file is malformed or an index is out of range
+    /// ([`IdxError::IndexOutOfRange`]), [`DataError::WrongImageSize`] /
+    /// [`DataError::CountMismatch`] as for [`FashionMnist::load`].
+    pub fn select_train(&self, indices: &[usize]) -> Result<Dataset, DataError> {
+        self.select(0, &self.train, indices)
+    }
+
+    /// The test samples at `indices`, in that order; as [`select_train`](Self::select_train).
+    ///
+    /// # Errors
+    ///
+    /// As for [`select_train`](Self::select_train).
+    pub fn select_test(&self, indices: &[usize]) -> Result<Dataset, DataError> {
+        self.select(1, &self.test, indices)
+    }
+
+    fn select(&self, split: usize, labels: &[u8], indices: &[usize]) -> Result<Dataset, DataError> {
+        let (img, path) = match &self.images {
+            Some(paths) => {
+                let path = &paths[split];
+                // The header first: a wrong shape or count is reported as such, before any
+                // index is checked against the image count.
+                let (count, rows, cols) = idx::read_images_header(path)?;
+                check_shape(
+                    count,
+                    rows,
+                    cols,
+                    labels.len(),
+                    path,
+                    &self.label_path(split),
+                )?;
+                (idx::read_images_selected(path, indices)?, path.clone())
+            }
+            None => {
+                let name = [TRAIN_IMAGES, TEST_IMAGES][split];
+                let path = bundled_path(name);
+                let img = idx::decode_images_selected(bundled::file(name)?, &path, indices)?;
+                (img, path)
+            }
+        };
+        check_shape(
+            img.count,
+            img.rows,
+            img.cols,
+            labels.len(),
+            &path,
+            &self.label_path(split),
+        )?;
+        Ok(Dataset {
+            images: img.pixels,
+            labels: indices.iter().map(|&i| labels[i]).collect(),
+        })
+    }
+
+    /// The label file of a split, for errors.
+    fn label_path(&self, split: usize) -> PathBuf {
+        let name = [TRAIN_LABELS, TEST_LABELS][split];
+        match (&self.source, &self.images) {
+            (DataSource::Dir(dir), Some(_)) => dir.join(name),
+            _ => bundled_path(name),
+        }
+    }
+}
+
 /// Finds `dir/name`, else `dir/name.gz`.
 fn find(dir: &Path, name: &str) -> Result<PathBuf, DataError> {
     let plain = dir.join(name);
@@ -299,36 +454,61 @@ fn check(
     images_path: &Path,
     labels_path: &Path,
 ) -> Result<Dataset, DataError> {
-    if img.rows != IMAGE_ROWS || img.cols != IMAGE_COLS {
+    check_shape(
+        img.count,
+        img.rows,
+        img.cols,
+        labels.len(),
+        images_path,
+        labels_path,
+    )?;
+    Ok(Dataset {
+        images: img.pixels,
+        labels: check_labels(labels, labels_path)?,
+    })
+}
+
+/// 28 × 28 images, as many as labels.
+fn check_shape(
+    count: usize,
+    rows: usize,
+    cols: usize,
+    n_labels: usize,
+    images_path: &Path,
+    labels_path: &Path,
+) -> Result<(), DataError> {
+    if rows != IMAGE_ROWS || cols != IMAGE_COLS {
         return Err(DataError::WrongImageSize {
             path: images_path.to_path_buf(),
-            rows: img.rows,
-            cols: img.cols,
+            rows,
+            cols,
         });
     }
-    if img.count != labels.len() {
+    if count != n_labels {
         return Err(DataError::CountMismatch {
             images: images_path.to_path_buf(),
             labels: labels_path.to_path_buf(),
-            n_images: img.count,
-            n_labels: labels.len(),
+            n_images: count,
+            n_labels,
         });
     }
+    Ok(())
+}
+
+/// Every label in `0..10`.
+fn check_labels(labels: Vec<u8>, path: &Path) -> Result<Vec<u8>, DataError> {
     if let Some((index, &label)) = labels
         .iter()
         .enumerate()
         .find(|&(_, &l)| l as usize >= NUM_CLASSES)
     {
         return Err(DataError::LabelOutOfRange {
-            path: labels_path.to_path_buf(),
+            path: path.to_path_buf(),
             index,
             label,
         });
     }
-    Ok(Dataset {
-        images: img.pixels,
-        labels,
-    })
+    Ok(labels)
 }
 
 #[cfg(feature = "bundled-data")]
@@ -344,23 +524,28 @@ mod bundled {
     const TEST_LABELS_GZ: &[u8] =
         include_bytes!("../../data/fmnist-subset/t10k-labels-idx1-ubyte.gz");
 
-    fn split(
-        images: &[u8],
-        image_name: &str,
-        labels: &[u8],
-        label_name: &str,
-    ) -> Result<Dataset, DataError> {
-        let images_path = Path::new("<bundled>").join(format!("{image_name}.gz"));
-        let labels_path = Path::new("<bundled>").join(format!("{label_name}.gz"));
-        let img = idx::decode_images(images, &images_path)?;
-        let lab = idx::decode_labels(labels, &labels_path)?;
+    /// The compiled-in (gzip'd) file of a standard name.
+    pub(super) fn file(name: &str) -> Result<&'static [u8], DataError> {
+        Ok(match name {
+            TRAIN_IMAGES => TRAIN_IMAGES_GZ,
+            TRAIN_LABELS => TRAIN_LABELS_GZ,
+            TEST_IMAGES => TEST_IMAGES_GZ,
+            _ => TEST_LABELS_GZ,
+        })
+    }
+
+    fn split(image_name: &str, label_name: &str) -> Result<Dataset, DataError> {
+        let images_path = bundled_path(image_name);
+        let labels_path = bundled_path(label_name);
+        let img = idx::decode_images(file(image_name)?, &images_path)?;
+        let lab = idx::decode_labels(file(label_name)?, &labels_path)?;
         check(img, lab, &images_path, &labels_path)
     }
 
     pub(super) fn load() -> Result<FashionMnist, DataError> {
         Ok(FashionMnist {
-            train: split(TRAIN_IMAGES_GZ, TRAIN_IMAGES, TRAIN_LABELS_GZ, TRAIN_LABELS)?,
-            test: split(TEST_IMAGES_GZ, TEST_IMAGES, TEST_LABELS_GZ, TEST_LABELS)?,
+            train: split(TRAIN_IMAGES, TRAIN_LABELS)?,
+            test: split(TEST_IMAGES, TEST_LABELS)?,
             source: DataSource::Bundled,
         })
     }
@@ -370,7 +555,137 @@ mod bundled {
 mod bundled {
     use super::*;
 
+    pub(super) fn file(_name: &str) -> Result<&'static [u8], DataError> {
+        Err(DataError::NoBundledData)
+    }
+
     pub(super) fn load() -> Result<FashionMnist, DataError> {
         Err(DataError::NoBundledData)
+    }
+}
+
+/// How errors name a bundled file.
+fn bundled_path(name: &str) -> PathBuf {
+    Path::new("<bundled>").join(format!("{name}.gz"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    /// Indices with repeats, out of order, first and last.
+    fn some_indices(len: usize) -> Vec<usize> {
+        vec![len - 1, 0, 7, 7, len / 2, 1, len - 1, 3]
+    }
+
+    /// `FashionMnistLabels` gives the same labels, and the same images for the same indices, as
+    /// the full loader.
+    fn assert_same(full: &FashionMnist, labels: &FashionMnistLabels) {
+        assert_eq!(labels.source, full.source);
+        assert_eq!(labels.train, full.train.labels);
+        assert_eq!(labels.test, full.test.labels);
+        for (set, select) in [
+            (
+                &full.train,
+                FashionMnistLabels::select_train as fn(&_, &_) -> _,
+            ),
+            (&full.test, FashionMnistLabels::select_test),
+        ] {
+            let idx = some_indices(set.len());
+            assert_eq!(select(labels, &idx).unwrap(), set.select(&idx));
+            assert_eq!(select(labels, &[]).unwrap(), Dataset::default());
+        }
+        let all: Vec<usize> = (0..full.test.len()).collect();
+        assert_eq!(&labels.select_test(&all).unwrap(), &full.test);
+    }
+
+    #[cfg(feature = "bundled-data")]
+    #[test]
+    fn selected_equals_full_on_bundled_subset() {
+        let full = FashionMnist::bundled().unwrap();
+        let labels = FashionMnistLabels::bundled().unwrap();
+        assert_same(&full, &labels);
+        let all: Vec<usize> = (0..full.train.len()).collect();
+        assert_eq!(labels.select_train(&all).unwrap(), full.train);
+    }
+
+    /// On the Debian package's files (`dataset-fashion-mnist`), when installed.
+    #[test]
+    fn selected_equals_full_on_debian_files() {
+        let dir = Path::new(SYSTEM_DIR);
+        if !dir.is_dir() {
+            eprintln!("skipped: {SYSTEM_DIR} not installed");
+            return;
+        }
+        let full = FashionMnist::load_dir(dir).unwrap();
+        let labels = FashionMnistLabels::load_dir(dir).unwrap();
+        assert_eq!(full.train.len(), 60_000);
+        assert_same(&full, &labels);
+    }
+
+    /// A directory holding the bundled subset as plain IDX, with `edit` applied to the training
+    /// images.
+    fn subset_dir(name: &str, edit: impl Fn(&mut Vec<u8>)) -> PathBuf {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fmnist-subset");
+        let dir =
+            std::env::temp_dir().join(format!("edgecfl-fmnist-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in [TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS] {
+            let gz = std::fs::read(src.join(format!("{f}.gz"))).unwrap();
+            let mut plain = Vec::new();
+            flate2::read::GzDecoder::new(&gz[..])
+                .read_to_end(&mut plain)
+                .unwrap();
+            if f == TRAIN_IMAGES {
+                edit(&mut plain);
+            }
+            std::fs::write(dir.join(f), plain).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn selected_errors_are_typed() {
+        // Out-of-range index.
+        let dir = subset_dir("ok", |_| {});
+        let labels = FashionMnistLabels::load_dir(&dir).unwrap();
+        let n = labels.train.len();
+        let err = labels.select_train(&[0, n]).unwrap_err();
+        assert!(
+            matches!(err, DataError::Idx(IdxError::IndexOutOfRange { index, count, .. }) if index == n && count == n),
+            "{err}"
+        );
+        let err = labels.select_test(&[labels.test.len() + 5]).unwrap_err();
+        assert!(
+            matches!(err, DataError::Idx(IdxError::IndexOutOfRange { .. })),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // Truncated image file: the labels load, selecting fails, whichever indices.
+        let dir = subset_dir("cut", |v| v.truncate(v.len() - 100));
+        let labels = FashionMnistLabels::load_dir(&dir).unwrap();
+        for idx in [&[0usize][..], &[]] {
+            let err = labels.select_train(idx).unwrap_err();
+            assert!(
+                matches!(err, DataError::Idx(IdxError::Truncated { .. })),
+                "{err}"
+            );
+        }
+        assert!(labels.select_test(&[0]).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // One image fewer than labels (header and data): a count mismatch, not an index error.
+        let dir = subset_dir("count", |v| {
+            let count = u32::from_be_bytes([v[4], v[5], v[6], v[7]]) - 1;
+            v[4..8].copy_from_slice(&count.to_be_bytes());
+            v.truncate(v.len() - IMAGE_SIZE);
+        });
+        let labels = FashionMnistLabels::load_dir(&dir).unwrap();
+        let err = labels.select_train(&[0]).unwrap_err();
+        assert!(matches!(err, DataError::CountMismatch { .. }), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

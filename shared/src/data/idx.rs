@@ -16,6 +16,11 @@
 //! IDX and `foo` holding gzip both work. The reader never trusts the header for allocation: it
 //! reads at most the announced length plus one byte, so a corrupt header cannot make it reserve
 //! gigabytes. Every error names the file it came from; no input makes it panic.
+//!
+//! [`read_images_selected`] reads only chosen images: it streams the file once, image by image,
+//! and keeps the selected ones, so a client holding a shard of Fashion-MNIST never holds the
+//! 47 MB of the full training images. It checks the file exactly as [`read_images`] does (magic,
+//! length, trailing data), and returns the same bytes [`read_images`] would for those indices.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
@@ -84,6 +89,17 @@ pub enum IdxError {
         expected: u64,
         /// The number of (decompressed) bytes actually present.
         found: u64,
+    },
+    /// A selected image index is not below the number of images the header announces
+    /// ([`read_images_selected`]).
+    #[error("{}: image index {index} is out of range: the file holds {count} images", path.display())]
+    IndexOutOfRange {
+        /// The file being read.
+        path: PathBuf,
+        /// The first offending index (in the order given).
+        index: usize,
+        /// The number of images in the file.
+        count: usize,
     },
     /// The file holds more data than its header announces.
     #[error("{} has data after the {expected} bytes its header announces", path.display())]
@@ -173,39 +189,60 @@ fn open(path: &Path) -> Result<BufReader<File>, IdxError> {
     }
 }
 
-/// Sniffs gzip, then parses the header and reads exactly the announced data.
-fn decode(mut reader: impl Read, path: &Path, magic: u32) -> Result<(Vec<u32>, Vec<u8>), IdxError> {
-    let io_err = |source| IdxError::Io {
+/// Sniffs gzip and hands the (decompressed) stream to `f`.
+fn with_stream<T>(
+    mut reader: impl Read,
+    path: &Path,
+    f: impl FnOnce(&mut dyn Read) -> Result<T, IdxError>,
+) -> Result<T, IdxError> {
+    let mut sniff = [0u8; 2];
+    let sniffed = read_up_to(&mut reader, &mut sniff).map_err(|source| IdxError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let mut sniff = [0u8; 2];
-    let sniffed = read_up_to(&mut reader, &mut sniff).map_err(io_err)?;
+    })?;
     let head = &sniff[..sniffed];
     if head == GZIP_MAGIC {
-        decode_plain(MultiGzDecoder::new(head.chain(reader)), path, magic)
+        f(&mut MultiGzDecoder::new(head.chain(reader)))
     } else {
-        decode_plain(head.chain(reader), path, magic)
+        f(&mut head.chain(reader))
     }
 }
 
-fn decode_plain(
-    mut reader: impl Read,
-    path: &Path,
-    magic: u32,
-) -> Result<(Vec<u32>, Vec<u8>), IdxError> {
-    let io_err = |source| IdxError::Io {
+/// Sniffs gzip, then parses the header and reads exactly the announced data.
+fn decode(reader: impl Read, path: &Path, magic: u32) -> Result<(Vec<u32>, Vec<u8>), IdxError> {
+    with_stream(reader, path, |r| decode_plain(r, path, magic))
+}
+
+/// An IDX header: the dimensions, the header's length and the data's length in bytes.
+struct Header {
+    dims: Vec<u32>,
+    header_len: usize,
+    data_len: usize,
+}
+
+impl Header {
+    /// Header plus data, in bytes.
+    fn total(&self) -> u64 {
+        (self.header_len + self.data_len) as u64
+    }
+}
+
+fn io_error(path: &Path) -> impl Fn(io::Error) -> IdxError + '_ {
+    move |source| IdxError::Io {
         path: path.to_path_buf(),
         source,
-    };
+    }
+}
+
+/// Parses the magic and the dimensions; checks that the data length fits in `usize`.
+fn read_header(reader: &mut dyn Read, path: &Path, magic: u32) -> Result<Header, IdxError> {
     let truncated = |expected: u64, found: usize| IdxError::Truncated {
         path: path.to_path_buf(),
         expected,
         found: found as u64,
     };
-
     let mut word = [0u8; 4];
-    let n = read_up_to(&mut reader, &mut word).map_err(io_err)?;
+    let n = read_up_to(reader, &mut word).map_err(io_error(path))?;
     if n < 4 {
         return Err(truncated(4, n));
     }
@@ -222,7 +259,7 @@ fn decode_plain(
     let header_len = 4 + 4 * ndims;
     let mut dims = Vec::with_capacity(ndims);
     for i in 0..ndims {
-        let n = read_up_to(&mut reader, &mut word).map_err(io_err)?;
+        let n = read_up_to(reader, &mut word).map_err(io_error(path))?;
         if n < 4 {
             return Err(truncated(header_len as u64, 4 + 4 * i + n));
         }
@@ -233,34 +270,219 @@ fn decode_plain(
         path: path.to_path_buf(),
         dims: dims.clone(),
     };
-    let data_len = dims
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
-        .ok_or_else(too_large)?;
-    let total = data_len.checked_add(header_len).ok_or_else(too_large)? as u64;
+    // Multiplied from the last dimension, so that every partial product (an image's size) is
+    // checked too, even when the count is 0.
+    let mut data_len = 1usize;
+    for &d in dims.iter().rev() {
+        data_len = data_len.checked_mul(d as usize).ok_or_else(too_large)?;
+    }
+    data_len.checked_add(header_len).ok_or_else(too_large)?;
+    Ok(Header {
+        dims,
+        header_len,
+        data_len,
+    })
+}
 
+/// After the announced data: [`IdxError::TrailingData`] unless the stream ends here.
+fn expect_end(reader: &mut dyn Read, path: &Path, header: &Header) -> Result<(), IdxError> {
+    let mut one = [0u8; 1];
+    if read_up_to(reader, &mut one).map_err(io_error(path))? > 0 {
+        return Err(IdxError::TrailingData {
+            path: path.to_path_buf(),
+            expected: header.total(),
+        });
+    }
+    Ok(())
+}
+
+fn decode_plain(
+    reader: &mut dyn Read,
+    path: &Path,
+    magic: u32,
+) -> Result<(Vec<u32>, Vec<u8>), IdxError> {
+    let header = read_header(reader, path, magic)?;
     // Read at most one byte more than announced: enough to detect trailing data without letting a
     // corrupt header drive a huge allocation up front.
     let mut data = Vec::new();
     reader
-        .by_ref()
-        .take(data_len as u64 + 1)
+        .take(header.data_len as u64 + 1)
         .read_to_end(&mut data)
-        .map_err(io_err)?;
-    if data.len() < data_len {
-        return Err(truncated(total, header_len + data.len()));
-    }
-    if data.len() > data_len {
-        return Err(IdxError::TrailingData {
+        .map_err(io_error(path))?;
+    if data.len() < header.data_len {
+        return Err(IdxError::Truncated {
             path: path.to_path_buf(),
-            expected: total,
+            expected: header.total(),
+            found: (header.header_len + data.len()) as u64,
         });
     }
-    Ok((dims, data))
+    if data.len() > header.data_len {
+        return Err(IdxError::TrailingData {
+            path: path.to_path_buf(),
+            expected: header.total(),
+        });
+    }
+    Ok((header.dims, data))
+}
+
+/// The images at chosen indices of an IDX image file ([`read_images_selected`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdxSelection {
+    /// Number of images in the file (not the number selected).
+    pub count: usize,
+    /// Rows of each image.
+    pub rows: usize,
+    /// Columns of each image.
+    pub cols: usize,
+    /// The selected images, in the order of the indices given (repeats repeated), each
+    /// `rows × cols` pixels row-major: `indices.len() × rows × cols` bytes.
+    pub pixels: Vec<u8>,
+}
+
+/// The header of an IDX image file: `(count, rows, cols)`. Reads only the first 16 (decompressed)
+/// bytes.
+///
+/// # Errors
+///
+/// As for [`read_images`], except that the length of the data is not checked.
+pub fn read_images_header(path: &Path) -> Result<(usize, usize, usize), IdxError> {
+    let file = open(path)?;
+    with_stream(file, path, |r| {
+        let h = read_header(r, path, IMAGES_MAGIC)?;
+        Ok((h.dims[0] as usize, h.dims[1] as usize, h.dims[2] as usize))
+    })
+}
+
+/// Reads only the images at `indices` of an IDX image file (plain or gzip'd), in one pass over
+/// the file: memory is that of the selected images, not of the file.
+///
+/// The pixels are exactly those [`read_images`] returns for the same indices, in the order of
+/// `indices` (repeats allowed). The whole file is still read and checked as [`read_images`]
+/// checks it.
+///
+/// # Errors
+///
+/// As for [`read_images`], and [`IdxError::IndexOutOfRange`] if an index is not below the
+/// header's image count (checked before the data are read).
+pub fn read_images_selected(path: &Path, indices: &[usize]) -> Result<IdxSelection, IdxError> {
+    let file = open(path)?;
+    decode_images_selected(file, path, indices)
+}
+
+/// [`read_images_selected`] from a reader, e.g. a byte slice embedded in the binary.
+///
+/// `path` is used only to name the source in errors.
+///
+/// # Errors
+///
+/// As for [`read_images_selected`] (never [`IdxError::NotFound`]).
+pub fn decode_images_selected(
+    reader: impl Read,
+    path: &Path,
+    indices: &[usize],
+) -> Result<IdxSelection, IdxError> {
+    with_stream(reader, path, |r| select_plain(r, path, indices))
+}
+
+/// Most bytes reserved ahead of the data for the kept images (a corrupt header must not drive a
+/// huge allocation; past this the buffer grows only with data actually read).
+const MAX_RESERVE: usize = 64 << 20;
+
+fn select_plain(
+    reader: &mut dyn Read,
+    path: &Path,
+    indices: &[usize],
+) -> Result<IdxSelection, IdxError> {
+    let header = read_header(reader, path, IMAGES_MAGIC)?;
+    let [count, rows, cols] = [0, 1, 2].map(|i| header.dims[i] as usize);
+    // read_header checked that rows × cols fits.
+    let size = rows * cols;
+    if let Some(&index) = indices.iter().find(|&&i| i >= count) {
+        return Err(IdxError::IndexOutOfRange {
+            path: path.to_path_buf(),
+            index,
+            count,
+        });
+    }
+    // The distinct wanted indices in file order; kept images go into `kept` in that order.
+    let mut wanted = indices.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut kept = Vec::with_capacity(wanted.len().saturating_mul(size).min(MAX_RESERVE));
+    let mut buf = vec![0u8; size];
+    let mut next = wanted.iter().copied().peekable();
+    if size > 0 {
+        for i in 0..count {
+            let n = read_up_to(reader, &mut buf).map_err(io_error(path))?;
+            if n < size {
+                return Err(IdxError::Truncated {
+                    path: path.to_path_buf(),
+                    expected: header.total(),
+                    found: (header.header_len + i * size + n) as u64,
+                });
+            }
+            if next.peek() == Some(&i) {
+                next.next();
+                kept.extend_from_slice(&buf);
+            }
+        }
+    }
+    expect_end(reader, path, &header)?;
+    let pixels = if wanted.len() == indices.len() {
+        // No repeats: `kept` holds exactly the images asked for, in file order; put them in the
+        // order asked in place (a shard is often shuffled), without a second copy of them.
+        if wanted.as_slice() != indices {
+            let source: Vec<usize> = indices
+                .iter()
+                .map(|i| wanted.binary_search(i).unwrap_or_default())
+                .collect();
+            permute_blocks(&mut kept, size, &source);
+        }
+        kept
+    } else {
+        let mut out = Vec::with_capacity(indices.len() * size);
+        for i in indices {
+            // Every index is in `wanted` (it was built from them).
+            let slot = wanted.binary_search(i).unwrap_or_default();
+            out.extend_from_slice(&kept[slot * size..(slot + 1) * size]);
+        }
+        out
+    };
+    Ok(IdxSelection {
+        count,
+        rows,
+        cols,
+        pixels,
+    })
+}
+
+/// Reorders the `size`-byte blocks of `data` in place so that block `p` becomes the old block
+/// `source[p]`; `source` must be a permutation of `0..data.len() / size`. Follows the cycles of
+/// the permutation with one block of scratch space.
+fn permute_blocks(data: &mut [u8], size: usize, source: &[usize]) {
+    let mut done = vec![false; source.len()];
+    let mut scratch = vec![0u8; size];
+    for start in 0..source.len() {
+        if done[start] || source[start] == start {
+            continue;
+        }
+        scratch.copy_from_slice(&data[start * size..(start + 1) * size]);
+        let mut j = start;
+        loop {
+            done[j] = true;
+            let k = source[j];
+            if k == start {
+                data[j * size..(j + 1) * size].copy_from_slice(&scratch);
+                break;
+            }
+            data.copy_within(k * size..(k + 1) * size, j * size);
+            j = k;
+        }
+    }
 }
 
 /// Reads until `buf` is full or the reader ends; returns the number of bytes read.
-fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+fn read_up_to(reader: &mut (impl Read + ?Sized), buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match reader.read(&mut buf[filled..]) {
@@ -327,5 +549,148 @@ mod tests {
     fn empty_input_is_truncated() {
         let err = decode_labels(&[][..], Path::new("mem")).unwrap_err();
         assert!(matches!(err, IdxError::Truncated { found: 0, .. }), "{err}");
+    }
+
+    /// An image file of `count` images of 2 × 3 pixels, each pixel distinct.
+    fn images_file(count: u32) -> Vec<u8> {
+        let mut v = IMAGES_MAGIC.to_be_bytes().to_vec();
+        for d in [count, 2, 3] {
+            v.extend_from_slice(&d.to_be_bytes());
+        }
+        v.extend((0..count as usize * 6).map(|i| (i * 7 % 251) as u8));
+        v
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        io::Write::write_all(&mut gz, bytes).unwrap();
+        gz.finish().unwrap()
+    }
+
+    /// The bytes the full reader gives for `indices`.
+    fn reference(full: &IdxImages, indices: &[usize]) -> Vec<u8> {
+        let size = full.rows * full.cols;
+        indices
+            .iter()
+            .flat_map(|&i| full.pixels[i * size..(i + 1) * size].iter().copied())
+            .collect()
+    }
+
+    #[test]
+    fn selected_equals_full_reader() {
+        let p = Path::new("mem");
+        let plain = images_file(9);
+        let full = decode_images(&plain[..], p).unwrap();
+        let cases: [&[usize]; 9] = [
+            &[],
+            &[0],
+            &[8],
+            &[1, 4, 7],
+            &[6, 2, 2, 0, 8, 6],
+            &[3, 8, 0, 5, 1],
+            &[8, 7, 6, 5, 4, 3, 2, 1, 0],
+            &[2, 0, 1, 5, 3, 4, 8, 6, 7],
+            &[0, 1, 2, 3, 4, 5, 6, 7, 8],
+        ];
+        for file in [plain.clone(), gzip(&plain)] {
+            for indices in cases {
+                let sel = decode_images_selected(&file[..], p, indices).unwrap();
+                assert_eq!((sel.count, sel.rows, sel.cols), (9, 2, 3));
+                assert_eq!(sel.pixels, reference(&full, indices), "{indices:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn selected_index_out_of_range_is_typed() {
+        for file in [images_file(4), gzip(&images_file(4))] {
+            let err = decode_images_selected(&file[..], Path::new("mem"), &[1, 4, 9]).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    IdxError::IndexOutOfRange {
+                        index: 4,
+                        count: 4,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn selected_malformed_errors_match_full_reader() {
+        let p = Path::new("mem");
+        let plain = images_file(5);
+        let mut trailing = plain.clone();
+        trailing.push(0);
+        let mut wrong_magic = plain.clone();
+        wrong_magic[3] = 0x01;
+        let cut = |n: usize| plain[..n].to_vec();
+        // Truncated in the header, in the first image, in the last image; trailing data; wrong
+        // magic: both readers give the same typed error (same message).
+        for file in [
+            cut(10),
+            cut(17),
+            cut(plain.len() - 1),
+            trailing,
+            wrong_magic,
+        ] {
+            for file in [file.clone(), gzip(&file)] {
+                let full = decode_images(&file[..], p).unwrap_err();
+                // Index 0 selected or not, the whole file is checked.
+                for indices in [&[0usize][..], &[]] {
+                    let sel = decode_images_selected(&file[..], p, indices).unwrap_err();
+                    assert_eq!(sel.to_string(), full.to_string());
+                    assert_eq!(std::mem::discriminant(&sel), std::mem::discriminant(&full));
+                }
+            }
+        }
+        let err = decode_images_selected(&cut(plain.len() - 1)[..], p, &[4]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                IdxError::Truncated {
+                    expected: 46,
+                    found: 45,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // A corrupt gzip stream: an error, not a panic.
+        let gz = gzip(&plain);
+        let err = decode_images_selected(&gz[..gz.len() / 2], p, &[0]).unwrap_err();
+        assert!(
+            matches!(err, IdxError::Io { .. } | IdxError::Truncated { .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn selected_huge_header_is_not_trusted() {
+        let mut v = IMAGES_MAGIC.to_be_bytes().to_vec();
+        for d in [u32::MAX, u32::MAX, u32::MAX] {
+            v.extend_from_slice(&d.to_be_bytes());
+        }
+        let err = decode_images_selected(&v[..], Path::new("mem"), &[0]).unwrap_err();
+        assert!(matches!(err, IdxError::TooLarge { .. }), "{err}");
+        // A header announcing 60,000 big images, then nothing: truncated, no huge allocation.
+        let mut v = IMAGES_MAGIC.to_be_bytes().to_vec();
+        for d in [60_000u32, 100, 100] {
+            v.extend_from_slice(&d.to_be_bytes());
+        }
+        let err = decode_images_selected(&v[..], Path::new("mem"), &[0, 59_999]).unwrap_err();
+        assert!(
+            matches!(err, IdxError::Truncated { found: 16, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn selected_missing_file_is_not_found() {
+        let err = read_images_selected(Path::new("/nonexistent/edgecfl/idx"), &[0]).unwrap_err();
+        assert!(matches!(err, IdxError::NotFound { .. }), "{err}");
     }
 }

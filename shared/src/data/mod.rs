@@ -2,8 +2,8 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | [`idx`] | reading IDX files (plain or gzip'd) with exact magic and length checks |
-//! | [`fmnist`] | [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class) |
+//! | [`idx`] | reading IDX files (plain or gzip'd) with exact magic and length checks; [`idx::read_images_selected`] streams an image file keeping only chosen images |
+//! | [`fmnist`] | [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class); [`FashionMnistLabels`]: the labels first, then only the images a client keeps |
 //! | [`partition`](mod@partition) | [`PartitionSpec`] (`iid`, `label:K`, `dir:BETA`, `groups:…`, `rotate:G`, `shift:G`, `rotate:R*BASE`, `dominant:ALPHA`, `pairs`, `tasks:fmnist3`), [`partition()`](partition::partition), local test sets, image rotation, label shifts |
 //!
 //! A typical use:
@@ -25,7 +25,7 @@ pub mod fmnist;
 pub mod idx;
 pub mod partition;
 
-pub use fmnist::{CLASS_NAMES, DataError, DataSource, Dataset, FashionMnist};
+pub use fmnist::{CLASS_NAMES, DataError, DataSource, Dataset, FashionMnist, FashionMnistLabels};
 pub use idx::IdxError;
 pub use partition::{
     ClientShard, DOMINANT_CLASSES, FMNIST3_TASKS, Partition, PartitionError, PartitionSpec,

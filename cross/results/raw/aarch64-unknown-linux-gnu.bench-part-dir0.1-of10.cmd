@@ -1,0 +1,1 @@
+ /usr/bin/time -v qemu-aarch64 -L /usr/aarch64-linux-gnu target/aarch64-unknown-linux-gnu/release/edge-client bench --model lenet5 --backends flex --batches 10 --samples 600 --repeats 3 --data /usr/share/datasets/fashion-mnist --partition dir:0.1 --of 10 --index 0

@@ -1,0 +1,114 @@
+//! The edge client's shard, loaded the streaming way (labels first, then only the shard's
+//! images, kept as bytes), equals the shard cut out of the fully loaded dataset the old way
+//! (`FashionMnist::load`, then `LocalData::from_dataset_shifted` of the partition's indices):
+//! the same images, labels and order, training and local test sets alike.
+
+use std::path::{Path, PathBuf};
+
+use edge_client::shard::ShardArgs;
+use edgecfl_shared::data::fmnist::{FashionMnist, SYSTEM_DIR};
+use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
+use edgecfl_shared::train::LocalData;
+
+fn subset() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/fmnist-subset")
+}
+
+fn args(dir: &Path, spec: Option<&str>, seed: u64, index: usize, of: usize) -> ShardArgs {
+    ShardArgs {
+        data: Some(dir.to_path_buf()),
+        partition: spec.map(|s| s.parse::<PartitionSpec>().unwrap()),
+        seed,
+        index,
+        of,
+    }
+}
+
+/// The old way: the whole dataset in memory, the shard selected from it.
+fn old_way(data: &FashionMnist, a: &ShardArgs) -> (LocalData, LocalData) {
+    let Some(spec) = &a.partition else {
+        let all: Vec<usize> = (0..data.train.len()).collect();
+        let test: Vec<usize> = (0..data.test.len()).collect();
+        return (
+            LocalData::from_dataset(&data.train, &all, 0),
+            LocalData::from_dataset(&data.test, &test, 0),
+        );
+    };
+    let part = partition(spec, &data.train.labels, a.of, a.seed).unwrap();
+    let shard = &part.clients[a.index];
+    let test = local_test_indices(shard, &data.test.labels);
+    let (r, s) = (shard.rotation, shard.label_shift);
+    (
+        LocalData::from_dataset_shifted(&data.train, &shard.train, r, s),
+        LocalData::from_dataset_shifted(&data.test, &test, r, s),
+    )
+}
+
+fn assert_same(data: &FashionMnist, a: &ShardArgs) {
+    let (train, test) = old_way(data, a);
+    let shard = a.load().unwrap();
+    let what = format!(
+        "{:?} {}/{}",
+        a.partition.as_ref().map(|p| p.to_string()),
+        a.index,
+        a.of
+    );
+    assert!(!shard.train.is_empty(), "{what}");
+    assert_eq!(shard.train.labels, train.labels, "{what}: training labels");
+    assert!(
+        shard.train.pixels == train.pixels,
+        "{what}: training images"
+    );
+    assert_eq!(shard.test.labels, test.labels, "{what}: test labels");
+    assert!(shard.test.pixels == test.pixels, "{what}: test images");
+}
+
+/// (spec, seed, index, of): label skew, Dirichlet, rotations (a rotated client), label shifts,
+/// MT-HFL tasks, and rotations over a base.
+const CASES: [(&str, u64, usize, usize); 7] = [
+    ("label:2", 3, 4, 10),
+    ("dir:0.1", 1, 2, 10),
+    ("rotate:4", 5, 3, 8),
+    ("rotate:4", 5, 0, 8),
+    ("shift:3", 2, 2, 6),
+    ("tasks:fmnist3", 0, 8, 10),
+    ("rotate:2*shift:3", 4, 4, 10),
+];
+
+#[test]
+fn streamed_shard_equals_old_way_on_bundled_subset() {
+    let dir = subset();
+    let data = FashionMnist::load_dir(&dir).unwrap();
+    for (spec, seed, index, of) in CASES {
+        assert_same(&data, &args(&dir, Some(spec), seed, index, of));
+    }
+    // Without --partition: the whole directory, in file order.
+    assert_same(&data, &args(&dir, None, 0, 0, 1));
+}
+
+/// On the full Fashion-MNIST of the Debian package, when installed.
+#[test]
+fn streamed_shard_equals_old_way_on_debian_files() {
+    let dir = Path::new(SYSTEM_DIR);
+    if !dir.is_dir() {
+        eprintln!("skipped: {SYSTEM_DIR} not installed");
+        return;
+    }
+    let data = FashionMnist::load_dir(dir).unwrap();
+    for (spec, seed, index, of) in CASES {
+        assert_same(&data, &args(dir, Some(spec), seed, index, of));
+    }
+}
+
+/// A wrong --index is refused before any image is read; a missing directory is an error.
+#[test]
+fn bad_shard_arguments_are_errors() {
+    let dir = subset();
+    let err = args(&dir, Some("iid"), 0, 4, 4).load().err().unwrap();
+    assert!(err.to_string().contains("--index 4"), "{err}");
+    let err = args(Path::new("/nonexistent/edgecfl"), None, 0, 0, 1)
+        .load()
+        .err()
+        .unwrap();
+    assert!(format!("{err:#}").contains("does not exist"), "{err:#}");
+}
