@@ -195,6 +195,16 @@ fn warn(msg: impl std::fmt::Display) {
     eprintln!("warn: {msg}");
 }
 
+/// Publishes `Finish` of run `run` on the `down` topic of each of `ids`.
+fn finish_fleet<'a>(link: &Link, topics: &Topics, run: &Id, ids: impl Iterator<Item = &'a Id>) {
+    let bytes = Envelope::new(run.clone(), u32::MAX, ToClient::Finish).to_bytes();
+    for id in ids {
+        if let Err(e) = link.publish(&topics.down(id), bytes.clone(), false) {
+            warn(format!("cannot tell {} to finish: {e}", id.as_str()));
+        }
+    }
+}
+
 /// One message on `id`'s status topic while clients join: a `Hello` adds (or refreshes) the
 /// client, a `Gone` removes it. Anything else, and any message under an id that is not a valid
 /// client id, is refused with its reason; a refusal never ends the join.
@@ -270,12 +280,17 @@ impl MqttPool {
                 eprintln!("joined: {id} ({}/{min_clients})", joined.len());
             }
         }
-        anyhow::ensure!(
-            joined.len() >= 2,
-            "only {} client(s) joined within {:.0}s; clustering needs at least 2",
-            joined.len(),
-            net.join_timeout
-        );
+        if joined.len() < 2 {
+            // A failed run still tells the clients that joined to finish, so none of them
+            // waits (and reconnects) forever for jobs that will never come.
+            finish_fleet(&link, &topics, &run, joined.values().map(|(id, _)| id));
+            link.disconnect();
+            anyhow::bail!(
+                "only {} client(s) joined within {:.0}s; clustering needs at least 2",
+                joined.len(),
+                net.join_timeout
+            );
+        }
         if joined.len() < min_clients {
             warn(format!(
                 "join timeout: starting with {} of {min_clients} clients",
@@ -869,14 +884,15 @@ impl MqttPool {
             .collect())
     }
 
-    /// Tells every client the run is over.
+    /// Tells every client the run is over (the members, and newcomers still queued), then
+    /// disconnects. Called after a run, and after a failed one too.
     pub fn finish(self) {
-        for c in 0..self.members.len() {
-            let bytes = Envelope::new(self.run.clone(), u32::MAX, ToClient::Finish).to_bytes();
-            let _ = self
-                .link
-                .publish(&self.topics.down(&self.members[c].id), bytes, false);
-        }
+        let ids = self
+            .members
+            .iter()
+            .map(|m| &m.id)
+            .chain(self.queued.iter().map(|q| &q.0));
+        finish_fleet(&self.link, &self.topics, &self.run, ids);
         self.link.disconnect();
     }
 }
@@ -1066,12 +1082,20 @@ pub fn run(
     if gps_link.is_some() {
         federation_cfg.rounds = 0;
     }
-    let mut result = federation::run(
+    let mut result = match federation::run(
         &federation_cfg,
         &mut pool,
         &ctx,
         observer.unwrap_or(&mut progress),
-    )?;
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            // Any failed run tells its fleet to finish.
+            eprintln!("error: the run failed ({e}); telling its clients to finish");
+            pool.finish();
+            return Err(e.into());
+        }
+    };
     progress.finish();
     // The strategies count their clustering upload in f32; over the wire it travelled in the
     // upload encoding (MT-HFL's eigenpairs have their own, already counted).

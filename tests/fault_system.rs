@@ -1,0 +1,133 @@
+//! Crash and fault tolerance over real brokers (issue 11 §5): a failed run tells its fleet to
+//! finish.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use edgecfl_shared::mqtt::Inbound;
+use edgecfl_shared::protocol::{Envelope, ToClient, TopicKind, Topics};
+use edgecfl_tests::*;
+
+/// `coordinator serve` on the embedded broker at `port` (loopback) with `flags`, `extra` and
+/// the run's files in `dir/out`.
+fn serve_embedded(dir: &Path, port: u16, prefix: &str, flags: &[String], extra: &[&str]) -> Proc {
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(flags)
+        .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+        .args(["--prefix", prefix])
+        .args(extra)
+        .arg("--out")
+        .arg(dir.join("out"));
+    Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"))
+}
+
+/// Waits until `p` exits; panics after `timeout`. Returns whether it succeeded.
+fn exits(p: &mut Proc, timeout: Duration, log: &Path) -> bool {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = p.child.try_wait().expect("wait") {
+            return status.success();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "{} still running after {timeout:?}; its log:\n{}",
+            p.name,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The run fails and every edge client it knew exits cleanly (told to finish), none left
+/// reconnecting.
+fn assert_failed_and_fleet_finished(
+    dir: &Path,
+    mut coordinator: Proc,
+    clients: Vec<(Proc, std::path::PathBuf)>,
+) {
+    let log = dir.join("coordinator.log");
+    assert!(
+        !exits(&mut coordinator, Duration::from_secs(300), &log),
+        "the run should have failed: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    for (mut p, log) in clients {
+        assert!(
+            exits(&mut p, Duration::from_secs(30), &log),
+            "{} failed: {}",
+            p.name,
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("finished"), "{text}");
+    }
+}
+
+/// Too few clients by the join timeout: `serve` fails, and the one client that joined is told
+/// to finish instead of waiting (and reconnecting) forever.
+#[test]
+fn failed_join_tells_the_joined_client_to_finish() {
+    let dir = scratch("fault-join");
+    let port = free_port();
+    let prefix = "edgecfl/t-fault-join";
+    let flags = run_flags("groups:012-34-56-789", 4, 1, 1.0, 11);
+    let coordinator = serve_embedded(&dir, port, prefix, &flags, &["--join-timeout", "10"]);
+    wait_listening(port, Duration::from_secs(60));
+    let clients = fleet_of(&dir, port, prefix, "groups:012-34-56-789", 0..1, 4, 11);
+    assert_failed_and_fleet_finished(&dir, coordinator, clients);
+    let text = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
+    assert!(text.contains("only 1 client(s) joined"), "{text}");
+}
+
+/// A client killed during round 0 fails the run (its signature is missing); the other clients
+/// are told to finish.
+#[test]
+fn failed_round_zero_tells_the_fleet_to_finish() {
+    let dir = scratch("fault-round0");
+    let port = free_port();
+    let prefix = "edgecfl/t-fault-round0";
+    let topics = Topics::new(prefix).unwrap();
+    let partition = "groups:012-34-56-789";
+    let flags = run_flags(partition, 4, 1, 1.0, 12);
+    let coordinator = serve_embedded(
+        &dir,
+        port,
+        prefix,
+        &flags,
+        &[
+            "--min-clients",
+            "4",
+            "--join-timeout",
+            "120",
+            "--phase-timeout",
+            "60",
+        ],
+    );
+    wait_listening(port, Duration::from_secs(60));
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let mut clients = fleet(&dir, port, prefix, partition, 4, 12);
+    // The first round-0 job seen: its client is killed before it can answer.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let victim = loop {
+        match link.recv_until(deadline) {
+            Some(Inbound::Message { topic, payload, .. }) => {
+                if let Some((id, TopicKind::Down)) = topics.parse(&topic)
+                    && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
+                    && matches!(env.body, ToClient::Signature { .. })
+                {
+                    break id.trim_start_matches('c').parse::<usize>().unwrap();
+                }
+            }
+            Some(_) => {}
+            None => panic!("no round-0 job within 300 s"),
+        }
+    };
+    let (mut killed, _) = clients.remove(victim);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    assert_failed_and_fleet_finished(&dir, coordinator, clients);
+    let text = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
+    assert!(text.contains("telling its clients to finish"), "{text}");
+}
