@@ -1,12 +1,14 @@
 //! Crash and fault tolerance over real brokers (issue 11 §5): a failed run tells its fleet to
-//! finish.
+//! finish; a stale or forged retained `Hello` never blocks a run.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use edgecfl_shared::mqtt::Inbound;
-use edgecfl_shared::protocol::{Envelope, ToClient, TopicKind, Topics};
+use edgecfl_shared::protocol::{
+    Envelope, Hello, Id, ToClient, ToCoordinator, TopicKind, Topics, text,
+};
 use edgecfl_tests::*;
 
 /// `coordinator serve` on the embedded broker at `port` (loopback) with `flags`, `extra` and
@@ -130,4 +132,70 @@ fn failed_round_zero_tells_the_fleet_to_finish() {
     assert_failed_and_fleet_finished(&dir, coordinator, clients);
     let text = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
     assert!(text.contains("telling its clients to finish"), "{text}");
+}
+
+/// Retained `Hello`s of clients that are not there (a forged one under a fresh id, a stale one
+/// under an id that sorts first) wait for the coordinator before the real clients join: they
+/// are pinged, never answer, and never take a slot; the four real clients fill the four slots
+/// and the run completes (over mosquitto).
+#[test]
+fn stale_or_forged_retained_hello_never_blocks_the_join() {
+    let dir = scratch("fault-ghost");
+    let (_broker, port) = mosquitto(&dir);
+    let prefix = "edgecfl/t-fault-ghost";
+    let partition = "groups:012-34-56-789";
+    let link = spy(port, "mallory", vec![]);
+    let hello = |samples| {
+        Envelope::new(
+            Id::new(),
+            0,
+            ToCoordinator::Hello(Hello {
+                samples,
+                test_samples: 100,
+                backend: text("flex"),
+                shard: None,
+            }),
+        )
+        .to_bytes()
+    };
+    for (ghost, samples) in [("ghost", 600), ("a-stale-one", 10_000)] {
+        link.publish(
+            &format!("{prefix}/clients/{ghost}/status"),
+            hello(samples),
+            true,
+        )
+        .unwrap();
+    }
+    link.disconnect();
+    let flags = run_flags(partition, 4, 1, 1.0, 13);
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args(["--prefix", prefix, "--min-clients", "4"])
+        .args(["--join-timeout", "120", "--phase-timeout", "60"])
+        .arg("--out")
+        .arg(dir.join("out"));
+    let log = dir.join("coordinator.log");
+    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &log);
+    let clients = fleet(&dir, port, prefix, partition, 4, 13);
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    let s = summary(&dir.join("out"));
+    assert_eq!(s["n_clients"], 4, "{s:#}");
+    let ids: Vec<&str> = s["client_ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, ["c0", "c1", "c2", "c3"], "{s:#}");
+    assert_eq!(s["phase_timeouts"], 0, "{s:#}");
+    assert_eq!(s["rejected_total"], 0, "{:#}", s["rejected"]);
+    assert!(s["wire_bytes"]["probe_down"].as_u64().unwrap() > 0, "{s:#}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("no answer to the ping from a-stale-one, ghost"),
+        "{text}"
+    );
 }

@@ -529,6 +529,7 @@ fn kind_name(m: &ToCoordinator) -> &'static str {
         ToCoordinator::Evaluation { .. } => "evaluation",
         ToCoordinator::Failed { .. } => "failure",
         ToCoordinator::Gone => "gone",
+        ToCoordinator::Pong => "pong",
         ToCoordinator::Eigenpairs(_) => "eigenpairs",
         ToCoordinator::RelevanceRow { .. } => "relevance row",
         ToCoordinator::Pair { .. } => "model pair",

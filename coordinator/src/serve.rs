@@ -156,6 +156,9 @@ pub struct WireStats {
     pub down: u64,
     /// Of `down`, the bytes published on the broadcast topic (MT-HFL's signature relay).
     pub broadcast: u64,
+    /// Payload bytes of the pings that ask announced clients whether they are live (not in
+    /// `down`).
+    pub probe_down: u64,
 }
 
 /// A client of the run.
@@ -189,6 +192,9 @@ pub struct MqttPool {
     accept_newcomers: bool,
     /// Newcomers heard since the last [`ClientPool::newcomers`], in arrival order.
     queued: Vec<(Id, Hello)>,
+    /// Clients that announced themselves and were pinged, not answered yet: one that answers
+    /// is queued as a newcomer.
+    probing: Vec<(Id, Hello)>,
 }
 
 fn warn(msg: impl std::fmt::Display) {
@@ -241,8 +247,16 @@ fn join_status(
 }
 
 impl MqttPool {
-    /// Connects and waits (Joining) until `min_clients` announced themselves or `join_timeout`
-    /// passed.
+    /// Waits (Joining) until `min_clients` clients are live, or `join_timeout` passed. A client
+    /// that announces itself (`Hello` on its status topic, retained or fresh) is a candidate and
+    /// gets a [`ToClient::Ping`]; it joins once it answers [`ToCoordinator::Pong`] for this run.
+    /// A stale or forged retained `Hello` never answers, so it never takes a slot: the clients
+    /// that answer fill them, in the order they answer. Candidates still silent at the end stay
+    /// probed: if they answer later they are queued as newcomers.
+    ///
+    /// # Errors
+    ///
+    /// Fewer than 2 live clients by the timeout; the candidates are told to finish first.
     pub fn join(
         link: Link,
         topics: Topics,
@@ -250,14 +264,17 @@ impl MqttPool {
         net: &NetFlags,
         min_clients: usize,
     ) -> anyhow::Result<Self> {
+        let mut candidates: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut joined: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut tally = Tally::default();
+        let mut probe_bytes = 0;
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
         eprintln!(
             "waiting for {min_clients} clients on {}/clients/+/status (timeout {:.0}s)",
             topics.prefix(),
             net.join_timeout
         );
+        let ping = Envelope::new(run.clone(), 0, ToClient::Ping).to_bytes();
         while joined.len() < min_clients {
             let Some(ev) = link.recv_until(deadline) else {
                 break;
@@ -265,25 +282,70 @@ impl MqttPool {
             let Inbound::Message { topic, payload, .. } = ev else {
                 continue;
             };
-            let Some((id, TopicKind::Status)) = topics.parse(&topic) else {
-                tally.add(Rejection::NotAsked);
-                continue;
-            };
-            let before = joined.len();
-            if let Some(r) = join_status(&mut joined, id, &payload) {
-                warn(format!(
-                    "joining: ignored status of {id:?}: {:?}: {}",
-                    r.reason, r.detail
-                ));
-                tally.add(r.reason);
-            } else if joined.len() > before {
-                eprintln!("joined: {id} ({}/{min_clients})", joined.len());
+            match topics.parse(&topic) {
+                Some((id, TopicKind::Status)) => {
+                    let mut announced = BTreeMap::new();
+                    if let Some(r) = join_status(&mut announced, id, &payload) {
+                        warn(format!(
+                            "joining: ignored status of {id:?}: {:?}: {}",
+                            r.reason, r.detail
+                        ));
+                        tally.add(r.reason);
+                    } else if let Some((valid, hello)) = announced.remove(id) {
+                        if let Some(j) = joined.get_mut(id) {
+                            j.1 = hello;
+                        } else {
+                            // Announced (perhaps long ago): live only if it answers.
+                            if let Err(e) = link.publish(&topics.down(&valid), ping.clone(), false)
+                            {
+                                warn(format!("joining: cannot ping {id}: {e}"));
+                            }
+                            probe_bytes += ping.len() as u64;
+                            candidates.insert(id.to_string(), (valid, hello));
+                        }
+                    } else {
+                        // Gone.
+                        candidates.remove(id);
+                        if joined.remove(id).is_some() {
+                            eprintln!("left: {id} ({}/{min_clients})", joined.len());
+                        }
+                    }
+                }
+                Some((id, TopicKind::Up)) if candidates.contains_key(id) => {
+                    match Envelope::<ToCoordinator>::from_bytes(&payload) {
+                        Ok(Envelope {
+                            body: ToCoordinator::Pong,
+                            run: r,
+                            ..
+                        }) if r == run => {
+                            if let Some(c) = candidates.remove(id) {
+                                joined.insert(id.to_string(), c);
+                                eprintln!("joined: {id} ({}/{min_clients})", joined.len());
+                            }
+                        }
+                        Ok(_) => tally.add(Rejection::NotAsked),
+                        Err(e) => tally.add(Rejected::from(e).reason),
+                    }
+                }
+                // A second answer (it was pinged twice: its retained and its fresh Hello).
+                Some((id, TopicKind::Up))
+                    if joined.contains_key(id)
+                        && Envelope::<ToCoordinator>::from_bytes(&payload)
+                            .is_ok_and(|e| e.body == ToCoordinator::Pong) => {}
+                _ => tally.add(Rejection::NotAsked),
             }
         }
+        if !candidates.is_empty() {
+            warn(format!(
+                "joining: no answer to the ping from {} (a stale or forged Hello, or not ready yet)",
+                candidates.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
         if joined.len() < 2 {
-            // A failed run still tells the clients that joined to finish, so none of them
+            // A failed run still tells the clients it heard of to finish, so none of them
             // waits (and reconnects) forever for jobs that will never come.
-            finish_fleet(&link, &topics, &run, joined.values().map(|(id, _)| id));
+            let ids = joined.values().chain(candidates.values()).map(|(id, _)| id);
+            finish_fleet(&link, &topics, &run, ids);
             link.disconnect();
             anyhow::bail!(
                 "only {} client(s) joined within {:.0}s; clustering needs at least 2",
@@ -312,6 +374,8 @@ impl MqttPool {
         }
         let mut pool = Self::of_members(link, topics, run, net, members, tally);
         pool.accept_newcomers = true;
+        pool.wire.probe_down = probe_bytes;
+        pool.probing = candidates.into_values().collect();
         Ok(pool)
     }
 
@@ -342,6 +406,7 @@ impl MqttPool {
             timeouts: 0,
             accept_newcomers: false,
             queued: Vec::new(),
+            probing: Vec::new(),
         }
     }
 
@@ -547,6 +612,23 @@ impl MqttPool {
             }
             tally.add(r.reason);
         };
+        if kind == TopicKind::Up
+            && let Ok(Envelope {
+                body: ToCoordinator::Pong,
+                run,
+                ..
+            }) = &msg
+        {
+            // A live newcomer; any other answer to a ping (a member's second one) is no news.
+            if *run == self.run
+                && let Some(at) = self.probing.iter().position(|p| p.0.as_str() == id)
+            {
+                let (new, hello) = self.probing.remove(at);
+                eprintln!("{phase}: newcomer {id} queued; it joins at the next round");
+                self.queued.push((new, hello));
+            }
+            return Ok(None);
+        }
         match (kind, client) {
             (TopicKind::Status, Some(c)) => match msg {
                 Ok(Envelope {
@@ -593,8 +675,16 @@ impl MqttPool {
                         if let Some(q) = self.queued.iter_mut().find(|q| q.0 == new) {
                             q.1 = hello;
                         } else {
-                            eprintln!("{phase}: newcomer {id} queued; it joins at the next round");
-                            self.queued.push((new, hello));
+                            // Queued once it answers the ping (a stale or forged Hello never
+                            // does).
+                            let ping = Envelope::new(self.run.clone(), 0, ToClient::Ping);
+                            let bytes = ping.to_bytes();
+                            self.wire.probe_down += bytes.len() as u64;
+                            self.link
+                                .publish(&self.topics.down(&new), bytes, false)
+                                .map_err(|e| PoolError::Transport(e.to_string()))?;
+                            self.probing.retain(|p| p.0 != new);
+                            self.probing.push((new, hello));
                         }
                     }
                     Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
@@ -613,7 +703,10 @@ impl MqttPool {
                 Ok(Envelope {
                     body: ToCoordinator::Gone,
                     ..
-                }) => self.queued.retain(|q| q.0.as_str() != id),
+                }) => {
+                    self.queued.retain(|q| q.0.as_str() != id);
+                    self.probing.retain(|q| q.0.as_str() != id);
+                }
                 Ok(_) => reject(
                     &mut self.tally,
                     &mut self.per_client,
@@ -884,14 +977,14 @@ impl MqttPool {
             .collect())
     }
 
-    /// Tells every client the run is over (the members, and newcomers still queued), then
-    /// disconnects. Called after a run, and after a failed one too.
+    /// Tells every client the run is over (the members, and newcomers still queued or pinged),
+    /// then disconnects. Called after a run, and after a failed one too.
     pub fn finish(self) {
         let ids = self
             .members
             .iter()
             .map(|m| &m.id)
-            .chain(self.queued.iter().map(|q| &q.0));
+            .chain(self.queued.iter().chain(&self.probing).map(|q| &q.0));
         finish_fleet(&self.link, &self.topics, &self.run, ids);
         self.link.disconnect();
     }
@@ -1110,6 +1203,7 @@ pub fn run(
     }
     let mut extra = json!({
         "run_id": run.as_str(),
+        "client_ids": pool.client_ids().iter().map(Id::as_str).collect::<Vec<_>>(),
         "broker": broker.to_string(),
         "upload_encoding": net.upload.to_string(),
         "rejected": pool.tally,
