@@ -199,3 +199,79 @@ fn stale_or_forged_retained_hello_never_blocks_the_join() {
         "{text}"
     );
 }
+
+/// 30 % of the fleet (3 of 10 clients, one in each of three groups) killed with SIGKILL while
+/// round 1 trains: every round completes (their last wills end the waits, at worst a phase
+/// timeout), and `summary.json` names who dropped in which round.
+#[test]
+fn a_third_of_the_fleet_killed_mid_round_the_run_completes_and_names_them() {
+    const N: usize = 10;
+    let dir = scratch("fault-killed");
+    let port = free_port();
+    let prefix = "edgecfl/t-fault-killed";
+    let topics = Topics::new(prefix).unwrap();
+    let partition = "groups:012-34-56-789";
+    let flags = run_flags(partition, N, 3, 1.0, 14);
+    let coordinator = serve_embedded(
+        &dir,
+        port,
+        prefix,
+        &flags,
+        &[
+            "--min-clients",
+            "10",
+            "--join-timeout",
+            "120",
+            "--phase-timeout",
+            "60",
+        ],
+    );
+    wait_listening(port, Duration::from_secs(60));
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let mut clients: Vec<Option<(Proc, std::path::PathBuf)>> =
+        fleet(&dir, port, prefix, partition, N, 14)
+            .into_iter()
+            .map(Some)
+            .collect();
+    first_training_command(&link, &topics);
+    let victims = [1usize, 4, 7];
+    for &v in &victims {
+        let (mut p, _) = clients[v].take().unwrap();
+        p.child.kill().unwrap();
+        p.child.wait().unwrap();
+    }
+    let mut coordinator = coordinator;
+    let log = dir.join("coordinator.log");
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients.into_iter().flatten() {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    let s = summary(&dir.join("out"));
+    let csv = std::fs::read_to_string(dir.join("out/rounds.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    // round,sampled,received,...: every round completed with the 7 survivors.
+    assert_eq!(rows.len(), 4, "{csv}");
+    for (r, row) in rows[1..].iter().enumerate() {
+        assert_eq!(&row[..3], &[&(r + 1).to_string(), "10", "7"], "{csv}");
+    }
+    assert!(s["phase_timeouts"].as_u64().unwrap() <= 6, "{s:#}");
+    // Named: who, when, how.
+    let dropped = s["dropped_clients"].as_object().unwrap();
+    let names: Vec<&str> = dropped.keys().map(String::as_str).collect();
+    assert_eq!(names, ["c1", "c4", "c7"], "{s:#}");
+    for d in dropped.values() {
+        assert_eq!(d["round"], 1, "{s:#}");
+        assert_eq!(d["phase"], "training (round 1)", "{s:#}");
+    }
+    // In the later phases they are not asked (absent), not waited for.
+    let dropouts = s["dropouts"].as_array().unwrap();
+    for v in victims {
+        let id = format!("c{v}");
+        let absent = dropouts
+            .iter()
+            .filter(|d| d["id"] == id.as_str() && d["reason"] == "absent")
+            .count();
+        assert!(absent >= 2, "{id}: {dropouts:#?}");
+    }
+    assert!(s["final_accuracy"].as_f64().unwrap() > 0.5, "{s:#}");
+}

@@ -161,6 +161,36 @@ pub struct WireStats {
     pub probe_down: u64,
 }
 
+/// Why a client is missing from a phase (`summary.json`'s `dropouts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Its `Gone` arrived (its last will: it died or lost the broker; or a clean exit).
+    Gone,
+    /// It did not answer within the phase timeout.
+    Timeout,
+    /// Not asked: gone since an earlier phase.
+    Absent,
+    /// Not a drop: it said `Hello` again after being gone (and gets jobs again).
+    Back,
+}
+
+/// One entry of `summary.json`'s `dropouts`: client `id` (index `client`) dropped out of
+/// `phase` of round `round` (or came back), and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dropout {
+    /// Client id.
+    pub id: String,
+    /// Client index.
+    pub client: usize,
+    /// Round (0: clustering).
+    pub round: u32,
+    /// The phase, e.g. `training (round 3)`.
+    pub phase: String,
+    /// Why.
+    pub reason: DropReason,
+}
+
 /// A client of the run.
 #[derive(Debug, Clone)]
 struct Member {
@@ -187,6 +217,8 @@ pub struct MqttPool {
     pub wire: WireStats,
     /// Phases that ended by their timeout.
     pub timeouts: u64,
+    /// Who dropped out of which phase, and who came back, in order.
+    pub dropouts: Vec<Dropout>,
     /// Whether a client that says `Hello` after the clients were fixed is queued as a newcomer
     /// (`serve`) or rejected as [`Rejection::LateJoiner`] (an LPS's fixed cluster).
     accept_newcomers: bool,
@@ -404,6 +436,7 @@ impl MqttPool {
             per_client: BTreeMap::new(),
             wire: WireStats::default(),
             timeouts: 0,
+            dropouts: Vec::new(),
             accept_newcomers: false,
             queued: Vec::new(),
             probing: Vec::new(),
@@ -554,6 +587,7 @@ impl MqttPool {
                 self.send(*c, round, msg.clone())?;
             } else {
                 aw.give_up(*c);
+                self.dropped(*c, phase, DropReason::Absent);
             }
         }
         let mut answers = Vec::with_capacity(jobs.len());
@@ -561,6 +595,9 @@ impl MqttPool {
         while !aw.done() {
             let Some(ev) = self.link.recv_until(deadline) else {
                 self.timeouts += 1;
+                for &c in aw.pending() {
+                    self.dropped(c, phase, DropReason::Timeout);
+                }
                 let ids: Vec<&str> = aw
                     .pending()
                     .iter()
@@ -581,11 +618,48 @@ impl MqttPool {
                         answers.push(answer);
                     }
                 }
-                Inbound::Disconnected(e) => warn(format!("broker connection: {e}")),
-                Inbound::Connected => {}
+                Inbound::Disconnected(e) => warn(format!(
+                    "{phase}: lost the broker ({e}); reconnecting{}",
+                    self.link
+                        .next_attempt()
+                        .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                        .map_or(String::new(), |d| format!(" in {:.0} s", d.as_secs_f64()))
+                )),
+                Inbound::Connected => {
+                    // Back on the broker (it restarted, or the connection dropped): what was
+                    // published meanwhile may be lost, so every client still awaited gets its
+                    // job again (a client that answers twice has its second answer counted as a
+                    // duplicate). Clients that reconnect later say Hello and get theirs then.
+                    let pending: Vec<usize> = aw.pending().iter().copied().collect();
+                    eprintln!(
+                        "{phase}: reconnected to the broker; sending {} pending job(s) again",
+                        pending.len()
+                    );
+                    if let Some(bytes) = broadcast
+                        && !pending.is_empty()
+                    {
+                        self.broadcast(bytes)?;
+                    }
+                    for c in pending {
+                        if let Some((_, job)) = jobs.iter().find(|j| j.0 == c) {
+                            self.send(c, round, job.clone())?;
+                        }
+                    }
+                }
             }
         }
         Ok(answers)
+    }
+
+    /// Records that client `c` dropped out of `phase` (or was not asked, being gone).
+    fn dropped(&mut self, c: usize, phase: Phase, reason: DropReason) {
+        self.dropouts.push(Dropout {
+            id: self.members[c].id.to_string(),
+            client: c,
+            round: phase.round(),
+            phase: phase.to_string(),
+            reason,
+        });
     }
 
     fn on_message(
@@ -635,6 +709,10 @@ impl MqttPool {
                     body: ToCoordinator::Hello(_),
                     ..
                 }) => {
+                    if !self.members[c].alive {
+                        eprintln!("{phase}: {id} is back");
+                        self.dropped(c, phase, DropReason::Back);
+                    }
                     self.members[c].alive = true;
                     if aw.is_pending(c) {
                         eprintln!("{id} reconnected; sending its job again");
@@ -651,6 +729,9 @@ impl MqttPool {
                     body: ToCoordinator::Gone,
                     ..
                 }) => {
+                    if self.members[c].alive {
+                        self.dropped(c, phase, DropReason::Gone);
+                    }
                     self.members[c].alive = false;
                     if aw.give_up(c) {
                         warn(format!("{}: {id} is gone; not waiting for it", aw.phase));
@@ -1047,6 +1128,27 @@ impl ClientPool for MqttPool {
     }
 }
 
+/// The clients that dropped out at least once (gone or timed out), each with the round and
+/// phase it first did and how: `summary.json`'s `dropped_clients`.
+fn dropped_clients(dropouts: &[Dropout]) -> serde_json::Value {
+    let mut first: BTreeMap<&str, &Dropout> = BTreeMap::new();
+    for d in dropouts {
+        if matches!(d.reason, DropReason::Gone | DropReason::Timeout) {
+            first.entry(d.id.as_str()).or_insert(d);
+        }
+    }
+    first
+        .into_iter()
+        .map(|(id, d)| {
+            (
+                id.to_string(),
+                json!({"round": d.round, "phase": d.phase, "reason": d.reason}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 /// A default run id: seconds since the epoch, in base 36.
 fn clock_run_id() -> String {
     let mut n = SystemTime::now()
@@ -1210,6 +1312,8 @@ pub fn run(
         "rejected_total": pool.tally.total(),
         "rejected_per_client": pool.per_client,
         "phase_timeouts": pool.timeouts,
+        "dropouts": pool.dropouts,
+        "dropped_clients": dropped_clients(&pool.dropouts),
         "wire_bytes": pool.wire,
     });
     let gps = match gps_link {
