@@ -275,3 +275,58 @@ fn a_third_of_the_fleet_killed_mid_round_the_run_completes_and_names_them() {
     }
     assert!(s["final_accuracy"].as_f64().unwrap() > 0.5, "{s:#}");
 }
+
+/// mosquitto on a fixed port killed while round 1 trains and started again 3 s later (no
+/// persistence: retained `Hello`s and sessions are lost): the coordinator and the clients
+/// reconnect with backoff, the clients announce themselves again, the awaited jobs are sent
+/// again, and the run completes, at the cost of at most one phase timeout.
+#[test]
+fn broker_restarted_mid_round_the_run_completes() {
+    const N: usize = 4;
+    let dir = scratch("fault-broker");
+    let (broker, port) = mosquitto(&dir);
+    let conf = std::fs::read_to_string(dir.join("mosquitto.conf")).unwrap();
+    let prefix = "edgecfl/t-fault-broker";
+    let topics = Topics::new(prefix).unwrap();
+    let partition = "groups:01234-56789";
+    let flags = run_flags(partition, N, 3, 1.0, 15);
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args(["--prefix", prefix, "--min-clients", "4"])
+        .args(["--join-timeout", "120", "--phase-timeout", "40"])
+        .arg("--out")
+        .arg(dir.join("out"));
+    let log = dir.join("coordinator.log");
+    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &log);
+    let clients = fleet(&dir, port, prefix, partition, N, 15);
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    first_training_command(&link, &topics);
+    drop(link);
+    drop(broker); // SIGKILL
+    std::thread::sleep(Duration::from_secs(3));
+    let _broker = mosquitto_with(&dir, "mosquitto-restarted", &conf, port);
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(60), &log);
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("lost the broker"), "{text}");
+    }
+    let s = summary(&dir.join("out"));
+    let csv = std::fs::read_to_string(dir.join("out/rounds.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    assert!(s["phase_timeouts"].as_u64().unwrap() <= 1, "{s:#}");
+    // Every round's evaluation has every client: nobody was lost for good.
+    assert_eq!(s["client_accuracy"].as_array().unwrap().len(), N);
+    assert!(
+        s["client_accuracy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a.as_f64().is_some_and(|a| a > 0.0)),
+        "{s:#}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("reconnected to the broker"), "{text}");
+}
