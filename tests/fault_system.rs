@@ -330,3 +330,128 @@ fn broker_restarted_mid_round_the_run_completes() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("reconnected to the broker"), "{text}");
 }
+
+/// `summary.json` without what differs between two runs of the same experiment: timings, the
+/// broker traffic and its incidents (a resumed run pings its clients again and hears the
+/// interrupted run's last answers), and where the files went.
+fn comparable(mut s: serde_json::Value) -> serde_json::Value {
+    let map = s.as_object_mut().unwrap();
+    for key in [
+        "wall_seconds",
+        "wire_bytes",
+        "rejected",
+        "rejected_total",
+        "rejected_per_client",
+        "phase_timeouts",
+        "dropouts",
+        "dropped_clients",
+        "config",
+        "broker",
+    ] {
+        map.remove(key);
+    }
+    s
+}
+
+/// `kill -9` of the coordinator (and with it its embedded broker) at a random round, then
+/// `serve --resume`: the clients reconnect to the new broker on the same port, answer its ping,
+/// and the run goes on from the last checkpoint to the same final `summary.json` as an
+/// uninterrupted run with the same seed (timings aside).
+#[test]
+fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
+    const N: usize = 4;
+    const ROUNDS: u32 = 4;
+    let partition = "groups:01234-56789";
+    let flags = run_flags(partition, N, ROUNDS as usize, 1.0, 16);
+    let serve = |dir: &Path, port: u16, prefix: &str, extra: &[&str], log: &str| {
+        let mut cmd = Command::new(bin("coordinator"));
+        cmd.arg("serve")
+            .args(&flags)
+            .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+            .args([
+                "--prefix",
+                prefix,
+                "--run-id",
+                "resumed",
+                "--min-clients",
+                "4",
+            ])
+            .args(["--join-timeout", "120", "--phase-timeout", "60"])
+            .args(extra)
+            .arg("--out")
+            .arg(dir.join("out"));
+        Proc::spawn(cmd, "coordinator serve", &dir.join(log))
+    };
+
+    // The uninterrupted run.
+    let clean = scratch("fault-resume-clean");
+    let port = free_port();
+    let prefix = "edgecfl/t-fault-resume-clean";
+    let mut coordinator = serve(&clean, port, prefix, &[], "coordinator.log");
+    wait_listening(port, Duration::from_secs(60));
+    let clients = fleet(&clean, port, prefix, partition, N, 16);
+    coordinator.wait_ok(Duration::from_secs(600), &clean.join("coordinator.log"));
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    let expected = summary(&clean.join("out"));
+
+    // The same run, killed when round k's training starts.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let k = 1 + nanos % (ROUNDS - 1);
+    eprintln!("killing the coordinator in round {k}");
+    let dir = scratch("fault-resume");
+    let port = free_port();
+    let prefix = "edgecfl/t-fault-resume";
+    let topics = Topics::new(prefix).unwrap();
+    let mut coordinator = serve(&dir, port, prefix, &[], "coordinator.log");
+    wait_listening(port, Duration::from_secs(60));
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let clients = fleet(&dir, port, prefix, partition, N, 16);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        match link.recv_until(deadline) {
+            Some(Inbound::Message { topic, payload, .. }) => {
+                if let Some((_, TopicKind::Down)) = topics.parse(&topic)
+                    && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
+                    && matches!(env.body, ToClient::Train(_))
+                    && env.round == k
+                {
+                    break;
+                }
+            }
+            Some(_) => {}
+            None => panic!("no training job of round {k} within 300 s"),
+        }
+    }
+    coordinator.child.kill().unwrap(); // SIGKILL
+    coordinator.child.wait().unwrap();
+    drop(link);
+    let checkpoint: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("out/checkpoint.json")).unwrap())
+            .unwrap();
+    assert_eq!(checkpoint["federation"]["round"], k - 1);
+    let resume_dir = dir.join("out");
+    let mut resumed = serve(
+        &dir,
+        port,
+        prefix,
+        &["--resume", resume_dir.to_str().unwrap()],
+        "resumed.log",
+    );
+    resumed.wait_ok(Duration::from_secs(600), &dir.join("resumed.log"));
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(60), &log);
+    }
+    let log = std::fs::read_to_string(dir.join("resumed.log")).unwrap();
+    assert!(log.contains("resuming run resumed"), "{log}");
+    let got = summary(&dir.join("out"));
+    assert_eq!(
+        comparable(got.clone()),
+        comparable(expected.clone()),
+        "resumed:\n{got:#}\nuninterrupted:\n{expected:#}"
+    );
+}

@@ -22,7 +22,7 @@ use edgecfl_shared::protocol::{
     Topics, TrainJob,
 };
 use edgecfl_shared::train::PIXELS;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::broker::{self, BrokerSecurity};
@@ -74,6 +74,12 @@ pub struct NetFlags {
     /// The embedded broker's TLS, password file and ACL.
     #[command(flatten)]
     pub embedded: BrokerSecurity,
+    /// Resume the run checkpointed in DIR (its `checkpoint.json`, written after every round
+    /// into `--out`), e.g. after a crash: same run id, same clients, same clusters and models;
+    /// the run goes on after its last completed round. Give the same run flags (and seed) as
+    /// the interrupted run. `serve` only; not with `--lps remote`.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
 }
 
 /// Where the local parameter servers of a hierarchical run live.
@@ -122,6 +128,7 @@ impl Default for NetFlags {
             lps: LpsMode::Local,
             login: SecurityArgs::default(),
             embedded: BrokerSecurity::default(),
+            resume: None,
         }
     }
 }
@@ -139,7 +146,7 @@ impl NetFlags {
 }
 
 /// Byte counts of MQTT payloads (topic and MQTT headers not included).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WireStats {
     /// Payload bytes of round-0 signature uploads.
     pub signature_up: u64,
@@ -162,7 +169,7 @@ pub struct WireStats {
 }
 
 /// Why a client is missing from a phase (`summary.json`'s `dropouts`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DropReason {
     /// Its `Gone` arrived (its last will: it died or lost the broker; or a clean exit).
@@ -177,7 +184,7 @@ pub enum DropReason {
 
 /// One entry of `summary.json`'s `dropouts`: client `id` (index `client`) dropped out of
 /// `phase` of round `round` (or came back), and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Dropout {
     /// Client id.
     pub id: String,
@@ -227,6 +234,74 @@ pub struct MqttPool {
     /// Clients that announced themselves and were pinged, not answered yet: one that answers
     /// is queued as a newcomer.
     probing: Vec<(Id, Hello)>,
+    /// Where the checkpoint goes after every round (`serve`: `--out`), with what a resumed run
+    /// needs of this pool.
+    checkpoint: Option<(PathBuf, usize)>,
+}
+
+/// The file a checkpoint is written to, in `--out`.
+pub const CHECKPOINT_FILE: &str = "checkpoint.json";
+
+/// A client in a checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedMember {
+    id: Id,
+    hello: Hello,
+    alive: bool,
+}
+
+/// The pool's part of a checkpoint: who the clients are, and the counts `summary.json` reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedPool {
+    run_id: Id,
+    /// Round-0 clients (the first members; the rest joined later).
+    round0: usize,
+    members: Vec<SavedMember>,
+    tally: Tally,
+    per_client: BTreeMap<String, Tally>,
+    wire: WireStats,
+    timeouts: u64,
+    dropouts: Vec<Dropout>,
+}
+
+/// `checkpoint.json`: the pool's state and the round driver's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedRun {
+    serve: SavedPool,
+    federation: federation::Checkpoint,
+}
+
+/// Reads `dir/checkpoint.json`.
+fn read_checkpoint(dir: &std::path::Path) -> anyhow::Result<SavedRun> {
+    let path = dir.join(CHECKPOINT_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("--resume: cannot read {}", path.display()))?;
+    let saved: SavedRun = serde_json::from_str(&text)
+        .with_context(|| format!("--resume: {} is not a checkpoint", path.display()))?;
+    saved
+        .federation
+        .check()
+        .with_context(|| format!("--resume: {}", path.display()))?;
+    anyhow::ensure!(
+        saved.serve.members.len() >= saved.federation.clients.len()
+            && saved.serve.round0 <= saved.serve.members.len(),
+        "--resume: {}: the clients of the pool and of the run do not match",
+        path.display()
+    );
+    Ok(saved)
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
+/// disk, then renamed over `path` (a crash leaves the old file or the new one, never half).
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("json.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
 }
 
 fn warn(msg: impl std::fmt::Display) {
@@ -411,6 +486,102 @@ impl MqttPool {
         Ok(pool)
     }
 
+    /// The pool of a resumed run: the checkpoint's members, in their order, with its counts.
+    /// Every member that was live is pinged and waited for until it answers or `join_timeout`
+    /// passed; one that does not answer is taken as gone (it may come back with a `Hello`).
+    fn rejoin(link: Link, topics: Topics, net: &NetFlags, saved: SavedPool) -> Self {
+        let run = saved.run_id.clone();
+        let members: Vec<Member> = saved
+            .members
+            .into_iter()
+            .map(|m| Member {
+                id: m.id,
+                hello: m.hello,
+                alive: m.alive,
+            })
+            .collect();
+        let mut pool = Self::of_members(link, topics, run.clone(), net, members, saved.tally);
+        pool.per_client = saved.per_client;
+        pool.wire = saved.wire;
+        pool.timeouts = saved.timeouts;
+        pool.dropouts = saved.dropouts;
+        pool.accept_newcomers = true;
+        let ping = Envelope::new(run.clone(), 0, ToClient::Ping).to_bytes();
+        let mut waiting: std::collections::BTreeSet<usize> = (0..pool.members.len())
+            .filter(|&c| pool.members[c].alive)
+            .collect();
+        for &c in &waiting {
+            pool.wire.probe_down += ping.len() as u64;
+            if let Err(e) =
+                pool.link
+                    .publish(&pool.topics.down(&pool.members[c].id), ping.clone(), false)
+            {
+                warn(format!("resuming: cannot ping {}: {e}", pool.members[c].id));
+            }
+        }
+        eprintln!(
+            "resuming run {}: waiting for {} of its {} clients (timeout {:.0}s)",
+            run.as_str(),
+            waiting.len(),
+            pool.members.len(),
+            net.join_timeout
+        );
+        let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
+        while !waiting.is_empty() {
+            let Some(ev) = pool.link.recv_until(deadline) else {
+                break;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            let Some((id, kind)) = pool.topics.parse(&topic) else {
+                continue;
+            };
+            let Some(c) = pool.index.get(id).copied() else {
+                continue;
+            };
+            let msg = Envelope::<ToCoordinator>::from_bytes(&payload);
+            match (kind, msg) {
+                // A client back on the (restarted) broker: ping it again.
+                (
+                    TopicKind::Status,
+                    Ok(Envelope {
+                        body: ToCoordinator::Hello(_),
+                        ..
+                    }),
+                ) if waiting.contains(&c) => {
+                    pool.wire.probe_down += ping.len() as u64;
+                    let down = pool.topics.down(&pool.members[c].id);
+                    if let Err(e) = pool.link.publish(&down, ping.clone(), false) {
+                        warn(format!("resuming: cannot ping {id}: {e}"));
+                    }
+                }
+                (
+                    TopicKind::Up,
+                    Ok(Envelope {
+                        body: ToCoordinator::Pong,
+                        run: r,
+                        ..
+                    }),
+                ) if r == run => {
+                    if waiting.remove(&c) {
+                        eprintln!("rejoined: {id} ({} still awaited)", waiting.len());
+                    }
+                }
+                // Answers to the interrupted run's last jobs, and the like: not this run's news.
+                _ => {}
+            }
+        }
+        for c in waiting {
+            warn(format!(
+                "resuming: {} did not answer; taken as gone",
+                pool.members[c].id
+            ));
+            pool.members[c].alive = false;
+        }
+        pool
+    }
+
     fn of_members(
         link: Link,
         topics: Topics,
@@ -440,6 +611,7 @@ impl MqttPool {
             accept_newcomers: false,
             queued: Vec::new(),
             probing: Vec::new(),
+            checkpoint: None,
         }
     }
 
@@ -1106,6 +1278,46 @@ impl ClientPool for MqttPool {
         out
     }
 
+    fn wants_checkpoints(&self) -> bool {
+        self.checkpoint.is_some()
+    }
+
+    /// Writes `checkpoint.json` (the driver's state and this pool's) atomically into `--out`.
+    fn checkpoint(&mut self, checkpoint: &federation::Checkpoint) -> Result<(), PoolError> {
+        let Some((dir, round0)) = &self.checkpoint else {
+            return Ok(());
+        };
+        let saved = SavedRun {
+            serve: SavedPool {
+                run_id: self.run.clone(),
+                round0: *round0,
+                members: self
+                    .members
+                    .iter()
+                    .map(|m| SavedMember {
+                        id: m.id.clone(),
+                        hello: m.hello.clone(),
+                        alive: m.alive,
+                    })
+                    .collect(),
+                tally: self.tally.clone(),
+                per_client: self.per_client.clone(),
+                wire: self.wire.clone(),
+                timeouts: self.timeouts,
+                dropouts: self.dropouts.clone(),
+            },
+            federation: checkpoint.clone(),
+        };
+        let fail = |e: String| PoolError::Job {
+            job: "checkpoint",
+            reason: e,
+        };
+        let bytes = serde_json::to_vec(&saved).map_err(|e| fail(e.to_string()))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+        write_atomically(&dir.join(CHECKPOINT_FILE), &bytes)
+            .map_err(|e| fail(format!("{}: {e}", dir.display())))
+    }
+
     /// One exchange per kind of job, in the order the kinds first appear.
     fn run(
         &mut self,
@@ -1226,8 +1438,31 @@ pub fn run(
     observer: Option<&mut dyn Observer>,
 ) -> anyhow::Result<Served> {
     let topics = Topics::new(&net.prefix).context("bad --prefix")?;
-    let run =
-        protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id)).context("bad --run-id")?;
+    let saved = match &net.resume {
+        Some(dir) => {
+            anyhow::ensure!(
+                net.lps == LpsMode::Local,
+                "--resume does not resume runs with --lps remote"
+            );
+            Some(read_checkpoint(dir)?)
+        }
+        None => None,
+    };
+    let run = match &saved {
+        Some(s) => {
+            let id = s.serve.run_id.clone();
+            if let Some(asked) = &net.run_id {
+                anyhow::ensure!(
+                    asked.as_str() == id.as_str(),
+                    "--run-id {asked} but the checkpoint is of run {}",
+                    id.as_str()
+                );
+            }
+            id
+        }
+        None => protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id))
+            .context("bad --run-id")?,
+    };
     let (link_addr, security) = net.link_to(broker)?;
     // With remote LPSs this process is the GPS. It listens to the LPSs from the start, so their
     // announcements wait for it while round 0 runs.
@@ -1255,10 +1490,26 @@ pub fn run(
     link.wait_connected(&link_addr, Duration::from_secs(30))?;
     eprintln!("connected to {broker}; run {}", run.as_str());
     let min_clients = net.min_clients.unwrap_or(cfg.clients);
-    let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
-    let truth = pool.truth();
+    let (mut pool, resume) = match saved {
+        Some(saved) => {
+            let round0 = saved.serve.round0;
+            let mut pool = MqttPool::rejoin(link, topics.clone(), net, saved.serve);
+            pool.checkpoint = Some((cfg.out.clone(), round0));
+            (pool, Some((saved.federation, round0)))
+        }
+        None => {
+            let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
+            if gps_link.is_none() {
+                pool.checkpoint = Some((cfg.out.clone(), pool.members.len()));
+            }
+            (pool, None)
+        }
+    };
+    let round0 = resume.as_ref().map_or(pool.members.len(), |r| r.1);
+    // The ground truth of the round-0 clients (newcomers' is added at the end).
+    let truth = pool.truth().map(|t| t[..round0.min(t.len())].to_vec());
     let mut cfg = cfg.clone();
-    cfg.clients = pool.members.len();
+    cfg.clients = round0;
     let data = match pool.partition() {
         Some((spec, seed)) => {
             cfg.partition = spec;
@@ -1277,11 +1528,12 @@ pub fn run(
     if gps_link.is_some() {
         federation_cfg.rounds = 0;
     }
-    let mut result = match federation::run(
+    let mut result = match federation::run_resumable(
         &federation_cfg,
         &mut pool,
         &ctx,
         observer.unwrap_or(&mut progress),
+        resume.map(|r| r.0),
     ) {
         Ok(r) => r,
         Err(e) => {
