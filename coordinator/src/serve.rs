@@ -563,10 +563,8 @@ impl MqttPool {
                         run: r,
                         ..
                     }),
-                ) if r == run => {
-                    if waiting.remove(&c) {
-                        eprintln!("rejoined: {id} ({} still awaited)", waiting.len());
-                    }
+                ) if r == run && waiting.remove(&c) => {
+                    eprintln!("rejoined: {id} ({} still awaited)", waiting.len());
                 }
                 // Answers to the interrupted run's last jobs, and the like: not this run's news.
                 _ => {}

@@ -274,13 +274,13 @@ fn run_inner(
             }
         };
     }
-    if let Some((placed, turned_away, gps)) = resume_parts {
-        newcomers = placed;
-        dropped_newcomers = turned_away;
-        gps_rounds = gps;
-    }
-    if done == 0 {
-        checkpoint!(0);
+    match resume_parts {
+        Some((placed, turned_away, gps)) => {
+            newcomers = placed;
+            dropped_newcomers = turned_away;
+            gps_rounds = gps;
+        }
+        None => checkpoint!(0),
     }
 
     for round in done + 1..=cfg.rounds {
