@@ -54,7 +54,9 @@ pub struct NetFlags {
     /// Clients to wait for before round 0 (default: `clients` of the config).
     #[arg(long)]
     pub min_clients: Option<usize>,
-    /// Seconds to wait for clients to join; after it the run starts with those that joined (≥ 2).
+    /// Seconds to wait for clients to join (a client joins once it answers the coordinator's
+    /// ping, so a stale or forged retained Hello never takes a slot); after it the run starts
+    /// with those that joined (≥ 2), or fails and tells them to finish.
     #[arg(long, default_value_t = 300.0)]
     pub join_timeout: f64,
     /// Seconds each phase (signatures, training, evaluation) waits for answers.
