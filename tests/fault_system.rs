@@ -1,19 +1,26 @@
 //! Crash and fault tolerance over real brokers (issue 11 §5): a failed run tells its fleet to
 //! finish; a stale or forged retained `Hello` never blocks a run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use edgecfl_shared::mqtt::Inbound;
+use edgecfl_shared::mqtt::{Inbound, Link};
 use edgecfl_shared::protocol::{
     Envelope, Hello, Id, ToClient, ToCoordinator, TopicKind, Topics, text,
 };
 use edgecfl_tests::*;
 
 /// `coordinator serve` on the embedded broker at `port` (loopback) with `flags`, `extra` and
-/// the run's files in `dir/out`.
-fn serve_embedded(dir: &Path, port: u16, prefix: &str, flags: &[String], extra: &[&str]) -> Proc {
+/// the run's files in `dir/out`, its output in `dir/<log>`.
+fn serve_embedded(
+    dir: &Path,
+    port: u16,
+    prefix: &str,
+    flags: &[String],
+    extra: &[&str],
+    log: &str,
+) -> Proc {
     let mut cmd = Command::new(bin("coordinator"));
     cmd.arg("serve")
         .args(flags)
@@ -22,24 +29,48 @@ fn serve_embedded(dir: &Path, port: u16, prefix: &str, flags: &[String], extra: 
         .args(extra)
         .arg("--out")
         .arg(dir.join("out"));
-    Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"))
+    Proc::spawn(cmd, "coordinator serve", &dir.join(log))
 }
 
-/// Waits until `p` exits; panics after `timeout`. Returns whether it succeeded.
-fn exits(p: &mut Proc, timeout: Duration, log: &Path) -> bool {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = p.child.try_wait().expect("wait") {
-            return status.success();
+/// Waits for the first command on a client's `down` topic that `wanted`; returns the client.
+fn first_job(link: &Link, topics: &Topics, wanted: impl Fn(&Envelope<ToClient>) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Some(ev) = link.recv_until(deadline) {
+        if let Inbound::Message { topic, payload, .. } = ev
+            && let Some((id, TopicKind::Down)) = topics.parse(&topic)
+            && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
+            && wanted(&env)
+        {
+            return id.to_string();
         }
-        assert!(
-            start.elapsed() < timeout,
-            "{} still running after {timeout:?}; its log:\n{}",
-            p.name,
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
     }
+    panic!("no such job within 300 s");
+}
+
+/// Wait for `n` clients (2 minutes at most), and at most a minute for each phase.
+fn patient(n: usize) -> Vec<String> {
+    [
+        "--min-clients",
+        &n.to_string(),
+        "--join-timeout",
+        "120",
+        "--phase-timeout",
+        "60",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// A served run named `name` on a fresh embedded broker: its scratch directory, port, prefix
+/// (`edgecfl/t-<name>`) and coordinator, once the broker listens.
+fn start<S: AsRef<str>>(name: &str, flags: &[String], extra: &[S]) -> (PathBuf, u16, String, Proc) {
+    let dir = scratch(name);
+    let port = free_port();
+    let prefix = format!("edgecfl/t-{name}");
+    let extra: Vec<&str> = extra.iter().map(AsRef::as_ref).collect();
+    let coordinator = serve_embedded(&dir, port, &prefix, flags, &extra, "coordinator.log");
+    wait_listening(port, Duration::from_secs(60));
+    (dir, port, prefix, coordinator)
 }
 
 /// The run fails and every edge client it knew exits cleanly (told to finish), none left
@@ -47,17 +78,19 @@ fn exits(p: &mut Proc, timeout: Duration, log: &Path) -> bool {
 fn assert_failed_and_fleet_finished(
     dir: &Path,
     mut coordinator: Proc,
-    clients: Vec<(Proc, std::path::PathBuf)>,
+    clients: Vec<(Proc, PathBuf)>,
 ) {
     let log = dir.join("coordinator.log");
     assert!(
-        !exits(&mut coordinator, Duration::from_secs(300), &log),
+        !coordinator
+            .wait_exit(Duration::from_secs(300), &log)
+            .success(),
         "the run should have failed: {}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     for (mut p, log) in clients {
         assert!(
-            exits(&mut p, Duration::from_secs(30), &log),
+            p.wait_exit(Duration::from_secs(30), &log).success(),
             "{} failed: {}",
             p.name,
             std::fs::read_to_string(&log).unwrap_or_default()
@@ -71,13 +104,9 @@ fn assert_failed_and_fleet_finished(
 /// to finish instead of waiting (and reconnecting) forever.
 #[test]
 fn failed_join_tells_the_joined_client_to_finish() {
-    let dir = scratch("fault-join");
-    let port = free_port();
-    let prefix = "edgecfl/t-fault-join";
     let flags = run_flags("groups:012-34-56-789", 4, 1, 1.0, 11);
-    let coordinator = serve_embedded(&dir, port, prefix, &flags, &["--join-timeout", "10"]);
-    wait_listening(port, Duration::from_secs(60));
-    let clients = fleet_of(&dir, port, prefix, "groups:012-34-56-789", 0..1, 4, 11);
+    let (dir, port, prefix, coordinator) = start("fault-join", &flags, &["--join-timeout", "10"]);
+    let clients = fleet_of(&dir, port, &prefix, "groups:012-34-56-789", 0..1, 4, 11);
     assert_failed_and_fleet_finished(&dir, coordinator, clients);
     let text = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
     assert!(text.contains("only 1 client(s) joined"), "{text}");
@@ -87,45 +116,19 @@ fn failed_join_tells_the_joined_client_to_finish() {
 /// are told to finish.
 #[test]
 fn failed_round_zero_tells_the_fleet_to_finish() {
-    let dir = scratch("fault-round0");
-    let port = free_port();
-    let prefix = "edgecfl/t-fault-round0";
-    let topics = Topics::new(prefix).unwrap();
     let partition = "groups:012-34-56-789";
     let flags = run_flags(partition, 4, 1, 1.0, 12);
-    let coordinator = serve_embedded(
-        &dir,
-        port,
-        prefix,
-        &flags,
-        &[
-            "--min-clients",
-            "4",
-            "--join-timeout",
-            "120",
-            "--phase-timeout",
-            "60",
-        ],
-    );
-    wait_listening(port, Duration::from_secs(60));
+    let (dir, port, prefix, coordinator) = start("fault-round0", &flags, &patient(4));
+    let topics = Topics::new(&prefix).unwrap();
     let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
-    let mut clients = fleet(&dir, port, prefix, partition, 4, 12);
+    let mut clients = fleet(&dir, port, &prefix, partition, 4, 12);
     // The first round-0 job seen: its client is killed before it can answer.
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let victim = loop {
-        match link.recv_until(deadline) {
-            Some(Inbound::Message { topic, payload, .. }) => {
-                if let Some((id, TopicKind::Down)) = topics.parse(&topic)
-                    && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
-                    && matches!(env.body, ToClient::Signature { .. })
-                {
-                    break id.trim_start_matches('c').parse::<usize>().unwrap();
-                }
-            }
-            Some(_) => {}
-            None => panic!("no round-0 job within 300 s"),
-        }
-    };
+    let victim: usize = first_job(&link, &topics, |env| {
+        matches!(env.body, ToClient::Signature { .. })
+    })
+    .trim_start_matches('c')
+    .parse()
+    .unwrap();
     let (mut killed, _) = clients.remove(victim);
     killed.child.kill().unwrap();
     killed.child.wait().unwrap();
@@ -206,33 +209,15 @@ fn stale_or_forged_retained_hello_never_blocks_the_join() {
 #[test]
 fn a_third_of_the_fleet_killed_mid_round_the_run_completes_and_names_them() {
     const N: usize = 10;
-    let dir = scratch("fault-killed");
-    let port = free_port();
-    let prefix = "edgecfl/t-fault-killed";
-    let topics = Topics::new(prefix).unwrap();
     let partition = "groups:012-34-56-789";
     let flags = run_flags(partition, N, 3, 1.0, 14);
-    let coordinator = serve_embedded(
-        &dir,
-        port,
-        prefix,
-        &flags,
-        &[
-            "--min-clients",
-            "10",
-            "--join-timeout",
-            "120",
-            "--phase-timeout",
-            "60",
-        ],
-    );
-    wait_listening(port, Duration::from_secs(60));
+    let (dir, port, prefix, coordinator) = start("fault-killed", &flags, &patient(N));
+    let topics = Topics::new(&prefix).unwrap();
     let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
-    let mut clients: Vec<Option<(Proc, std::path::PathBuf)>> =
-        fleet(&dir, port, prefix, partition, N, 14)
-            .into_iter()
-            .map(Some)
-            .collect();
+    let mut clients: Vec<Option<(Proc, PathBuf)>> = fleet(&dir, port, &prefix, partition, N, 14)
+        .into_iter()
+        .map(Some)
+        .collect();
     first_training_command(&link, &topics);
     let victims = [1usize, 4, 7];
     for &v in &victims {
@@ -363,33 +348,12 @@ fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
     const ROUNDS: u32 = 4;
     let partition = "groups:01234-56789";
     let flags = run_flags(partition, N, ROUNDS as usize, 1.0, 16);
-    let serve = |dir: &Path, port: u16, prefix: &str, extra: &[&str], log: &str| {
-        let mut cmd = Command::new(bin("coordinator"));
-        cmd.arg("serve")
-            .args(&flags)
-            .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
-            .args([
-                "--prefix",
-                prefix,
-                "--run-id",
-                "resumed",
-                "--min-clients",
-                "4",
-            ])
-            .args(["--join-timeout", "120", "--phase-timeout", "60"])
-            .args(extra)
-            .arg("--out")
-            .arg(dir.join("out"));
-        Proc::spawn(cmd, "coordinator serve", &dir.join(log))
-    };
+    let mut extra = patient(N);
+    extra.extend(["--run-id".to_string(), "resumed".to_string()]);
 
     // The uninterrupted run.
-    let clean = scratch("fault-resume-clean");
-    let port = free_port();
-    let prefix = "edgecfl/t-fault-resume-clean";
-    let mut coordinator = serve(&clean, port, prefix, &[], "coordinator.log");
-    wait_listening(port, Duration::from_secs(60));
-    let clients = fleet(&clean, port, prefix, partition, N, 16);
+    let (clean, port, prefix, mut coordinator) = start("fault-resume-clean", &flags, &extra);
+    let clients = fleet(&clean, port, &prefix, partition, N, 16);
     coordinator.wait_ok(Duration::from_secs(600), &clean.join("coordinator.log"));
     for (mut p, log) in clients {
         p.wait_ok(Duration::from_secs(30), &log);
@@ -403,30 +367,13 @@ fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
         .subsec_nanos();
     let k = 1 + nanos % (ROUNDS - 1);
     eprintln!("killing the coordinator in round {k}");
-    let dir = scratch("fault-resume");
-    let port = free_port();
-    let prefix = "edgecfl/t-fault-resume";
-    let topics = Topics::new(prefix).unwrap();
-    let mut coordinator = serve(&dir, port, prefix, &[], "coordinator.log");
-    wait_listening(port, Duration::from_secs(60));
+    let (dir, port, prefix, mut coordinator) = start("fault-resume", &flags, &extra);
+    let topics = Topics::new(&prefix).unwrap();
     let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
-    let clients = fleet(&dir, port, prefix, partition, N, 16);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        match link.recv_until(deadline) {
-            Some(Inbound::Message { topic, payload, .. }) => {
-                if let Some((_, TopicKind::Down)) = topics.parse(&topic)
-                    && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
-                    && matches!(env.body, ToClient::Train(_))
-                    && env.round == k
-                {
-                    break;
-                }
-            }
-            Some(_) => {}
-            None => panic!("no training job of round {k} within 300 s"),
-        }
-    }
+    let clients = fleet(&dir, port, &prefix, partition, N, 16);
+    first_job(&link, &topics, |env| {
+        matches!(env.body, ToClient::Train(_)) && env.round == k
+    });
     coordinator.child.kill().unwrap(); // SIGKILL
     coordinator.child.wait().unwrap();
     drop(link);
@@ -435,13 +382,12 @@ fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
             .unwrap();
     assert_eq!(checkpoint["federation"]["round"], k - 1);
     let resume_dir = dir.join("out");
-    let mut resumed = serve(
-        &dir,
-        port,
-        prefix,
-        &["--resume", resume_dir.to_str().unwrap()],
-        "resumed.log",
-    );
+    extra.extend([
+        "--resume".to_string(),
+        resume_dir.to_str().unwrap().to_string(),
+    ]);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut resumed = serve_embedded(&dir, port, &prefix, &flags, &extra, "resumed.log");
     resumed.wait_ok(Duration::from_secs(600), &dir.join("resumed.log"));
     for (mut p, log) in clients {
         p.wait_ok(Duration::from_secs(60), &log);
