@@ -168,7 +168,7 @@ fn run_inner(
     let (init, ari, mut state, mut last_eval, mut rounds, mut final_client_accuracy) = match resume
     {
         None => {
-            let init = strategy.init(&mut env!())?;
+            let mut init = strategy.init(&mut env!())?;
             report_dropped!();
             let ari = match &ctx.truth {
                 // The truth may cover clients that join later too (pool indices n..).
@@ -180,7 +180,10 @@ fn run_inner(
             if let Some(c) = &init.clustering {
                 observer.clustered(c, ari);
             }
-            let state = Clusters::new(init.assignment.clone(), init.models.clone());
+            let state = Clusters::new(
+                std::mem::take(&mut init.assignment),
+                std::mem::take(&mut init.models),
+            );
             // Last evaluation of each client, with the (cluster, model version) it was made
             // under.
             let last_eval: Vec<Option<(EvalReport, (usize, u64))>> = vec![None; n];
