@@ -10,6 +10,7 @@ use edgecfl_shared::federation::{
     self, Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, FederationConfig, Job, Observer,
     PoolError, RunContext, RunResult,
 };
+use edgecfl_shared::model::ModelKind;
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
@@ -89,13 +90,23 @@ fn same(a: &RunResult, b: &RunResult) {
 }
 
 fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) {
+    let mthfl = algorithm == Algorithm::MtHfl;
     let cfg = FederationConfig {
         algorithm,
+        model: if mthfl {
+            ModelKind::Mlp
+        } else {
+            ModelKind::LeNet5
+        },
         rounds: ROUNDS,
         frac: 0.5,
         epochs: 1,
         warmup_epochs: 1,
-        threshold: Threshold::Auto,
+        threshold: if mthfl {
+            Threshold::Clusters(4)
+        } else {
+            Threshold::Auto
+        },
         linkage: Linkage::Average,
         seed: 3,
         ..FederationConfig::default()
@@ -125,6 +136,11 @@ fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) {
 #[test]
 fn fedclust_with_newcomers_resumes_after_any_round_to_the_same_result() {
     resume_after_every_round(Algorithm::FedClust, true);
+}
+
+#[test]
+fn mthfl_with_newcomers_resumes_after_any_round_to_the_same_result() {
+    resume_after_every_round(Algorithm::MtHfl, true);
 }
 
 #[test]
