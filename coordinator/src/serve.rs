@@ -278,7 +278,7 @@ fn read_checkpoint(dir: &std::path::Path) -> anyhow::Result<SavedRun> {
     let path = dir.join(CHECKPOINT_FILE);
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("--resume: cannot read {}", path.display()))?;
-    let saved: SavedRun = serde_json::from_str(&text)
+    let saved: SavedRun = federation::from_exact_json(&text)
         .with_context(|| format!("--resume: {} is not a checkpoint", path.display()))?;
     saved
         .federation
@@ -1312,9 +1312,9 @@ impl ClientPool for MqttPool {
             job: "checkpoint",
             reason: e,
         };
-        let bytes = serde_json::to_vec(&saved).map_err(|e| fail(e.to_string()))?;
+        let bytes = federation::to_exact_json(&saved).map_err(|e| fail(e.to_string()))?;
         std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-        write_atomically(&dir.join(CHECKPOINT_FILE), &bytes)
+        write_atomically(&dir.join(CHECKPOINT_FILE), bytes.as_bytes())
             .map_err(|e| fail(format!("{}: {e}", dir.display())))
     }
 

@@ -3,9 +3,14 @@
 //! are derived from the seed and the round, so no generator state is kept).
 //!
 //! Written as JSON by the runtime after every round ([`Checkpoint::to_json`]); a NaN accuracy
-//! (a client never evaluated) is kept as `null`.
+//! (a client never evaluated) is kept as `null`. JSON parsers may round a decimal float by one
+//! unit in the last place, so every non-integer number is written as the string `"f64:0x…"`
+//! of its bits ([`to_exact_json`], [`from_exact_json`]): a resumed run reads back every value bit
+//! for bit.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::{Number, Value};
 
 use super::{
     Clusters, DroppedNewcomer, DroppedUpdate, FederationConfig, FederationError, Newcomer,
@@ -84,7 +89,7 @@ impl Checkpoint {
     ///
     /// Only if a value cannot be written (never for these types).
     pub fn to_json(&self) -> Result<String, FederationError> {
-        serde_json::to_string(self).map_err(|e| FederationError::Config(format!("checkpoint: {e}")))
+        to_exact_json(self).map_err(|e| FederationError::Config(format!("checkpoint: {e}")))
     }
 
     /// Reads and checks a checkpoint.
@@ -94,7 +99,7 @@ impl Checkpoint {
     /// [`FederationError::Config`] for bad JSON, another version, or parts that do not fit
     /// together.
     pub fn from_json(text: &str) -> Result<Self, FederationError> {
-        let c: Checkpoint = serde_json::from_str(text)
+        let c: Checkpoint = from_exact_json(text)
             .map_err(|e| FederationError::Config(format!("checkpoint: {e}")))?;
         c.check()?;
         Ok(c)
@@ -147,4 +152,56 @@ impl Checkpoint {
             self.next_version,
         )
     }
+}
+
+/// The marker of a float written as its bits.
+const BITS: &str = "f64:0x";
+
+/// `value` as JSON text in which every non-integer number is the string `"f64:0x…"` of its
+/// bits, so that [`from_exact_json`] reads it back exactly.
+///
+/// # Errors
+///
+/// A value serde_json cannot represent.
+pub fn to_exact_json<T: Serialize>(value: &T) -> Result<String, serde_json::Error> {
+    fn encode(v: &mut Value) {
+        match v {
+            Value::Number(n) if !(n.is_i64() || n.is_u64()) => {
+                if let Some(x) = n.as_f64() {
+                    *v = Value::String(format!("{BITS}{:016x}", x.to_bits()));
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(encode),
+            Value::Object(o) => o.values_mut().for_each(encode),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(value)?;
+    encode(&mut v);
+    serde_json::to_string(&v)
+}
+
+/// Reads what [`to_exact_json`] wrote.
+///
+/// # Errors
+///
+/// Bad JSON, a bad `"f64:0x…"` string, or a value that is not a `T`.
+pub fn from_exact_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    fn decode(v: &mut Value) -> Result<(), String> {
+        match v {
+            Value::String(s) if s.starts_with(BITS) => {
+                let bits =
+                    u64::from_str_radix(&s[BITS.len()..], 16).map_err(|e| format!("{s:?}: {e}"))?;
+                // Non-finite values were written as null by serde_json already.
+                *v = Number::from_f64(f64::from_bits(bits)).map_or(Value::Null, Value::Number);
+            }
+            Value::Array(a) => a.iter_mut().try_for_each(decode)?,
+            Value::Object(o) => o.values_mut().try_for_each(decode)?,
+            _ => {}
+        }
+        Ok(())
+    }
+    let mut v: Value = serde_json::from_str(text)?;
+    decode(&mut v).map_err(serde::de::Error::custom)?;
+    serde_json::from_value(v)
 }

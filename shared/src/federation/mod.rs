@@ -50,7 +50,7 @@ mod pool;
 mod result;
 
 pub use crate::algorithms::Algorithm;
-pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint};
+pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, from_exact_json, to_exact_json};
 pub use config::{FederationConfig, Weighting, client_seed};
 pub use driver::{run, run_lps, run_resumable};
 pub use pool::{
