@@ -205,3 +205,37 @@ pub fn from_exact_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json:
     decode(&mut v).map_err(serde::de::Error::custom)?;
     serde_json::from_value(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Floats come back bit for bit (the ones a decimal parser may round too); integers and
+    /// strings stay as they are; a damaged bits string is an error, not a panic.
+    #[test]
+    fn exact_json_round_trips_floats_bit_for_bit() {
+        let values = (
+            vec![
+                0.1 + 0.2,
+                0.408_000_000_000_000_03,
+                1e300,
+                5e-324,
+                -0.0,
+                2.5,
+            ],
+            vec![0.415_000_000_000_000_04f64],
+            7u64,
+            "f64 in a string".to_string(),
+            1.1f32,
+        );
+        let text = to_exact_json(&values).unwrap();
+        let back: (Vec<f64>, Vec<f64>, u64, String, f32) = from_exact_json(&text).unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&back.0), bits(&values.0));
+        assert_eq!(bits(&back.1), bits(&values.1));
+        assert_eq!((back.2, &back.3), (7, &values.3));
+        assert_eq!(back.4.to_bits(), 1.1f32.to_bits());
+        assert!(from_exact_json::<Vec<f64>>(r#"["f64:0xZZ"]"#).is_err());
+        assert!(from_exact_json::<Vec<f64>>(r#"["f64:0x"]"#).is_err());
+    }
+}
