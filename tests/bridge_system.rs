@@ -226,6 +226,8 @@ struct Seen {
     families: BTreeMap<&'static str, Count>,
     /// Jobs on clients' `down` topics by round: 0 (the GPS's round 0), 1.. (the LPSs' rounds).
     jobs_by_round: BTreeMap<u32, usize>,
+    /// Pings of the join (not jobs).
+    pings: usize,
     /// `Finish` on clients' `down` topics.
     client_finishes: usize,
     /// Model updates of rounds ≥ 1 on clients' `up` topics.
@@ -269,6 +271,8 @@ fn drain(link: &Link, topics: &Topics) -> Seen {
                     let env = Envelope::<ToClient>::from_bytes(&payload).unwrap();
                     if matches!(env.body, ToClient::Finish) {
                         seen.client_finishes += 1;
+                    } else if matches!(env.body, ToClient::Ping) {
+                        seen.pings += 1;
                     } else {
                         *seen.jobs_by_round.entry(env.round).or_default() += 1;
                     }
@@ -465,6 +469,9 @@ fn bridged_brokers_give_the_single_broker_results() {
     assert!(round0(&on_a) >= 2 * CLIENTS, "{report}");
     assert_eq!(round0(&on_a), round0(&on_b), "{report}");
     assert!(on_a.client_finishes >= CLIENTS, "{report}");
+    // The join's pings cross A → B like the jobs.
+    assert!(on_a.pings >= CLIENTS, "{report}");
+    assert!(on_b.pings >= on_a.pings, "{report}");
     assert!(on_b.client_finishes >= on_a.client_finishes, "{report}");
     // The LPSs' jobs to their members stay on B.
     let later = |s: &Seen| -> usize { s.jobs_by_round.range(1..).map(|(_, n)| n).sum() };

@@ -10,7 +10,7 @@
 //! ends the run with an error naming it, not a hang.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use edgecfl_shared::hierarchy::CommonLayers;
@@ -347,23 +347,6 @@ fn remote_lps_processes_share_only_the_common_layers() {
     );
 }
 
-/// Waits for `p` to exit, up to `timeout`.
-fn exit_status(p: &mut Proc, timeout: Duration, log: &Path) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = p.child.try_wait().expect("wait") {
-            return status;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "{} still running after {timeout:?}; its log:\n{}",
-            p.name,
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn dead_lps_ends_the_run_with_an_error_that_names_it() {
     let dir = scratch("lps-dead");
@@ -432,14 +415,14 @@ fn dead_lps_ends_the_run_with_an_error_that_names_it() {
     victim.child.wait().unwrap();
 
     // Its last will ends the run at once (not after the 60 s phase budget).
-    let status = exit_status(&mut gps, Duration::from_secs(50), &gps_log);
+    let status = gps.wait_exit(Duration::from_secs(50), &gps_log);
     assert!(!status.success());
     assert!(killed_at.elapsed() < Duration::from_secs(30));
     let log = std::fs::read_to_string(&gps_log).unwrap();
     assert!(log.contains("LPS lps-b (cluster 1) is gone"), "{log}");
     // The survivor and the clients are told to finish.
     let (mut survivor, log_a) = lps.remove(0);
-    let status = exit_status(&mut survivor, Duration::from_secs(30), &log_a);
+    let status = survivor.wait_exit(Duration::from_secs(30), &log_a);
     let a = std::fs::read_to_string(&log_a).unwrap();
     assert!(
         !status.success() && a.contains("the GPS finished the run"),

@@ -52,6 +52,7 @@ fn answer(cmd: &ToClient) -> Option<ToCoordinator> {
                 loss_sum: 70.0,
             }],
         },
+        ToClient::Ping => ToCoordinator::Pong,
         // The overhead benchmark runs FedClust; the other methods' jobs are not echoed.
         _ => return None,
     })

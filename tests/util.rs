@@ -3,7 +3,7 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -101,16 +101,21 @@ impl Proc {
 
     /// Waits for the exit, up to `timeout`; panics on timeout or failure.
     pub fn wait_ok(&mut self, timeout: Duration, log: &Path) {
+        let status = self.wait_exit(timeout, log);
+        assert!(
+            status.success(),
+            "{} failed ({status}); its log:\n{}",
+            self.name,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+
+    /// Waits for the exit, up to `timeout` (panics after it, with `log`); returns its status.
+    pub fn wait_exit(&mut self, timeout: Duration, log: &Path) -> ExitStatus {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(
-                    status.success(),
-                    "{} failed ({status}); its log:\n{}",
-                    self.name,
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-                return;
+                return status;
             }
             assert!(
                 start.elapsed() < timeout,

@@ -36,7 +36,7 @@ use edgecfl_shared::algorithms::mthfl::Signature;
 use edgecfl_shared::model::{ModelError, ModelKind, Params};
 use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, Tensor, ToCoordinator, decode_row};
 use edgecfl_shared::train::{CLASSES, EvalReport};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where the run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl fmt::Display for Phase {
 }
 
 /// Why a message was ignored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rejection {
     /// Not a message of this protocol (random bytes, unknown variant, trailing bytes).
@@ -161,7 +161,7 @@ impl From<ProtocolError> for Rejected {
 }
 
 /// Counts of ignored messages by reason (written to `summary.json`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Tally(pub BTreeMap<Rejection, u64>);
 
 impl Tally {
@@ -529,6 +529,7 @@ fn kind_name(m: &ToCoordinator) -> &'static str {
         ToCoordinator::Evaluation { .. } => "evaluation",
         ToCoordinator::Failed { .. } => "failure",
         ToCoordinator::Gone => "gone",
+        ToCoordinator::Pong => "pong",
         ToCoordinator::Eigenpairs(_) => "eigenpairs",
         ToCoordinator::RelevanceRow { .. } => "relevance row",
         ToCoordinator::Pair { .. } => "model pair",

@@ -22,7 +22,7 @@ use edgecfl_shared::protocol::{
     Topics, TrainJob,
 };
 use edgecfl_shared::train::PIXELS;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::broker::{self, BrokerSecurity};
@@ -54,7 +54,9 @@ pub struct NetFlags {
     /// Clients to wait for before round 0 (default: `clients` of the config).
     #[arg(long)]
     pub min_clients: Option<usize>,
-    /// Seconds to wait for clients to join; after it the run starts with those that joined (≥ 2).
+    /// Seconds to wait for clients to join (a client joins once it answers the coordinator's
+    /// ping, so a stale or forged retained Hello never takes a slot); after it the run starts
+    /// with those that joined (≥ 2), or fails and tells them to finish.
     #[arg(long, default_value_t = 300.0)]
     pub join_timeout: f64,
     /// Seconds each phase (signatures, training, evaluation) waits for answers.
@@ -74,6 +76,12 @@ pub struct NetFlags {
     /// The embedded broker's TLS, password file and ACL.
     #[command(flatten)]
     pub embedded: BrokerSecurity,
+    /// Resume the run checkpointed in DIR (its `checkpoint.json`, written after every round
+    /// into `--out`), e.g. after a crash: same run id, same clients, same clusters and models;
+    /// the run goes on after its last completed round. Give the same run flags (and seed) as
+    /// the interrupted run. `serve` only; not with `--lps remote`.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
 }
 
 /// Where the local parameter servers of a hierarchical run live.
@@ -122,6 +130,7 @@ impl Default for NetFlags {
             lps: LpsMode::Local,
             login: SecurityArgs::default(),
             embedded: BrokerSecurity::default(),
+            resume: None,
         }
     }
 }
@@ -139,7 +148,7 @@ impl NetFlags {
 }
 
 /// Byte counts of MQTT payloads (topic and MQTT headers not included).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WireStats {
     /// Payload bytes of round-0 signature uploads.
     pub signature_up: u64,
@@ -160,6 +169,39 @@ pub struct WireStats {
     pub messages_down: u64,
     /// Answers from clients accepted (rejected ones are in the summary's `rejected`).
     pub answers_up: u64,
+    /// Payload bytes of the pings that ask announced clients whether they are live (not in
+    /// `down`).
+    pub probe_down: u64,
+}
+
+/// Why a client is missing from a phase (`summary.json`'s `dropouts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Its `Gone` arrived (its last will: it died or lost the broker; or a clean exit).
+    Gone,
+    /// It did not answer within the phase timeout.
+    Timeout,
+    /// Not asked: gone since an earlier phase.
+    Absent,
+    /// Not a drop: it said `Hello` again after being gone (and gets jobs again).
+    Back,
+}
+
+/// One entry of `summary.json`'s `dropouts`: client `id` (index `client`) dropped out of
+/// `phase` of round `round` (or came back), and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Dropout {
+    /// Client id.
+    pub id: String,
+    /// Client index.
+    pub client: usize,
+    /// Round (0: clustering).
+    pub round: u32,
+    /// The phase, e.g. `training (round 3)`.
+    pub phase: String,
+    /// Why.
+    pub reason: DropReason,
 }
 
 /// A client of the run.
@@ -188,15 +230,98 @@ pub struct MqttPool {
     pub wire: WireStats,
     /// Phases that ended by their timeout.
     pub timeouts: u64,
+    /// Who dropped out of which phase, and who came back, in order.
+    pub dropouts: Vec<Dropout>,
     /// Whether a client that says `Hello` after the clients were fixed is queued as a newcomer
     /// (`serve`) or rejected as [`Rejection::LateJoiner`] (an LPS's fixed cluster).
     accept_newcomers: bool,
     /// Newcomers heard since the last [`ClientPool::newcomers`], in arrival order.
     queued: Vec<(Id, Hello)>,
+    /// Clients that announced themselves and were pinged, not answered yet: one that answers
+    /// is queued as a newcomer.
+    probing: Vec<(Id, Hello)>,
+    /// Where the checkpoint goes after every round (`serve`: `--out`), with what a resumed run
+    /// needs of this pool.
+    checkpoint: Option<(PathBuf, usize)>,
+}
+
+/// The file a checkpoint is written to, in `--out`.
+pub const CHECKPOINT_FILE: &str = "checkpoint.json";
+
+/// A client in a checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedMember {
+    id: Id,
+    hello: Hello,
+    alive: bool,
+}
+
+/// The pool's part of a checkpoint: who the clients are, and the counts `summary.json` reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedPool {
+    run_id: Id,
+    /// Round-0 clients (the first members; the rest joined later).
+    round0: usize,
+    members: Vec<SavedMember>,
+    tally: Tally,
+    per_client: BTreeMap<String, Tally>,
+    wire: WireStats,
+    timeouts: u64,
+    dropouts: Vec<Dropout>,
+}
+
+/// `checkpoint.json`: the pool's state and the round driver's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedRun {
+    serve: SavedPool,
+    federation: federation::Checkpoint,
+}
+
+/// Reads `dir/checkpoint.json`.
+fn read_checkpoint(dir: &std::path::Path) -> anyhow::Result<SavedRun> {
+    let path = dir.join(CHECKPOINT_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("--resume: cannot read {}", path.display()))?;
+    let saved: SavedRun = federation::from_exact_json(&text)
+        .with_context(|| format!("--resume: {} is not a checkpoint", path.display()))?;
+    saved
+        .federation
+        .check()
+        .with_context(|| format!("--resume: {}", path.display()))?;
+    anyhow::ensure!(
+        saved.serve.members.len() >= saved.federation.clients.len()
+            && saved.serve.round0 <= saved.serve.members.len(),
+        "--resume: {}: the clients of the pool and of the run do not match",
+        path.display()
+    );
+    Ok(saved)
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
+/// disk, then renamed over `path` (a crash leaves the old file or the new one, never half).
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("json.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
 }
 
 fn warn(msg: impl std::fmt::Display) {
     eprintln!("warn: {msg}");
+}
+
+/// Publishes `Finish` of run `run` on the `down` topic of each of `ids`.
+fn finish_fleet<'a>(link: &Link, topics: &Topics, run: &Id, ids: impl Iterator<Item = &'a Id>) {
+    let bytes = Envelope::new(run.clone(), u32::MAX, ToClient::Finish).to_bytes();
+    for id in ids {
+        if let Err(e) = link.publish(&topics.down(id), bytes.clone(), false) {
+            warn(format!("cannot tell {} to finish: {e}", id.as_str()));
+        }
+    }
 }
 
 /// One message on `id`'s status topic while clients join: a `Hello` adds (or refreshes) the
@@ -235,8 +360,16 @@ fn join_status(
 }
 
 impl MqttPool {
-    /// Connects and waits (Joining) until `min_clients` announced themselves or `join_timeout`
-    /// passed.
+    /// Waits (Joining) until `min_clients` clients are live, or `join_timeout` passed. A client
+    /// that announces itself (`Hello` on its status topic, retained or fresh) is a candidate and
+    /// gets a [`ToClient::Ping`]; it joins once it answers [`ToCoordinator::Pong`] for this run.
+    /// A stale or forged retained `Hello` never answers, so it never takes a slot: the clients
+    /// that answer fill them, in the order they answer. Candidates still silent at the end stay
+    /// probed: if they answer later they are queued as newcomers.
+    ///
+    /// # Errors
+    ///
+    /// Fewer than 2 live clients by the timeout; the candidates are told to finish first.
     pub fn join(
         link: Link,
         topics: Topics,
@@ -244,14 +377,17 @@ impl MqttPool {
         net: &NetFlags,
         min_clients: usize,
     ) -> anyhow::Result<Self> {
+        let mut candidates: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut joined: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut tally = Tally::default();
+        let mut probe_bytes = 0;
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
         eprintln!(
             "waiting for {min_clients} clients on {}/clients/+/status (timeout {:.0}s)",
             topics.prefix(),
             net.join_timeout
         );
+        let ping = Envelope::new(run.clone(), 0, ToClient::Ping).to_bytes();
         while joined.len() < min_clients {
             let Some(ev) = link.recv_until(deadline) else {
                 break;
@@ -259,27 +395,77 @@ impl MqttPool {
             let Inbound::Message { topic, payload, .. } = ev else {
                 continue;
             };
-            let Some((id, TopicKind::Status)) = topics.parse(&topic) else {
-                tally.add(Rejection::NotAsked);
-                continue;
-            };
-            let before = joined.len();
-            if let Some(r) = join_status(&mut joined, id, &payload) {
-                warn(format!(
-                    "joining: ignored status of {id:?}: {:?}: {}",
-                    r.reason, r.detail
-                ));
-                tally.add(r.reason);
-            } else if joined.len() > before {
-                eprintln!("joined: {id} ({}/{min_clients})", joined.len());
+            match topics.parse(&topic) {
+                Some((id, TopicKind::Status)) => {
+                    let mut announced = BTreeMap::new();
+                    if let Some(r) = join_status(&mut announced, id, &payload) {
+                        warn(format!(
+                            "joining: ignored status of {id:?}: {:?}: {}",
+                            r.reason, r.detail
+                        ));
+                        tally.add(r.reason);
+                    } else if let Some((valid, hello)) = announced.remove(id) {
+                        if let Some(j) = joined.get_mut(id) {
+                            j.1 = hello;
+                        } else {
+                            // Announced (perhaps long ago): live only if it answers.
+                            if let Err(e) = link.publish(&topics.down(&valid), ping.clone(), false)
+                            {
+                                warn(format!("joining: cannot ping {id}: {e}"));
+                            }
+                            probe_bytes += ping.len() as u64;
+                            candidates.insert(id.to_string(), (valid, hello));
+                        }
+                    } else {
+                        // Gone.
+                        candidates.remove(id);
+                        if joined.remove(id).is_some() {
+                            eprintln!("left: {id} ({}/{min_clients})", joined.len());
+                        }
+                    }
+                }
+                Some((id, TopicKind::Up)) if candidates.contains_key(id) => {
+                    match Envelope::<ToCoordinator>::from_bytes(&payload) {
+                        Ok(Envelope {
+                            body: ToCoordinator::Pong,
+                            run: r,
+                            ..
+                        }) if r == run => {
+                            if let Some(c) = candidates.remove(id) {
+                                joined.insert(id.to_string(), c);
+                                eprintln!("joined: {id} ({}/{min_clients})", joined.len());
+                            }
+                        }
+                        Ok(_) => tally.add(Rejection::NotAsked),
+                        Err(e) => tally.add(Rejected::from(e).reason),
+                    }
+                }
+                // A second answer (it was pinged twice: its retained and its fresh Hello).
+                Some((id, TopicKind::Up))
+                    if joined.contains_key(id)
+                        && Envelope::<ToCoordinator>::from_bytes(&payload)
+                            .is_ok_and(|e| e.body == ToCoordinator::Pong) => {}
+                _ => tally.add(Rejection::NotAsked),
             }
         }
-        anyhow::ensure!(
-            joined.len() >= 2,
-            "only {} client(s) joined within {:.0}s; clustering needs at least 2",
-            joined.len(),
-            net.join_timeout
-        );
+        if !candidates.is_empty() {
+            warn(format!(
+                "joining: no answer to the ping from {} (a stale or forged Hello, or not ready yet)",
+                candidates.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if joined.len() < 2 {
+            // A failed run still tells the clients it heard of to finish, so none of them
+            // waits (and reconnects) forever for jobs that will never come.
+            let ids = joined.values().chain(candidates.values()).map(|(id, _)| id);
+            finish_fleet(&link, &topics, &run, ids);
+            link.disconnect();
+            anyhow::bail!(
+                "only {} client(s) joined within {:.0}s; clustering needs at least 2",
+                joined.len(),
+                net.join_timeout
+            );
+        }
         if joined.len() < min_clients {
             warn(format!(
                 "join timeout: starting with {} of {min_clients} clients",
@@ -301,7 +487,103 @@ impl MqttPool {
         }
         let mut pool = Self::of_members(link, topics, run, net, members, tally);
         pool.accept_newcomers = true;
+        pool.wire.probe_down = probe_bytes;
+        pool.probing = candidates.into_values().collect();
         Ok(pool)
+    }
+
+    /// The pool of a resumed run: the checkpoint's members, in their order, with its counts.
+    /// Every member that was live is pinged and waited for until it answers or `join_timeout`
+    /// passed; one that does not answer is taken as gone (it may come back with a `Hello`).
+    fn rejoin(link: Link, topics: Topics, net: &NetFlags, saved: SavedPool) -> Self {
+        let run = saved.run_id.clone();
+        let members: Vec<Member> = saved
+            .members
+            .into_iter()
+            .map(|m| Member {
+                id: m.id,
+                hello: m.hello,
+                alive: m.alive,
+            })
+            .collect();
+        let mut pool = Self::of_members(link, topics, run.clone(), net, members, saved.tally);
+        pool.per_client = saved.per_client;
+        pool.wire = saved.wire;
+        pool.timeouts = saved.timeouts;
+        pool.dropouts = saved.dropouts;
+        pool.accept_newcomers = true;
+        let ping = Envelope::new(run.clone(), 0, ToClient::Ping).to_bytes();
+        let mut waiting: std::collections::BTreeSet<usize> = (0..pool.members.len())
+            .filter(|&c| pool.members[c].alive)
+            .collect();
+        for &c in &waiting {
+            pool.wire.probe_down += ping.len() as u64;
+            if let Err(e) =
+                pool.link
+                    .publish(&pool.topics.down(&pool.members[c].id), ping.clone(), false)
+            {
+                warn(format!("resuming: cannot ping {}: {e}", pool.members[c].id));
+            }
+        }
+        eprintln!(
+            "resuming run {}: waiting for {} of its {} clients (timeout {:.0}s)",
+            run.as_str(),
+            waiting.len(),
+            pool.members.len(),
+            net.join_timeout
+        );
+        let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
+        while !waiting.is_empty() {
+            let Some(ev) = pool.link.recv_until(deadline) else {
+                break;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            let Some((id, kind)) = pool.topics.parse(&topic) else {
+                continue;
+            };
+            let Some(c) = pool.index.get(id).copied() else {
+                continue;
+            };
+            let msg = Envelope::<ToCoordinator>::from_bytes(&payload);
+            match (kind, msg) {
+                // A client back on the (restarted) broker: ping it again.
+                (
+                    TopicKind::Status,
+                    Ok(Envelope {
+                        body: ToCoordinator::Hello(_),
+                        ..
+                    }),
+                ) if waiting.contains(&c) => {
+                    pool.wire.probe_down += ping.len() as u64;
+                    let down = pool.topics.down(&pool.members[c].id);
+                    if let Err(e) = pool.link.publish(&down, ping.clone(), false) {
+                        warn(format!("resuming: cannot ping {id}: {e}"));
+                    }
+                }
+                (
+                    TopicKind::Up,
+                    Ok(Envelope {
+                        body: ToCoordinator::Pong,
+                        run: r,
+                        ..
+                    }),
+                ) if r == run && waiting.remove(&c) => {
+                    eprintln!("rejoined: {id} ({} still awaited)", waiting.len());
+                }
+                // Answers to the interrupted run's last jobs, and the like: not this run's news.
+                _ => {}
+            }
+        }
+        for c in waiting {
+            warn(format!(
+                "resuming: {} did not answer; taken as gone",
+                pool.members[c].id
+            ));
+            pool.members[c].alive = false;
+        }
+        pool
     }
 
     fn of_members(
@@ -329,8 +611,11 @@ impl MqttPool {
             per_client: BTreeMap::new(),
             wire: WireStats::default(),
             timeouts: 0,
+            dropouts: Vec::new(),
             accept_newcomers: false,
             queued: Vec::new(),
+            probing: Vec::new(),
+            checkpoint: None,
         }
     }
 
@@ -480,6 +765,7 @@ impl MqttPool {
                 self.send(*c, round, msg.clone())?;
             } else {
                 aw.give_up(*c);
+                self.dropped(*c, phase, DropReason::Absent);
             }
         }
         let mut answers = Vec::with_capacity(jobs.len());
@@ -487,6 +773,9 @@ impl MqttPool {
         while !aw.done() {
             let Some(ev) = self.link.recv_until(deadline) else {
                 self.timeouts += 1;
+                for &c in aw.pending() {
+                    self.dropped(c, phase, DropReason::Timeout);
+                }
                 let ids: Vec<&str> = aw
                     .pending()
                     .iter()
@@ -507,11 +796,48 @@ impl MqttPool {
                         answers.push(answer);
                     }
                 }
-                Inbound::Disconnected(e) => warn(format!("broker connection: {e}")),
-                Inbound::Connected => {}
+                Inbound::Disconnected(e) => warn(format!(
+                    "{phase}: lost the broker ({e}); reconnecting{}",
+                    self.link
+                        .next_attempt()
+                        .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                        .map_or(String::new(), |d| format!(" in {:.0} s", d.as_secs_f64()))
+                )),
+                Inbound::Connected => {
+                    // Back on the broker (it restarted, or the connection dropped): what was
+                    // published meanwhile may be lost, so every client still awaited gets its
+                    // job again (a client that answers twice has its second answer counted as a
+                    // duplicate). Clients that reconnect later say Hello and get theirs then.
+                    let pending: Vec<usize> = aw.pending().iter().copied().collect();
+                    eprintln!(
+                        "{phase}: reconnected to the broker; sending {} pending job(s) again",
+                        pending.len()
+                    );
+                    if let Some(bytes) = broadcast
+                        && !pending.is_empty()
+                    {
+                        self.broadcast(bytes)?;
+                    }
+                    for c in pending {
+                        if let Some((_, job)) = jobs.iter().find(|j| j.0 == c) {
+                            self.send(c, round, job.clone())?;
+                        }
+                    }
+                }
             }
         }
         Ok(answers)
+    }
+
+    /// Records that client `c` dropped out of `phase` (or was not asked, being gone).
+    fn dropped(&mut self, c: usize, phase: Phase, reason: DropReason) {
+        self.dropouts.push(Dropout {
+            id: self.members[c].id.to_string(),
+            client: c,
+            round: phase.round(),
+            phase: phase.to_string(),
+            reason,
+        });
     }
 
     fn on_message(
@@ -538,12 +864,33 @@ impl MqttPool {
             }
             tally.add(r.reason);
         };
+        if kind == TopicKind::Up
+            && let Ok(Envelope {
+                body: ToCoordinator::Pong,
+                run,
+                ..
+            }) = &msg
+        {
+            // A live newcomer; any other answer to a ping (a member's second one) is no news.
+            if *run == self.run
+                && let Some(at) = self.probing.iter().position(|p| p.0.as_str() == id)
+            {
+                let (new, hello) = self.probing.remove(at);
+                eprintln!("{phase}: newcomer {id} queued; it joins at the next round");
+                self.queued.push((new, hello));
+            }
+            return Ok(None);
+        }
         match (kind, client) {
             (TopicKind::Status, Some(c)) => match msg {
                 Ok(Envelope {
                     body: ToCoordinator::Hello(_),
                     ..
                 }) => {
+                    if !self.members[c].alive {
+                        eprintln!("{phase}: {id} is back");
+                        self.dropped(c, phase, DropReason::Back);
+                    }
                     self.members[c].alive = true;
                     if aw.is_pending(c) {
                         eprintln!("{id} reconnected; sending its job again");
@@ -560,6 +907,9 @@ impl MqttPool {
                     body: ToCoordinator::Gone,
                     ..
                 }) => {
+                    if self.members[c].alive {
+                        self.dropped(c, phase, DropReason::Gone);
+                    }
                     self.members[c].alive = false;
                     if aw.give_up(c) {
                         warn(format!("{}: {id} is gone; not waiting for it", aw.phase));
@@ -584,8 +934,16 @@ impl MqttPool {
                         if let Some(q) = self.queued.iter_mut().find(|q| q.0 == new) {
                             q.1 = hello;
                         } else {
-                            eprintln!("{phase}: newcomer {id} queued; it joins at the next round");
-                            self.queued.push((new, hello));
+                            // Queued once it answers the ping (a stale or forged Hello never
+                            // does).
+                            let ping = Envelope::new(self.run.clone(), 0, ToClient::Ping);
+                            let bytes = ping.to_bytes();
+                            self.wire.probe_down += bytes.len() as u64;
+                            self.link
+                                .publish(&self.topics.down(&new), bytes, false)
+                                .map_err(|e| PoolError::Transport(e.to_string()))?;
+                            self.probing.retain(|p| p.0 != new);
+                            self.probing.push((new, hello));
                         }
                     }
                     Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
@@ -604,7 +962,10 @@ impl MqttPool {
                 Ok(Envelope {
                     body: ToCoordinator::Gone,
                     ..
-                }) => self.queued.retain(|q| q.0.as_str() != id),
+                }) => {
+                    self.queued.retain(|q| q.0.as_str() != id);
+                    self.probing.retain(|q| q.0.as_str() != id);
+                }
                 Ok(_) => reject(
                     &mut self.tally,
                     &mut self.per_client,
@@ -876,14 +1237,15 @@ impl MqttPool {
             .collect())
     }
 
-    /// Tells every client the run is over.
+    /// Tells every client the run is over (the members, and newcomers still queued or pinged),
+    /// then disconnects. Called after a run, and after a failed one too.
     pub fn finish(self) {
-        for c in 0..self.members.len() {
-            let bytes = Envelope::new(self.run.clone(), u32::MAX, ToClient::Finish).to_bytes();
-            let _ = self
-                .link
-                .publish(&self.topics.down(&self.members[c].id), bytes, false);
-        }
+        let ids = self
+            .members
+            .iter()
+            .map(|m| &m.id)
+            .chain(self.queued.iter().chain(&self.probing).map(|q| &q.0));
+        finish_fleet(&self.link, &self.topics, &self.run, ids);
         self.link.disconnect();
     }
 }
@@ -923,6 +1285,46 @@ impl ClientPool for MqttPool {
         out
     }
 
+    fn wants_checkpoints(&self) -> bool {
+        self.checkpoint.is_some()
+    }
+
+    /// Writes `checkpoint.json` (the driver's state and this pool's) atomically into `--out`.
+    fn checkpoint(&mut self, checkpoint: &federation::Checkpoint) -> Result<(), PoolError> {
+        let Some((dir, round0)) = &self.checkpoint else {
+            return Ok(());
+        };
+        let saved = SavedRun {
+            serve: SavedPool {
+                run_id: self.run.clone(),
+                round0: *round0,
+                members: self
+                    .members
+                    .iter()
+                    .map(|m| SavedMember {
+                        id: m.id.clone(),
+                        hello: m.hello.clone(),
+                        alive: m.alive,
+                    })
+                    .collect(),
+                tally: self.tally.clone(),
+                per_client: self.per_client.clone(),
+                wire: self.wire.clone(),
+                timeouts: self.timeouts,
+                dropouts: self.dropouts.clone(),
+            },
+            federation: checkpoint.clone(),
+        };
+        let fail = |e: String| PoolError::Job {
+            job: "checkpoint",
+            reason: e,
+        };
+        let bytes = federation::to_exact_json(&saved).map_err(|e| fail(e.to_string()))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+        write_atomically(&dir.join(CHECKPOINT_FILE), bytes.as_bytes())
+            .map_err(|e| fail(format!("{}: {e}", dir.display())))
+    }
+
     /// One exchange per kind of job, in the order the kinds first appear.
     fn run(
         &mut self,
@@ -943,6 +1345,27 @@ impl ClientPool for MqttPool {
         }
         Ok(out)
     }
+}
+
+/// The clients that dropped out at least once (gone or timed out), each with the round and
+/// phase it first did and how: `summary.json`'s `dropped_clients`.
+fn dropped_clients(dropouts: &[Dropout]) -> serde_json::Value {
+    let mut first: BTreeMap<&str, &Dropout> = BTreeMap::new();
+    for d in dropouts {
+        if matches!(d.reason, DropReason::Gone | DropReason::Timeout) {
+            first.entry(d.id.as_str()).or_insert(d);
+        }
+    }
+    first
+        .into_iter()
+        .map(|(id, d)| {
+            (
+                id.to_string(),
+                json!({"round": d.round, "phase": d.phase, "reason": d.reason}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// A default run id: seconds since the epoch, in base 36.
@@ -1024,8 +1447,31 @@ pub fn run(
     observer: Option<&mut dyn Observer>,
 ) -> anyhow::Result<Served> {
     let topics = Topics::new(&net.prefix).context("bad --prefix")?;
-    let run =
-        protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id)).context("bad --run-id")?;
+    let saved = match &net.resume {
+        Some(dir) => {
+            anyhow::ensure!(
+                net.lps == LpsMode::Local,
+                "--resume does not resume runs with --lps remote"
+            );
+            Some(read_checkpoint(dir)?)
+        }
+        None => None,
+    };
+    let run = match &saved {
+        Some(s) => {
+            let id = s.serve.run_id.clone();
+            if let Some(asked) = &net.run_id {
+                anyhow::ensure!(
+                    asked.as_str() == id.as_str(),
+                    "--run-id {asked} but the checkpoint is of run {}",
+                    id.as_str()
+                );
+            }
+            id
+        }
+        None => protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id))
+            .context("bad --run-id")?,
+    };
     let (link_addr, security) = net.link_to(broker)?;
     // With remote LPSs this process is the GPS. It listens to the LPSs from the start, so their
     // announcements wait for it while round 0 runs.
@@ -1055,10 +1501,26 @@ pub fn run(
     link.wait_connected(&link_addr, Duration::from_secs(30))?;
     eprintln!("connected to {broker}; run {}", run.as_str());
     let min_clients = net.min_clients.unwrap_or(cfg.clients);
-    let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
-    let truth = pool.truth();
+    let (mut pool, resume) = match saved {
+        Some(saved) => {
+            let round0 = saved.serve.round0;
+            let mut pool = MqttPool::rejoin(link, topics.clone(), net, saved.serve);
+            pool.checkpoint = Some((cfg.out.clone(), round0));
+            (pool, Some((saved.federation, round0)))
+        }
+        None => {
+            let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
+            if gps_link.is_none() {
+                pool.checkpoint = Some((cfg.out.clone(), pool.members.len()));
+            }
+            (pool, None)
+        }
+    };
+    let round0 = resume.as_ref().map_or(pool.members.len(), |r| r.1);
+    // The ground truth of the round-0 clients (newcomers' is added at the end).
+    let truth = pool.truth().map(|t| t[..round0.min(t.len())].to_vec());
     let mut cfg = cfg.clone();
-    cfg.clients = pool.members.len();
+    cfg.clients = round0;
     let data = match pool.partition() {
         Some((spec, seed)) => {
             cfg.partition = spec;
@@ -1077,12 +1539,21 @@ pub fn run(
     if gps_link.is_some() {
         federation_cfg.rounds = 0;
     }
-    let mut result = federation::run(
+    let mut result = match federation::run_resumable(
         &federation_cfg,
         &mut pool,
         &ctx,
         observer.unwrap_or(&mut progress),
-    )?;
+        resume.map(|r| r.0),
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            // Any failed run tells its fleet to finish.
+            eprintln!("error: the run failed ({e}); telling its clients to finish");
+            pool.finish();
+            return Err(e.into());
+        }
+    };
     progress.finish();
     // The strategies count their clustering upload in f32; over the wire it travelled in the
     // upload encoding (MT-HFL's eigenpairs have their own, already counted).
@@ -1097,12 +1568,15 @@ pub fn run(
     }
     let mut extra = json!({
         "run_id": run.as_str(),
+        "client_ids": pool.client_ids().iter().map(Id::as_str).collect::<Vec<_>>(),
         "broker": broker.to_string(),
         "upload_encoding": net.upload.to_string(),
         "rejected": pool.tally,
         "rejected_total": pool.tally.total(),
         "rejected_per_client": pool.per_client,
         "phase_timeouts": pool.timeouts,
+        "dropouts": pool.dropouts,
+        "dropped_clients": dropped_clients(&pool.dropouts),
         "wire_bytes": pool.wire,
     });
     let gps = match gps_link {

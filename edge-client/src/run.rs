@@ -1,7 +1,7 @@
 //! `edge-client run`: the client of a federation over MQTT.
 //!
 //! The client connects, announces itself (retained `Hello` on its status topic, with a retained
-//! `Gone` as last will), and answers the coordinator's commands on its `down` topic one at a time:
+//! `Gone` as last will), answers the coordinator's `Ping` with `Pong` at once, and answers the coordinator's commands on its `down` topic one at a time:
 //! warm-up training and upload of the signature layers (round 0), local training of its cluster's
 //! model and upload of the update, evaluation on its local test set. The MQTT event loop runs on
 //! its own thread ([`Link`]), so keepalives go on while this thread trains; after the broker drops,
@@ -231,6 +231,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                         id.as_str()
                     );
                     served.ignored += 1;
+                    continue;
+                }
+                // A ping while the coordinator joins clients (or places a newcomer): answered at
+                // once, so it counts this client as live.
+                if env.body == ToClient::Ping {
+                    let bytes = Envelope::new(env.run, env.round, ToCoordinator::Pong).to_bytes();
+                    served.bytes_up += bytes.len() as u64;
+                    link.publish(&topics.up(&id), bytes, false)?;
                     continue;
                 }
                 if env.body == ToClient::Finish {
@@ -559,7 +567,7 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
                 other => anyhow::bail!("{} for an evaluation job", other.name()),
             }
         }
-        ToClient::Finish => anyhow::bail!("`finish` is not a job"),
+        ToClient::Finish | ToClient::Ping => anyhow::bail!("`finish` and `ping` are not jobs"),
         ToClient::GramSignature { .. } | ToClient::Relay(_) | ToClient::Relevance { .. } => {
             anyhow::bail!("MT-HFL round 0 is handled by the worker")
         }

@@ -14,6 +14,8 @@
 //! ```text
 //!  client                                   coordinator
 //!    │ ── status: Hello (retained) ───────────▶ │  (last will: Gone, retained)
+//!    │ ◀── down: Ping ───────────────────────── │  joining: only clients that answer join
+//!    │ ── up: Pong ───────────────────────────▶ │  (a stale or forged Hello never does)
 //!    │ ◀── down: Signature{job, layers} ─────── │  round 0: warm-up, upload the layers
 //!    │ ── up: Signature{values} ──────────────▶ │  → one-shot clustering
 //!    │ ◀── down: Train{job} ─────────────────── │  round t ≥ 1, sampled clients only
@@ -53,7 +55,7 @@
 //! | topic | direction | retained | payload |
 //! | --- | --- | --- | --- |
 //! | `<prefix>/clients/<id>/status` | client → coordinator | yes | `Hello` on connect, `Gone` as last will and on exit |
-//! | `<prefix>/clients/<id>/up` | client → coordinator | no | `Signature`, `Update`, `Evaluation`, `Eigenpairs`, `RelevanceRow`, `Failed` |
+//! | `<prefix>/clients/<id>/up` | client → coordinator | no | `Signature`, `Update`, `Evaluation`, `Eigenpairs`, `RelevanceRow`, `Failed`, `Pong` |
 //! | `<prefix>/clients/<id>/down` | coordinator → client | no | `ToClient` |
 //! | `<prefix>/lps/<id>/status` | LPS → GPS | yes | [`ToGps::Hello`] on connect, `Gone` as last will and on exit |
 //! | `<prefix>/lps/<id>/up` | LPS → GPS | no | [`ToGps`]: `Common`, `Done`, `Failed` |
@@ -536,6 +538,10 @@ pub enum ToClient {
         /// Which layers to upload.
         layers: Text,
     },
+    /// "Are you there?": the coordinator asks every client that announced itself (its
+    /// retained `Hello`, possibly stale or forged) to answer [`ToCoordinator::Pong`] on its `up`
+    /// topic before it counts it as joined. Not a job: answered at once.
+    Ping,
 }
 
 /// Accuracy counts of one label on a client's test set.
@@ -666,6 +672,9 @@ pub enum ToCoordinator {
         /// Shannon entropy of the label histogram in bits.
         entropy: f64,
     },
+    /// The answer to a [`ToClient::Ping`], with the ping's run and round: this client is live
+    /// and serves that run.
+    Pong,
 }
 
 /// Decodes a relevance row of `n` values, each finite and in `[0, 1]`.

@@ -120,6 +120,7 @@ fn to_client() -> Vec<ToClient> {
             job: job(&[1.0], Encoding::F32),
             layers: text("smallest-fc"),
         },
+        ToClient::Ping,
     ];
     for m in &all {
         match m {
@@ -127,6 +128,7 @@ fn to_client() -> Vec<ToClient> {
             | ToClient::Train(_)
             | ToClient::Evaluate { .. }
             | ToClient::Finish
+            | ToClient::Ping
             | ToClient::GramSignature { .. }
             | ToClient::Relay(_)
             | ToClient::Relevance { .. }
@@ -217,6 +219,7 @@ fn to_coordinator() -> Vec<ToCoordinator> {
             classes: 2,
             entropy: 1.0,
         },
+        ToCoordinator::Pong,
     ];
     for m in &all {
         match m {
@@ -226,6 +229,7 @@ fn to_coordinator() -> Vec<ToCoordinator> {
             | ToCoordinator::Evaluation { .. }
             | ToCoordinator::Failed { .. }
             | ToCoordinator::Gone
+            | ToCoordinator::Pong
             | ToCoordinator::Eigenpairs(_)
             | ToCoordinator::RelevanceRow { .. }
             | ToCoordinator::Pair { .. }
@@ -468,7 +472,10 @@ fn execute(bytes: &[u8], other: usize) -> [bool; 4] {
             ToClient::Pick { candidates, .. } => {
                 candidates.iter().for_each(|c| check_tensor(c, other))
             }
-            ToClient::Finish | ToClient::GramSignature { .. } | ToClient::Relevance { .. } => {}
+            ToClient::Finish
+            | ToClient::Ping
+            | ToClient::GramSignature { .. }
+            | ToClient::Relevance { .. } => {}
         }
     }
     if let Some(m) = round_trip::<ToCoordinator>(bytes) {
@@ -496,7 +503,8 @@ fn execute(bytes: &[u8], other: usize) -> [bool; 4] {
             ToCoordinator::Hello(_)
             | ToCoordinator::Evaluation { .. }
             | ToCoordinator::Failed { .. }
-            | ToCoordinator::Gone => {}
+            | ToCoordinator::Gone
+            | ToCoordinator::Pong => {}
         }
     }
     if let Some(m) = round_trip::<ToLps>(bytes) {

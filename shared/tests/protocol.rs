@@ -92,6 +92,7 @@ fn golden_to_client() {
     );
 
     golden(env("r1", 3, ToClient::Finish), &cat(&[0x03]));
+    golden(env("r1", 3, ToClient::Ping), &cat(&[0x0C]));
 }
 
 #[test]
@@ -120,6 +121,7 @@ fn golden_to_coordinator() {
         ],
     );
     golden(blank(ToCoordinator::Gone), &[0x01, 0x00, 0x00, 0x05]);
+    golden(blank(ToCoordinator::Pong), &[0x01, 0x00, 0x00, 0x0C]);
 
     let head = [0x01, 0x01, b'x', 0x00];
     let cat = |body: &[u8]| [&head[..], body].concat();

@@ -11,6 +11,8 @@ use crate::federation::{
 pub struct FedAvg;
 
 impl Strategy for FedAvg {
+    crate::stateless_resume!();
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         Ok(Init::plain(vec![0; env.clients.len()], env.initial, false))
     }

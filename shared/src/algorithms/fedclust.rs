@@ -116,7 +116,7 @@ pub enum FedClustError {
 }
 
 /// The outcome of the one-shot clustering.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Clustering {
     /// Cluster of each client (0-based, in order of first appearance).
     pub assignment: Vec<usize>,
@@ -132,7 +132,7 @@ pub struct Clustering {
     pub centroids: Vec<Vec<f32>>,
     /// For the automatic cuts (`auto`, `gap`): the merge heights, every candidate cut with its
     /// score, and the one chosen. `None` for `k=N` and numeric λ cuts.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<CutScores>,
 }
 
@@ -330,6 +330,17 @@ fn signatures(answers: Vec<(usize, Answer)>) -> Vec<(usize, Vec<f32>)> {
 }
 
 impl Strategy for FedClust {
+    /// The state: round 0's clustering (its centroids place newcomers).
+    fn save(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(&self.clustering).ok()
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), FederationError> {
+        self.clustering = serde_json::from_value(state)
+            .map_err(|e| FederationError::Config(format!("FedClust's checkpoint: {e}")))?;
+        Ok(())
+    }
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let n = env.clients.len();
         let jobs = (0..n).map(|p| (p, signature_job(env, p))).collect();

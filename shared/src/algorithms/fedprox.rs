@@ -36,6 +36,8 @@ impl FedProx {
 }
 
 impl Strategy for FedProx {
+    crate::stateless_resume!();
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         Ok(Init::plain(vec![0; env.clients.len()], env.initial, false))
     }

@@ -220,6 +220,8 @@ fn warmup_job<'a>(env: &Env<'_>, p: usize, start: &'a Params) -> Job<'a> {
 }
 
 impl Strategy for FeSem {
+    crate::stateless_resume!();
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let n = env.clients.len();
         let initial = env.initial;

@@ -118,6 +118,8 @@ impl Ifca {
 }
 
 impl Strategy for Ifca {
+    crate::stateless_resume!();
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let mut init = Init::plain(vec![0; env.clients.len()], env.initial, false);
         init.models = initial_models(env.initial, env.cfg.model, env.cfg.seed, self.k);

@@ -12,6 +12,8 @@ use crate::federation::{
 pub struct Local;
 
 impl Strategy for Local {
+    crate::stateless_resume!();
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         Ok(Init::plain(
             (0..env.clients.len()).collect(),

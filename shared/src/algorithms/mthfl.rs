@@ -1099,6 +1099,32 @@ fn signatures_of(answers: Vec<(usize, Answer)>) -> Vec<(usize, Signature)> {
 }
 
 impl Strategy for MtHfl {
+    /// The state: the round-0 signatures and clustering (they place newcomers).
+    fn save(&self) -> Option<serde_json::Value> {
+        serde_json::to_value((&self.signatures, &self.clustering)).ok()
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), FederationError> {
+        let bad = |e: String| FederationError::Config(format!("MT-HFL's checkpoint: {e}"));
+        let (signatures, clustering): (Vec<Signature>, Option<Clustering>) =
+            serde_json::from_value(state).map_err(|e| bad(e.to_string()))?;
+        if let Some(s) = signatures
+            .iter()
+            .find(|s| s.values.len() != s.k || s.vectors.len() != s.k.saturating_mul(s.d))
+        {
+            return Err(bad(format!(
+                "a signature of k = {} and d = {} with {} values and {} vector floats",
+                s.k,
+                s.d,
+                s.values.len(),
+                s.vectors.len()
+            )));
+        }
+        self.signatures = signatures;
+        self.clustering = clustering;
+        Ok(())
+    }
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let cfg = env.cfg;
         let n = env.clients.len();

@@ -45,6 +45,8 @@ impl Random {
 }
 
 impl Strategy for Random {
+    crate::stateless_resume!();
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let assignment = random_assignment(env.clients.len(), self.k, env.cfg.seed);
         Ok(Init::plain(assignment, env.initial, true))

@@ -10,9 +10,9 @@ use rand_chacha::ChaCha8Rng;
 
 use super::result::task_accuracy;
 use super::{
-    Algorithm, Answer, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env, FederationConfig,
-    FederationError, GpsLink, Job, Newcomer, NewcomerError, Observer, RoundRecord, RunContext,
-    RunResult, Target, Traffic, Weighting, client_seed,
+    Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env,
+    FederationConfig, FederationError, GpsLink, Init, Job, Newcomer, NewcomerError, Observer,
+    RoundRecord, RunContext, RunResult, Target, Traffic, Weighting, client_seed,
 };
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::hierarchy::{self, CommonLayers};
@@ -31,7 +31,28 @@ pub fn run(
     ctx: &RunContext,
     observer: &mut dyn Observer,
 ) -> Result<RunResult, FederationError> {
-    run_inner(cfg, pool, ctx, observer, None)
+    run_inner(cfg, pool, ctx, observer, None, None)
+}
+
+/// [`run`], handing a [`Checkpoint`] to the pool ([`ClientPool::checkpoint`]) after every
+/// completed round (0 included) when it wants them, and continuing from `resume` (the
+/// checkpoint of an earlier, interrupted run of the same configuration and pool) when given:
+/// its round 0 and completed rounds are not run again, and the result is the one the
+/// uninterrupted run would have had. A method that cannot be resumed
+/// ([`super::Strategy::save`] is `None`) gets no checkpoints.
+///
+/// # Errors
+///
+/// As [`run`]; and [`FederationError::Config`] when `resume` is of another configuration or
+/// the method cannot be resumed.
+pub fn run_resumable(
+    cfg: &FederationConfig,
+    pool: &mut dyn ClientPool,
+    ctx: &RunContext,
+    observer: &mut dyn Observer,
+    resume: Option<Checkpoint>,
+) -> Result<RunResult, FederationError> {
+    run_inner(cfg, pool, ctx, observer, None, resume)
 }
 
 /// Runs one LPS of a hierarchy whose GPS is another process: FedAvg of the pool's clients (one
@@ -63,7 +84,7 @@ pub fn run_lps(
             initial.model, cfg.model
         )));
     }
-    run_inner(cfg, pool, ctx, observer, Some((initial, gps)))
+    run_inner(cfg, pool, ctx, observer, Some((initial, gps)), None)
 }
 
 fn run_inner(
@@ -72,10 +93,22 @@ fn run_inner(
     ctx: &RunContext,
     observer: &mut dyn Observer,
     lps: Option<(Params, &mut dyn GpsLink)>,
+    resume: Option<Checkpoint>,
 ) -> Result<RunResult, FederationError> {
     cfg.validate()?;
     let start = Instant::now();
-    let mut clients = pool.clients();
+    let mut clients = match &resume {
+        Some(c) => {
+            if c.config != *cfg {
+                return Err(FederationError::Config(
+                    "the checkpoint is of another configuration (same flags and seed needed)"
+                        .into(),
+                ));
+            }
+            c.clients.clone()
+        }
+        None => pool.clients(),
+    };
     let n = clients.len();
     if n == 0 {
         return Err(FederationError::NoClients);
@@ -122,30 +155,138 @@ fn run_inner(
         };
     }
 
-    // Round 0: who trains with whom.
-    let init = strategy.init(&mut env!())?;
-    report_dropped!();
-    let ari = match &ctx.truth {
-        // The truth may cover clients that join later too (pool indices n..).
-        Some(t) if init.clusters_found && t.len() >= n => {
-            Some(adjusted_rand_index(&init.assignment, &t[..n]))
+    // Where the run starts: round 0 (who trains with whom), or after the checkpoint's round.
+    let mut done = 0;
+    let mut earlier_seconds = 0.0;
+    let resume_parts = resume.as_ref().map(|c| {
+        (
+            c.newcomers.clone(),
+            c.dropped_newcomers.clone(),
+            c.gps_rounds,
+        )
+    });
+    let (init, ari, mut state, mut last_eval, mut rounds, mut final_client_accuracy) = match resume
+    {
+        None => {
+            let mut init = strategy.init(&mut env!())?;
+            report_dropped!();
+            let ari = match &ctx.truth {
+                // The truth may cover clients that join later too (pool indices n..).
+                Some(t) if init.clusters_found && t.len() >= n => {
+                    Some(adjusted_rand_index(&init.assignment, &t[..n]))
+                }
+                _ => None,
+            };
+            if let Some(c) = &init.clustering {
+                observer.clustered(c, ari);
+            }
+            let state = Clusters::new(
+                std::mem::take(&mut init.assignment),
+                std::mem::take(&mut init.models),
+            );
+            // Last evaluation of each client, with the (cluster, model version) it was made
+            // under.
+            let last_eval: Vec<Option<(EvalReport, (usize, u64))>> = vec![None; n];
+            (
+                init,
+                ari,
+                state,
+                last_eval,
+                Vec::with_capacity(cfg.rounds),
+                Vec::new(),
+            )
         }
-        _ => None,
+        Some(c) => {
+            strategy.restore(c.strategy.clone())?;
+            done = c.round;
+            earlier_seconds = c.wall_seconds;
+            traffic.down = c.floats_down;
+            traffic.up = c.floats_up;
+            traffic.dropped = c.dropped_updates.clone();
+            reported = traffic.dropped.len();
+            let distances = match c.distances.clone() {
+                Some(d) => Some(
+                    crate::cluster::distance::CondensedMatrix::from_condensed(d)
+                        .map_err(|e| FederationError::Config(format!("checkpoint: {e}")))?,
+                ),
+                None => None,
+            };
+            let init = Init {
+                assignment: Vec::new(),
+                models: Vec::new(),
+                clustering: c.clustering.clone(),
+                distances,
+                relevance: c.relevance.clone(),
+                signature_len: c.signature_len,
+                signature_bytes: c.signature_bytes,
+                clusters_found: c.clusters_found,
+            };
+            (
+                init,
+                c.ari,
+                c.clusters(),
+                c.last_eval.clone(),
+                c.rounds.clone(),
+                c.final_client_accuracy
+                    .iter()
+                    .map(|a| a.unwrap_or(f64::NAN))
+                    .collect(),
+            )
+        }
     };
-    if let Some(c) = &init.clustering {
-        observer.clustered(c, ari);
-    }
-    let mut state = Clusters::new(init.assignment, init.models);
-
-    // Last evaluation of each client, with the (cluster, model version) it was made under.
-    let mut last_eval: Vec<Option<(EvalReport, (usize, u64))>> = vec![None; n];
-    let mut rounds = Vec::with_capacity(cfg.rounds);
-    let mut final_client_accuracy = Vec::new();
     let mut gps_rounds = 0;
-    let mut newcomers = Vec::new();
-    let mut dropped_newcomers = Vec::new();
+    let (mut newcomers, mut dropped_newcomers) = (Vec::new(), Vec::new());
+    // The method's state goes into every checkpoint; a method without one gets none.
+    macro_rules! checkpoint {
+        ($round:expr) => {
+            if pool.wants_checkpoints()
+                && let Some(method) = strategy.save()
+            {
+                let (model_versions, next_version) = state.versions();
+                pool.checkpoint(&Checkpoint {
+                    version: super::CHECKPOINT_VERSION,
+                    config: cfg.clone(),
+                    round: $round,
+                    clients: clients.clone(),
+                    assignment: state.assignment().to_vec(),
+                    models: state.models().to_vec(),
+                    model_versions,
+                    next_version,
+                    last_eval: last_eval.clone(),
+                    rounds: rounds.clone(),
+                    final_client_accuracy: final_client_accuracy
+                        .iter()
+                        .map(|a: &f64| (!a.is_nan()).then_some(*a))
+                        .collect(),
+                    gps_rounds,
+                    newcomers: newcomers.clone(),
+                    dropped_newcomers: dropped_newcomers.clone(),
+                    dropped_updates: traffic.dropped.clone(),
+                    floats_down: traffic.down,
+                    floats_up: traffic.up,
+                    clustering: init.clustering.clone(),
+                    distances: init.distances.as_ref().map(|d| d.as_slice().to_vec()),
+                    relevance: init.relevance.clone(),
+                    ari,
+                    clusters_found: init.clusters_found,
+                    signature_len: init.signature_len,
+                    signature_bytes: init.signature_bytes,
+                    strategy: method,
+                    wall_seconds: earlier_seconds + start.elapsed().as_secs_f64(),
+                })?;
+            }
+        };
+    }
+    match resume_parts {
+        Some((placed, turned_away, gps)) => {
+            newcomers = placed;
+            dropped_newcomers = turned_away;
+            gps_rounds = gps;
+        }
+        None => checkpoint!(0),
+    }
 
-    for round in 1..=cfg.rounds {
+    for round in done + 1..=cfg.rounds {
         let t0 = Instant::now();
         let offered = pool.newcomers(round);
         if !offered.is_empty() {
@@ -318,6 +459,7 @@ fn run_inner(
         report_dropped!();
         observer.round(&record, cfg.rounds);
         rounds.push(record);
+        checkpoint!(round);
     }
 
     let n_clusters = state.len();
@@ -343,7 +485,7 @@ fn run_inner(
         dropped_updates: traffic.dropped,
         floats_down: traffic.down,
         floats_up: traffic.up,
-        wall_seconds: start.elapsed().as_secs_f64(),
+        wall_seconds: earlier_seconds + start.elapsed().as_secs_f64(),
     };
     if let Some(truth) = &ctx.truth {
         result.score_newcomers(truth);

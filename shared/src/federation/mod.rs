@@ -43,14 +43,16 @@
 //! the run's client list ([`Env::clients`]); the pool knows them by `index`. The two are equal
 //! for round-0 clients and differ only after a newcomer was dropped. [`Env::run`] translates.
 
+mod checkpoint;
 mod config;
 mod driver;
 mod pool;
 mod result;
 
 pub use crate::algorithms::Algorithm;
+pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, from_exact_json, to_exact_json};
 pub use config::{FederationConfig, Weighting, client_seed};
-pub use driver::{run, run_lps};
+pub use driver::{run, run_lps, run_resumable};
 pub use pool::{
     Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Prox, Training, Update,
 };
@@ -237,6 +239,45 @@ pub trait Strategy {
         let _ = (env, round, state);
         Ok(())
     }
+
+    /// The method's own state after a round, beyond the clusters and their models, for a
+    /// [`Checkpoint`]; `None` (the default) when the method cannot be resumed.
+    fn save(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Takes back what [`Strategy::save`] returned, instead of [`Strategy::init`], to resume a
+    /// run.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Config`] when the method cannot be resumed (the default) or `state` is
+    /// not its.
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), FederationError> {
+        let _ = state;
+        Err(FederationError::Config(
+            "this method cannot resume from a checkpoint".into(),
+        ))
+    }
+}
+
+/// [`Strategy::save`] and [`Strategy::restore`] of a method whose state is its configuration
+/// only (everything else is in the clusters and their models).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! stateless_resume {
+    () => {
+        fn save(&self) -> Option<serde_json::Value> {
+            Some(serde_json::Value::Null)
+        }
+
+        fn restore(
+            &mut self,
+            _state: serde_json::Value,
+        ) -> Result<(), $crate::federation::FederationError> {
+            Ok(())
+        }
+    };
 }
 
 /// What [`Strategy::init`] found.
@@ -332,6 +373,26 @@ pub struct Clusters {
 }
 
 impl Clusters {
+    /// Clusters restored from a [`Checkpoint`] (checked there).
+    pub(crate) fn from_parts(
+        assignment: Vec<usize>,
+        models: Vec<Params>,
+        version: Vec<u64>,
+        next_version: u64,
+    ) -> Self {
+        Clusters {
+            assignment,
+            models,
+            version,
+            next_version,
+        }
+    }
+
+    /// The version of every cluster model and the next version number (for a [`Checkpoint`]).
+    pub(crate) fn versions(&self) -> (Vec<u64>, u64) {
+        (self.version.clone(), self.next_version)
+    }
+
     /// Clusters from an assignment (by position) and one model per cluster.
     pub fn new(assignment: Vec<usize>, models: Vec<Params>) -> Self {
         let version = (0..models.len() as u64).collect();
@@ -533,7 +594,10 @@ impl Env<'_> {
         for (_, j) in &by_index {
             self.traffic.down += j.floats_down() as u64;
         }
-        let answers = self.pool.run(round, &by_index)?;
+        let mut answers = self.pool.run(round, &by_index)?;
+        // In client order, not arrival order: the averages (float sums) of a run over a network
+        // are then the same in every run with the same seed (and after a resume).
+        answers.sort_by_key(|(index, _)| *index);
         let expected_len = self.initial.values.len();
         let model = self.cfg.model;
         let equal = self.cfg.weighting == Weighting::Equal;

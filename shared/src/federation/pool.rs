@@ -334,4 +334,20 @@ pub trait ClientPool {
     fn newcomers(&mut self, _round: usize) -> Vec<ClientInfo> {
         Vec::new()
     }
+
+    /// Whether [`ClientPool::checkpoint`] should be called after every round (the default: no).
+    fn wants_checkpoints(&self) -> bool {
+        false
+    }
+
+    /// Keeps the driver's state after a completed round (a runtime writes it, with its own
+    /// state, where a resumed run finds it). The default keeps nothing.
+    ///
+    /// # Errors
+    ///
+    /// The checkpoint cannot be kept (the run stops: a run asked to be resumable is not run
+    /// unprotected).
+    fn checkpoint(&mut self, _checkpoint: &super::Checkpoint) -> Result<(), PoolError> {
+        Ok(())
+    }
 }

@@ -1,0 +1,183 @@
+//! Checkpoints of the round driver, in process: a run interrupted after any round and resumed
+//! from that round's checkpoint (through its JSON text) ends exactly as the uninterrupted run:
+//! same clusters, models, records, evaluations and newcomers.
+
+use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::cluster::hc::Linkage;
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::partition::{PartitionSpec, partition};
+use edgecfl_shared::federation::{
+    self, Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, FederationConfig, Job, Observer,
+    PoolError, RunContext, RunResult,
+};
+use edgecfl_shared::model::ModelKind;
+use edgecfl_shared::sim::SimPool;
+use edgecfl_shared::train::Backend;
+
+const CLIENTS: usize = 10;
+const ROUNDS: usize = 3;
+/// The last two clients join at round 2 (FedClust places them).
+const JOIN_ROUND: usize = 2;
+
+/// A [`SimPool`] that keeps every checkpoint as JSON text.
+struct Saving {
+    inner: SimPool,
+    saved: Vec<String>,
+}
+
+impl ClientPool for Saving {
+    fn clients(&self) -> Vec<ClientInfo> {
+        self.inner.clients()
+    }
+    fn newcomers(&mut self, round: usize) -> Vec<ClientInfo> {
+        self.inner.newcomers(round)
+    }
+    fn run(
+        &mut self,
+        round: usize,
+        jobs: &[(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        self.inner.run(round, jobs)
+    }
+    fn wants_checkpoints(&self) -> bool {
+        true
+    }
+    fn checkpoint(&mut self, c: &Checkpoint) -> Result<(), PoolError> {
+        self.saved.push(c.to_json().expect("checkpoint JSON"));
+        Ok(())
+    }
+}
+
+struct Quiet;
+impl Observer for Quiet {}
+
+fn pool(newcomers: bool) -> (Saving, Vec<usize>) {
+    let data = FashionMnist::bundled().unwrap();
+    let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
+    let part = partition(&spec, &data.train.labels, CLIENTS, 3).unwrap();
+    let truth = part.truth.clone().unwrap();
+    let mut inner = SimPool::new(&data, &part, Backend::Flex).unwrap();
+    if newcomers {
+        inner.hold_out(2, JOIN_ROUND).unwrap();
+    }
+    let pool = Saving {
+        inner,
+        saved: Vec::new(),
+    };
+    (pool, truth)
+}
+
+fn same(a: &RunResult, b: &RunResult) {
+    assert_eq!(a.assignment, b.assignment);
+    assert_eq!(a.clients, b.clients);
+    assert_eq!(a.models, b.models);
+    assert_eq!(a.newcomers, b.newcomers);
+    assert_eq!(a.dropped_newcomers, b.dropped_newcomers);
+    assert_eq!(a.dropped_updates, b.dropped_updates);
+    assert_eq!((a.floats_up, a.floats_down), (b.floats_up, b.floats_down));
+    assert_eq!(a.ari, b.ari);
+    assert_eq!(a.rounds.len(), b.rounds.len());
+    for (x, y) in a.rounds.iter().zip(&b.rounds) {
+        let mut y = y.clone();
+        y.seconds = x.seconds;
+        assert_eq!(*x, y);
+    }
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&a.final_client_accuracy),
+        bits(&b.final_client_accuracy)
+    );
+}
+
+fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) {
+    let mthfl = algorithm == Algorithm::MtHfl;
+    let cfg = FederationConfig {
+        algorithm,
+        model: if mthfl {
+            ModelKind::Mlp
+        } else {
+            ModelKind::LeNet5
+        },
+        rounds: ROUNDS,
+        frac: 0.5,
+        epochs: 1,
+        warmup_epochs: 1,
+        threshold: if mthfl {
+            Threshold::Clusters(4)
+        } else {
+            Threshold::Auto
+        },
+        linkage: Linkage::Average,
+        seed: 3,
+        ..FederationConfig::default()
+    };
+    let (mut full_pool, truth) = pool(newcomers);
+    let ctx = RunContext {
+        truth: Some(truth),
+        ..RunContext::default()
+    };
+    let full = federation::run_resumable(&cfg, &mut full_pool, &ctx, &mut Quiet, None).unwrap();
+    // After round 0 and after every training round.
+    assert_eq!(full_pool.saved.len(), ROUNDS + 1);
+    for (k, text) in full_pool.saved.iter().enumerate() {
+        let checkpoint = Checkpoint::from_json(text).unwrap();
+        assert_eq!(checkpoint.round, k);
+        // The pool of a resumed run knows the clients placed before the checkpoint already.
+        let (mut again, _) = pool(newcomers && k < JOIN_ROUND);
+        let resumed =
+            federation::run_resumable(&cfg, &mut again, &ctx, &mut Quiet, Some(checkpoint))
+                .unwrap();
+        same(&full, &resumed);
+        // It goes on checkpointing from there.
+        assert_eq!(again.saved.len(), ROUNDS - k);
+    }
+}
+
+#[test]
+fn fedclust_with_newcomers_resumes_after_any_round_to_the_same_result() {
+    resume_after_every_round(Algorithm::FedClust, true);
+}
+
+#[test]
+fn mthfl_with_newcomers_resumes_after_any_round_to_the_same_result() {
+    resume_after_every_round(Algorithm::MtHfl, true);
+}
+
+#[test]
+fn fedavg_resumes_after_any_round_to_the_same_result() {
+    resume_after_every_round(Algorithm::FedAvg, false);
+}
+
+/// A checkpoint of another configuration, or one whose parts do not fit, is refused with an
+/// error, never a panic.
+#[test]
+fn a_bad_checkpoint_is_refused() {
+    let (mut p, truth) = pool(false);
+    let cfg = FederationConfig {
+        rounds: 1,
+        epochs: 1,
+        warmup_epochs: 1,
+        seed: 3,
+        ..FederationConfig::default()
+    };
+    let ctx = RunContext {
+        truth: Some(truth),
+        ..RunContext::default()
+    };
+    federation::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
+    let text = p.saved[0].clone();
+    let other = FederationConfig {
+        seed: 4,
+        ..cfg.clone()
+    };
+    let c = Checkpoint::from_json(&text).unwrap();
+    let (mut q, _) = pool(false);
+    assert!(federation::run_resumable(&other, &mut q, &ctx, &mut Quiet, Some(c)).is_err());
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["assignment"][0] = serde_json::json!(99);
+    assert!(Checkpoint::from_json(&v.to_string()).is_err());
+    v["assignment"] = serde_json::json!([0]);
+    assert!(Checkpoint::from_json(&v.to_string()).is_err());
+    assert!(Checkpoint::from_json("{").is_err());
+    assert!(Checkpoint::from_json(&text[..text.len() / 2]).is_err());
+}

@@ -1,0 +1,403 @@
+//! Crash and fault tolerance over real brokers (issue 11 §5): a failed run tells its fleet to
+//! finish; a stale or forged retained `Hello` never blocks a run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use edgecfl_shared::mqtt::{Inbound, Link};
+use edgecfl_shared::protocol::{
+    Envelope, Hello, Id, ToClient, ToCoordinator, TopicKind, Topics, text,
+};
+use edgecfl_tests::*;
+
+/// `coordinator serve` on the embedded broker at `port` (loopback) with `flags`, `extra` and
+/// the run's files in `dir/out`, its output in `dir/<log>`.
+fn serve_embedded(
+    dir: &Path,
+    port: u16,
+    prefix: &str,
+    flags: &[String],
+    extra: &[&str],
+    log: &str,
+) -> Proc {
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(flags)
+        .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+        .args(["--prefix", prefix])
+        .args(extra)
+        .arg("--out")
+        .arg(dir.join("out"));
+    Proc::spawn(cmd, "coordinator serve", &dir.join(log))
+}
+
+/// Waits for the first command on a client's `down` topic that `wanted`; returns the client.
+fn first_job(link: &Link, topics: &Topics, wanted: impl Fn(&Envelope<ToClient>) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Some(ev) = link.recv_until(deadline) {
+        if let Inbound::Message { topic, payload, .. } = ev
+            && let Some((id, TopicKind::Down)) = topics.parse(&topic)
+            && let Ok(env) = Envelope::<ToClient>::from_bytes(&payload)
+            && wanted(&env)
+        {
+            return id.to_string();
+        }
+    }
+    panic!("no such job within 300 s");
+}
+
+/// Wait for `n` clients (2 minutes at most), and at most a minute for each phase.
+fn patient(n: usize) -> Vec<String> {
+    [
+        "--min-clients",
+        &n.to_string(),
+        "--join-timeout",
+        "120",
+        "--phase-timeout",
+        "60",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// A served run named `name` on a fresh embedded broker: its scratch directory, port, prefix
+/// (`edgecfl/t-<name>`) and coordinator, once the broker listens.
+fn start<S: AsRef<str>>(name: &str, flags: &[String], extra: &[S]) -> (PathBuf, u16, String, Proc) {
+    let dir = scratch(name);
+    let port = free_port();
+    let prefix = format!("edgecfl/t-{name}");
+    let extra: Vec<&str> = extra.iter().map(AsRef::as_ref).collect();
+    let coordinator = serve_embedded(&dir, port, &prefix, flags, &extra, "coordinator.log");
+    wait_listening(port, Duration::from_secs(60));
+    (dir, port, prefix, coordinator)
+}
+
+/// The run fails and every edge client it knew exits cleanly (told to finish), none left
+/// reconnecting.
+fn assert_failed_and_fleet_finished(
+    dir: &Path,
+    mut coordinator: Proc,
+    clients: Vec<(Proc, PathBuf)>,
+) {
+    let log = dir.join("coordinator.log");
+    assert!(
+        !coordinator
+            .wait_exit(Duration::from_secs(300), &log)
+            .success(),
+        "the run should have failed: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    for (mut p, log) in clients {
+        assert!(
+            p.wait_exit(Duration::from_secs(30), &log).success(),
+            "{} failed: {}",
+            p.name,
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("finished"), "{text}");
+    }
+}
+
+/// Too few clients by the join timeout: `serve` fails, and the one client that joined is told
+/// to finish instead of waiting (and reconnecting) forever.
+#[test]
+fn failed_join_tells_the_joined_client_to_finish() {
+    let flags = run_flags("groups:012-34-56-789", 4, 1, 1.0, 11);
+    let (dir, port, prefix, coordinator) = start("fault-join", &flags, &["--join-timeout", "10"]);
+    let clients = fleet_of(&dir, port, &prefix, "groups:012-34-56-789", 0..1, 4, 11);
+    assert_failed_and_fleet_finished(&dir, coordinator, clients);
+    let text = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
+    assert!(text.contains("only 1 client(s) joined"), "{text}");
+}
+
+/// A client killed during round 0 fails the run (its signature is missing); the other clients
+/// are told to finish.
+#[test]
+fn failed_round_zero_tells_the_fleet_to_finish() {
+    let partition = "groups:012-34-56-789";
+    let flags = run_flags(partition, 4, 1, 1.0, 12);
+    let (dir, port, prefix, coordinator) = start("fault-round0", &flags, &patient(4));
+    let topics = Topics::new(&prefix).unwrap();
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let mut clients = fleet(&dir, port, &prefix, partition, 4, 12);
+    // The first round-0 job seen: its client is killed before it can answer.
+    let victim: usize = first_job(&link, &topics, |env| {
+        matches!(env.body, ToClient::Signature { .. })
+    })
+    .trim_start_matches('c')
+    .parse()
+    .unwrap();
+    let (mut killed, _) = clients.remove(victim);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    assert_failed_and_fleet_finished(&dir, coordinator, clients);
+    let text = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
+    assert!(text.contains("telling its clients to finish"), "{text}");
+}
+
+/// Retained `Hello`s of clients that are not there (a forged one under a fresh id, a stale one
+/// under an id that sorts first) wait for the coordinator before the real clients join: they
+/// are pinged, never answer, and never take a slot; the four real clients fill the four slots
+/// and the run completes (over mosquitto).
+#[test]
+fn stale_or_forged_retained_hello_never_blocks_the_join() {
+    let dir = scratch("fault-ghost");
+    let (_broker, port) = mosquitto(&dir);
+    let prefix = "edgecfl/t-fault-ghost";
+    let partition = "groups:012-34-56-789";
+    let link = spy(port, "mallory", vec![]);
+    let hello = |samples| {
+        Envelope::new(
+            Id::new(),
+            0,
+            ToCoordinator::Hello(Hello {
+                samples,
+                test_samples: 100,
+                backend: text("flex"),
+                shard: None,
+            }),
+        )
+        .to_bytes()
+    };
+    for (ghost, samples) in [("ghost", 600), ("a-stale-one", 10_000)] {
+        link.publish(
+            &format!("{prefix}/clients/{ghost}/status"),
+            hello(samples),
+            true,
+        )
+        .unwrap();
+    }
+    link.disconnect();
+    let flags = run_flags(partition, 4, 1, 1.0, 13);
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args(["--prefix", prefix, "--min-clients", "4"])
+        .args(["--join-timeout", "120", "--phase-timeout", "60"])
+        .arg("--out")
+        .arg(dir.join("out"));
+    let log = dir.join("coordinator.log");
+    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &log);
+    let clients = fleet(&dir, port, prefix, partition, 4, 13);
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    let s = summary(&dir.join("out"));
+    assert_eq!(s["n_clients"], 4, "{s:#}");
+    let ids: Vec<&str> = s["client_ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, ["c0", "c1", "c2", "c3"], "{s:#}");
+    assert_eq!(s["phase_timeouts"], 0, "{s:#}");
+    assert_eq!(s["rejected_total"], 0, "{:#}", s["rejected"]);
+    assert!(s["wire_bytes"]["probe_down"].as_u64().unwrap() > 0, "{s:#}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("no answer to the ping from a-stale-one, ghost"),
+        "{text}"
+    );
+}
+
+/// 30 % of the fleet (3 of 10 clients, one in each of three groups) killed with SIGKILL while
+/// round 1 trains: every round completes (their last wills end the waits, at worst a phase
+/// timeout), and `summary.json` names who dropped in which round.
+#[test]
+fn a_third_of_the_fleet_killed_mid_round_the_run_completes_and_names_them() {
+    const N: usize = 10;
+    let partition = "groups:012-34-56-789";
+    let flags = run_flags(partition, N, 3, 1.0, 14);
+    let (dir, port, prefix, coordinator) = start("fault-killed", &flags, &patient(N));
+    let topics = Topics::new(&prefix).unwrap();
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let mut clients: Vec<Option<(Proc, PathBuf)>> = fleet(&dir, port, &prefix, partition, N, 14)
+        .into_iter()
+        .map(Some)
+        .collect();
+    first_training_command(&link, &topics);
+    let victims = [1usize, 4, 7];
+    for &v in &victims {
+        let (mut p, _) = clients[v].take().unwrap();
+        p.child.kill().unwrap();
+        p.child.wait().unwrap();
+    }
+    let mut coordinator = coordinator;
+    let log = dir.join("coordinator.log");
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients.into_iter().flatten() {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    let s = summary(&dir.join("out"));
+    let csv = std::fs::read_to_string(dir.join("out/rounds.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    // round,sampled,received,...: every round completed with the 7 survivors.
+    assert_eq!(rows.len(), 4, "{csv}");
+    for (r, row) in rows[1..].iter().enumerate() {
+        assert_eq!(&row[..3], &[&(r + 1).to_string(), "10", "7"], "{csv}");
+    }
+    assert!(s["phase_timeouts"].as_u64().unwrap() <= 6, "{s:#}");
+    // Named: who, when, how.
+    let dropped = s["dropped_clients"].as_object().unwrap();
+    let names: Vec<&str> = dropped.keys().map(String::as_str).collect();
+    assert_eq!(names, ["c1", "c4", "c7"], "{s:#}");
+    for d in dropped.values() {
+        assert_eq!(d["round"], 1, "{s:#}");
+        assert_eq!(d["phase"], "training (round 1)", "{s:#}");
+    }
+    // In the later phases they are not asked (absent), not waited for.
+    let dropouts = s["dropouts"].as_array().unwrap();
+    for v in victims {
+        let id = format!("c{v}");
+        let absent = dropouts
+            .iter()
+            .filter(|d| d["id"] == id.as_str() && d["reason"] == "absent")
+            .count();
+        assert!(absent >= 2, "{id}: {dropouts:#?}");
+    }
+    assert!(s["final_accuracy"].as_f64().unwrap() > 0.5, "{s:#}");
+}
+
+/// mosquitto on a fixed port killed while round 1 trains and started again 3 s later (no
+/// persistence: retained `Hello`s and sessions are lost): the coordinator and the clients
+/// reconnect with backoff, the clients announce themselves again, the awaited jobs are sent
+/// again, and the run completes, at the cost of at most one phase timeout.
+#[test]
+fn broker_restarted_mid_round_the_run_completes() {
+    const N: usize = 4;
+    let dir = scratch("fault-broker");
+    let (broker, port) = mosquitto(&dir);
+    let conf = std::fs::read_to_string(dir.join("mosquitto.conf")).unwrap();
+    let prefix = "edgecfl/t-fault-broker";
+    let topics = Topics::new(prefix).unwrap();
+    let partition = "groups:01234-56789";
+    let flags = run_flags(partition, N, 3, 1.0, 15);
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args(["--prefix", prefix, "--min-clients", "4"])
+        .args(["--join-timeout", "120", "--phase-timeout", "40"])
+        .arg("--out")
+        .arg(dir.join("out"));
+    let log = dir.join("coordinator.log");
+    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &log);
+    let clients = fleet(&dir, port, prefix, partition, N, 15);
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    first_training_command(&link, &topics);
+    drop(link);
+    drop(broker); // SIGKILL
+    std::thread::sleep(Duration::from_secs(3));
+    let _broker = mosquitto_with(&dir, "mosquitto-restarted", &conf, port);
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(60), &log);
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("lost the broker"), "{text}");
+    }
+    let s = summary(&dir.join("out"));
+    let csv = std::fs::read_to_string(dir.join("out/rounds.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    assert!(s["phase_timeouts"].as_u64().unwrap() <= 1, "{s:#}");
+    // Every round's evaluation has every client: nobody was lost for good.
+    assert_eq!(s["client_accuracy"].as_array().unwrap().len(), N);
+    assert!(
+        s["client_accuracy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a.as_f64().is_some_and(|a| a > 0.0)),
+        "{s:#}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("reconnected to the broker"), "{text}");
+}
+
+/// `summary.json` without what differs between two runs of the same experiment: timings, the
+/// broker traffic and its incidents (a resumed run pings its clients again and hears the
+/// interrupted run's last answers), and where the files went.
+fn comparable(mut s: serde_json::Value) -> serde_json::Value {
+    let map = s.as_object_mut().unwrap();
+    for key in [
+        "wall_seconds",
+        "wire_bytes",
+        "rejected",
+        "rejected_total",
+        "rejected_per_client",
+        "phase_timeouts",
+        "dropouts",
+        "dropped_clients",
+        "config",
+        "broker",
+    ] {
+        map.remove(key);
+    }
+    s
+}
+
+/// `kill -9` of the coordinator (and with it its embedded broker) at a random round, then
+/// `serve --resume`: the clients reconnect to the new broker on the same port, answer its ping,
+/// and the run goes on from the last checkpoint to the same final `summary.json` as an
+/// uninterrupted run with the same seed (timings aside).
+#[test]
+fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
+    const N: usize = 4;
+    const ROUNDS: u32 = 4;
+    let partition = "groups:01234-56789";
+    let flags = run_flags(partition, N, ROUNDS as usize, 1.0, 16);
+    let mut extra = patient(N);
+    extra.extend(["--run-id".to_string(), "resumed".to_string()]);
+
+    // The uninterrupted run.
+    let (clean, port, prefix, mut coordinator) = start("fault-resume-clean", &flags, &extra);
+    let clients = fleet(&clean, port, &prefix, partition, N, 16);
+    coordinator.wait_ok(Duration::from_secs(600), &clean.join("coordinator.log"));
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    let expected = summary(&clean.join("out"));
+
+    // The same run, killed when round k's training starts.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let k = 1 + nanos % (ROUNDS - 1);
+    eprintln!("killing the coordinator in round {k}");
+    let (dir, port, prefix, mut coordinator) = start("fault-resume", &flags, &extra);
+    let topics = Topics::new(&prefix).unwrap();
+    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let clients = fleet(&dir, port, &prefix, partition, N, 16);
+    first_job(&link, &topics, |env| {
+        matches!(env.body, ToClient::Train(_)) && env.round == k
+    });
+    coordinator.child.kill().unwrap(); // SIGKILL
+    coordinator.child.wait().unwrap();
+    drop(link);
+    let checkpoint: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("out/checkpoint.json")).unwrap())
+            .unwrap();
+    assert_eq!(checkpoint["federation"]["round"], k - 1);
+    let resume_dir = dir.join("out");
+    extra.extend([
+        "--resume".to_string(),
+        resume_dir.to_str().unwrap().to_string(),
+    ]);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut resumed = serve_embedded(&dir, port, &prefix, &flags, &extra, "resumed.log");
+    resumed.wait_ok(Duration::from_secs(600), &dir.join("resumed.log"));
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(60), &log);
+    }
+    let log = std::fs::read_to_string(dir.join("resumed.log")).unwrap();
+    assert!(log.contains("resuming run resumed"), "{log}");
+    let got = summary(&dir.join("out"));
+    assert_eq!(
+        comparable(got.clone()),
+        comparable(expected.clone()),
+        "resumed:\n{got:#}\nuninterrupted:\n{expected:#}"
+    );
+}
