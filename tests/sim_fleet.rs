@@ -7,7 +7,7 @@
 //! encoding, the broker, decoding, aggregation.
 //!
 //! At exit it prints one JSON line of totals over the fleet (`commands` received including the
-//! final `Finish`, `answers` published, payload bytes both ways), so that a benchmark can check
+//! final `Finish` but not the join's pings, `answers` published (not the pongs), payload bytes both ways), so that a benchmark can check
 //! that no message was lost against the coordinator's `wire_bytes` counts.
 //!
 //! Usage: `sim-fleet BROKER_PORT N [PREFIX]`
@@ -90,11 +90,17 @@ fn client(port: u16, id: String, topics: Topics) {
                 .expect("hello"),
             Inbound::Disconnected(_) => {}
             Inbound::Message { payload, .. } => {
-                COMMANDS.fetch_add(1, Relaxed);
                 BYTES_DOWN.fetch_add(payload.len() as u64, Relaxed);
                 let Ok(env) = Envelope::<ToClient>::from_bytes(&payload) else {
+                    COMMANDS.fetch_add(1, Relaxed);
                     continue;
                 };
+                // Pings (the join's liveness probe) are counted apart by the coordinator too
+                // (`wire_bytes.probe_down`), and their `Pong`s are not answers to jobs.
+                let ping = matches!(env.body, ToClient::Ping);
+                if !ping {
+                    COMMANDS.fetch_add(1, Relaxed);
+                }
                 if matches!(env.body, ToClient::Finish) {
                     FINISHES.fetch_add(1, Relaxed);
                 }
@@ -102,7 +108,9 @@ fn client(port: u16, id: String, topics: Topics) {
                     break;
                 };
                 let bytes = Envelope::new(env.run, env.round, reply).to_bytes();
-                ANSWERS.fetch_add(1, Relaxed);
+                if !ping {
+                    ANSWERS.fetch_add(1, Relaxed);
+                }
                 BYTES_UP.fetch_add(bytes.len() as u64, Relaxed);
                 link.publish(&topics.up(&id), bytes, false).expect("upload");
             }
