@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Local training throughput: the edge client beside PyTorch, same model, data and threads, one run.
+
+    TORCH_PY=/path/to/venv/bin/python3 python3 scripts/bench-throughput.py
+    python3 scripts/bench-throughput.py --threads 1,2 --batches 10,64 --samples 3000 --out DIR
+    python3 scripts/bench-throughput.py --client target/aarch64-unknown-linux-gnu/release/edge-client \
+        --runner "qemu-aarch64 -L /usr/aarch64-linux-gnu" --no-torch --samples 600
+
+For each thread count and model (LeNet-5, MT-HFL's MLP) it runs `edge-client bench` with
+RAYON_NUM_THREADS=t (burn-flex's and gemm's thread pool), then a PyTorch script of the same
+training step in a fresh process with torch.set_num_threads(t) and set_num_interop_threads(1),
+right after it. Both train one epoch over the first `--samples` Fashion-MNIST training images
+(pixels / 255, no other normalisation), shuffled, with plain SGD, learning rate 0.01, momentum
+0.5, mean cross-entropy; each reports the median samples/s of `--repeats` epochs after one
+untimed warm-up epoch. The batch tensors are built from the raw bytes inside the timed loop on
+both sides, as the edge client does. Writes OUT/throughput.json (raw) and OUT/throughput.md (the
+table of BENCHMARKS.md §3 with the ratio edgecfl / PyTorch). Time it on an idle machine: the load
+average is printed before and after.
+
+PyTorch is a benchmark tool here, not a dependency: install it into a throwaway venv
+(`python3 -m venv /tmp/torch && /tmp/torch/bin/pip install torch==2.9.0`) and point TORCH_PY
+(or --torch-python) at that interpreter.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The PyTorch side, run as `python -c TORCH_SCRIPT threads model batches samples repeats data_dir`.
+TORCH_SCRIPT = r"""
+import gzip, json, statistics, sys, time
+from pathlib import Path
+import torch
+import torch.nn as nn
+
+threads, model_name = int(sys.argv[1]), sys.argv[2]
+batches = [int(b) for b in sys.argv[3].split(",")]
+samples, repeats, data_dir = int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6])
+torch.set_num_threads(threads)
+torch.set_num_interop_threads(1)
+torch.manual_seed(0)
+
+def idx(name):
+    p = data_dir / name
+    raw = gzip.open(p).read() if p.suffix == ".gz" else p.read_bytes()
+    return raw
+
+img = idx("train-images-idx3-ubyte.gz")
+lab = idx("train-labels-idx1-ubyte.gz")
+pixels = torch.frombuffer(bytearray(img[16:16 + samples * 784]), dtype=torch.uint8).view(samples, 1, 28, 28)
+labels = torch.frombuffer(bytearray(lab[8:8 + samples]), dtype=torch.uint8).long()
+
+class LeNet5(nn.Module):
+    # conv 1->6 k5, ReLU, maxpool 2, conv 6->16 k5, ReLU, maxpool 2, fc 256->120->84->10
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 6, 5), nn.Conv2d(6, 16, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.fc1, self.fc2, self.fc3 = nn.Linear(256, 120), nn.Linear(120, 84), nn.Linear(84, 10)
+    def forward(self, x):
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = x.flatten(1)
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+class Mlp(nn.Module):
+    # fc 784->32 ReLU, 32->10 (MT-HFL's FMNIST model)
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(784, 32), nn.Linear(32, 10)
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+def epoch(net, opt, loss_fn, batch):
+    order = torch.randperm(samples)
+    for start in range(0, samples, batch):
+        i = order[start:start + batch]
+        x = pixels[i].float() / 255.0
+        y = labels[i]
+        loss = loss_fn(net(x), y)
+        loss.item()  # the edge client reads each batch's loss too
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+out = []
+for batch in batches:
+    net = LeNet5() if model_name == "lenet5" else Mlp()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.5)
+    loss_fn = nn.CrossEntropyLoss()
+    epoch(net, opt, loss_fn, batch)  # untimed warm-up
+    runs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        epoch(net, opt, loss_fn, batch)
+        runs.append(samples / (time.perf_counter() - t))
+    out.append({"batch": batch, "samples_per_second": statistics.median(runs), "runs": runs})
+print(json.dumps({"torch": torch.__version__, "results": out}))
+"""
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run_client(args, threads, model):
+    cmd = shlex.split(args.runner) if args.runner else []
+    cmd += [str(args.client), "bench", "--model", model, "--batches", args.batches,
+            "--samples", str(args.samples), "--repeats", str(args.repeats),
+            "--data", str(args.data)]
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    res = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    return json.loads(res.stdout)
+
+
+def run_torch(args, threads, model):
+    res = subprocess.run(
+        [args.torch_python, "-c", TORCH_SCRIPT, str(threads), model, args.batches,
+         str(args.samples), str(args.repeats), str(args.data)],
+        check=True, capture_output=True, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)))
+    return json.loads(res.stdout)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--client", type=Path, default=ROOT / "target/release/edge-client",
+                   help="edge-client binary (default: target/release/edge-client; build it with "
+                        "`cargo build --release -p edge-client`)")
+    p.add_argument("--runner", default="", help="prefix for the client, e.g. 'qemu-aarch64 -L /usr/aarch64-linux-gnu'")
+    p.add_argument("--torch-python", default=os.environ.get("TORCH_PY", sys.executable))
+    p.add_argument("--no-torch", action="store_true", help="time only the edge client")
+    p.add_argument("--data", type=Path, default=Path("/usr/share/datasets/fashion-mnist"))
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--models", default="lenet5,mlp")
+    p.add_argument("--batches", default="10,64")
+    p.add_argument("--samples", type=int, default=3000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", type=Path, default=ROOT / "bench-results/throughput")
+    args = p.parse_args()
+    if not args.client.exists():
+        sys.exit(f"no edge client at {args.client}: cargo build --release -p edge-client")
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"load average before: {load()}", flush=True)
+    rows, raw = [], {"host": platform.machine(), "cpu_count": os.cpu_count(),
+                     "load_before": load(), "args": {k: str(v) for k, v in vars(args).items()}}
+    for threads in [int(t) for t in args.threads.split(",")]:
+        for model in args.models.split(","):
+            ours = run_client(args, threads, model)
+            theirs = None if args.no_torch else run_torch(args, threads, model)
+            for r in ours:
+                row = {"threads": threads, "model": model, "batch": r["batch"],
+                       "edgecfl": r["samples_per_second"], "edgecfl_runs": r["runs"]}
+                if theirs:
+                    t = next(x for x in theirs["results"] if x["batch"] == r["batch"])
+                    row.update(torch=t["samples_per_second"], torch_runs=t["runs"],
+                               torch_version=theirs["torch"], ratio=r["samples_per_second"] / t["samples_per_second"])
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if not k.endswith("_runs")}), flush=True)
+    raw["load_after"] = load()
+    raw["rows"] = rows
+    print(f"load average after: {raw['load_after']}", flush=True)
+    (args.out / "throughput.json").write_text(json.dumps(raw, indent=1) + "\n")
+    lines = ["| threads | model | batch | edgecfl samples/s | PyTorch samples/s | edgecfl / PyTorch |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        t = f"{r['torch']:.0f}" if "torch" in r else "-"
+        q = f"{r['ratio']:.2f}" if "ratio" in r else "-"
+        lines.append(f"| {r['threads']} | {r['model']} | {r['batch']} | {r['edgecfl']:.0f} | {t} | {q} |")
+    (args.out / "throughput.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

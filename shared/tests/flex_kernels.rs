@@ -1,0 +1,235 @@
+//! The patched burn-flex kernels (`patches/burn-flex`, `src/ops/conv2d_gemm.rs`) against direct
+//! loops written here: 2-D convolution forward, its weight, input and bias gradients through
+//! burn's autodiff, and max pooling with indices, over LeNet-5's shapes and the settings the
+//! patch also claims (stride, dilation, groups, symmetric and asymmetric padding, a batch that
+//! is not a multiple of the weight gradient's 8-sample chunks, a convolution too large for the
+//! patched forward path).
+
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use burn::tensor::module::{conv2d, max_pool2d_with_indices};
+use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// One convolution setting: input [b, c, h, w], weight [o, c/groups, kh, kw].
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    x: [usize; 4],
+    w: [usize; 4],
+    stride: [usize; 2],
+    pad: [(usize, usize); 2],
+    dilation: [usize; 2],
+    groups: usize,
+}
+
+impl Case {
+    fn out(&self) -> [usize; 2] {
+        [0, 1].map(|a| {
+            let span = self.dilation[a] * (self.w[2 + a] - 1) + 1;
+            (self.x[2 + a] + self.pad[a].0 + self.pad[a].1 - span) / self.stride[a] + 1
+        })
+    }
+}
+
+fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+/// Direct loops in f64: the output, and the gradients of Σ y·r for the weight `r`.
+#[allow(clippy::type_complexity)]
+fn reference(
+    c: &Case,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    r: &[f32],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let [b_n, c_in, h, wd] = c.x;
+    let [o_n, cg, kh, kw] = c.w;
+    let [oh_n, ow_n] = c.out();
+    let og = o_n / c.groups;
+    let mut y = vec![0f64; b_n * o_n * oh_n * ow_n];
+    let mut dx = vec![0f64; x.len()];
+    let mut dw = vec![0f64; w.len()];
+    let mut db = vec![0f64; o_n];
+    for b in 0..b_n {
+        for o in 0..o_n {
+            let g = o / og;
+            for oh in 0..oh_n {
+                for ow in 0..ow_n {
+                    let yi = ((b * o_n + o) * oh_n + oh) * ow_n + ow;
+                    let mut acc = f64::from(bias[o]);
+                    let rv = f64::from(r[yi]);
+                    db[o] += rv;
+                    for ci in 0..cg {
+                        let cx = g * cg + ci;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let ih = (oh * c.stride[0] + i * c.dilation[0]) as isize
+                                    - c.pad[0].0 as isize;
+                                let iw = (ow * c.stride[1] + j * c.dilation[1]) as isize
+                                    - c.pad[1].0 as isize;
+                                if ih < 0 || iw < 0 || ih >= h as isize || iw >= wd as isize {
+                                    continue;
+                                }
+                                let xi = ((b * c_in + cx) * h + ih as usize) * wd + iw as usize;
+                                let wi = ((o * cg + ci) * kh + i) * kw + j;
+                                acc += f64::from(w[wi]) * f64::from(x[xi]);
+                                dw[wi] += rv * f64::from(x[xi]);
+                                dx[xi] += rv * f64::from(w[wi]);
+                            }
+                        }
+                    }
+                    y[yi] = acc;
+                }
+            }
+        }
+    }
+    (y, dx, dw, db)
+}
+
+fn assert_close(what: &str, case: &Case, got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what} length, {case:?}");
+    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (f64::from(g) - w).abs() <= 1e-5 * scale,
+            "{what}[{i}] = {g}, direct loops give {w} ({case:?})"
+        );
+    }
+}
+
+fn check(case: Case, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n = |s: [usize; 4]| s.iter().product::<usize>();
+    let [oh, ow] = case.out();
+    let y_shape = [case.x[0], case.w[0], oh, ow];
+    let (x, w) = (random(&mut rng, n(case.x)), random(&mut rng, n(case.w)));
+    let (bias, r) = (random(&mut rng, case.w[0]), random(&mut rng, n(y_shape)));
+    let (y_ref, dx_ref, dw_ref, db_ref) = reference(&case, &x, &w, &bias, &r);
+
+    let device = Device::flex().autodiff();
+    let xt = Tensor::<4>::from_data(TensorData::new(x, case.x), &device).require_grad();
+    let wt = Tensor::<4>::from_data(TensorData::new(w, case.w), &device).require_grad();
+    let bt = Tensor::<1>::from_data(TensorData::new(bias, [case.w[0]]), &device).require_grad();
+    let rt = Tensor::<4>::from_data(TensorData::new(r, y_shape), &device);
+    let options = ConvOptions::new_with_padding(case.stride, case.pad, case.dilation, case.groups);
+    let y = conv2d(xt.clone(), wt.clone(), Some(bt.clone()), options);
+    assert_eq!(y.dims(), y_shape, "{case:?}");
+    let values = |t: Tensor<4>| t.into_data().iter::<f32>().collect::<Vec<_>>();
+    assert_close("y", &case, &values(y.clone()), &y_ref);
+    let grads = (y * rt).sum().backward();
+    let dx = xt.grad(&grads).expect("x gradient");
+    let dw = wt.grad(&grads).expect("weight gradient");
+    let db = bt.grad(&grads).expect("bias gradient");
+    assert_close("dx", &case, &values(dx), &dx_ref);
+    assert_close("dw", &case, &values(dw), &dw_ref);
+    assert_close(
+        "db",
+        &case,
+        &db.into_data().iter::<f32>().collect::<Vec<_>>(),
+        &db_ref,
+    );
+}
+
+fn plain(x: [usize; 4], w: [usize; 4]) -> Case {
+    Case {
+        x,
+        w,
+        stride: [1, 1],
+        pad: [(0, 0), (0, 0)],
+        dilation: [1, 1],
+        groups: 1,
+    }
+}
+
+#[test]
+fn lenet5_convolutions_match_direct_loops() {
+    // conv1 and conv2 of LeNet-5; 17 samples: two full 8-sample chunks and one of 1.
+    check(plain([17, 1, 28, 28], [6, 1, 5, 5]), 1);
+    check(plain([3, 6, 12, 12], [16, 6, 5, 5]), 2);
+}
+
+#[test]
+fn strided_padded_dilated_grouped_convolutions_match_direct_loops() {
+    let base = plain([2, 4, 11, 9], [6, 4, 3, 3]);
+    check(
+        Case {
+            stride: [2, 3],
+            pad: [(1, 1), (2, 2)],
+            ..base
+        },
+        3,
+    );
+    check(
+        Case {
+            pad: [(0, 2), (1, 0)],
+            dilation: [2, 1],
+            ..base
+        },
+        4,
+    );
+    check(
+        Case {
+            w: [6, 2, 3, 3],
+            groups: 2,
+            stride: [1, 2],
+            ..base
+        },
+        5,
+    );
+    // 1×1 kernel, one output pixel row.
+    check(plain([9, 3, 1, 7], [2, 3, 1, 1]), 6);
+}
+
+#[test]
+fn large_convolution_keeps_flex_forward_and_patched_gradients() {
+    // 3·7·7 × 58·58 im2col elements per sample: above the patched forward's limit (2^18).
+    check(plain([2, 3, 64, 64], [4, 3, 7, 7]), 7);
+}
+
+#[test]
+fn max_pool_values_indices_and_gradient_match_direct_loops() {
+    let device = Device::flex().autodiff();
+    for (shape, k, seed) in [([3, 6, 24, 24], 2, 8u64), ([2, 2, 7, 8], 3, 9)] {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // Values from a small set, so windows hold ties: the first maximum must win.
+        let x: Vec<f32> = (0..shape.iter().product())
+            .map(|_| f32::from(rng.random_range(0u8..4)))
+            .collect();
+        let xt = Tensor::<4>::from_data(TensorData::new(x.clone(), shape), &device).require_grad();
+        let (y, idx) = max_pool2d_with_indices(xt.clone(), MaxPoolOptions::new([k, k]));
+        let [b_n, c_n, h, w] = shape;
+        let (oh_n, ow_n) = (h / k, w / k);
+        assert_eq!(y.dims(), [b_n, c_n, oh_n, ow_n]);
+        let yv: Vec<f32> = y.clone().into_data().iter::<f32>().collect();
+        let iv: Vec<i64> = idx.into_data().iter::<i64>().collect();
+        let mut dx_ref = vec![0f32; x.len()];
+        for plane in 0..b_n * c_n {
+            for oh in 0..oh_n {
+                for ow in 0..ow_n {
+                    let (mut best, mut at) = (f32::NEG_INFINITY, usize::MAX);
+                    for i in 0..k {
+                        for j in 0..k {
+                            let p = (oh * k + i) * w + ow * k + j;
+                            if at == usize::MAX || x[plane * h * w + p] > best {
+                                best = x[plane * h * w + p];
+                                at = p;
+                            }
+                        }
+                    }
+                    let o = (plane * oh_n + oh) * ow_n + ow;
+                    assert_eq!(yv[o], best, "value at {o}");
+                    assert_eq!(iv[o], at as i64, "index at {o}");
+                    dx_ref[plane * h * w + at] += 1.0 + o as f32;
+                }
+            }
+        }
+        let weights: Vec<f32> = (0..yv.len()).map(|o| 1.0 + o as f32).collect();
+        let wt = Tensor::<4>::from_data(TensorData::new(weights, y.dims()), &device);
+        let grads = (y * wt).sum().backward();
+        let dx: Vec<f32> = xt.grad(&grads).unwrap().into_data().iter::<f32>().collect();
+        assert_eq!(dx, dx_ref, "max pool gradient");
+    }
+}
