@@ -4,12 +4,14 @@
     TORCH_PY=/path/to/venv/bin/python3 python3 scripts/bench-throughput.py
     python3 scripts/bench-throughput.py --threads 1,2 --batches 10,64 --samples 3000 --out DIR
     python3 scripts/bench-throughput.py --client target/aarch64-unknown-linux-gnu/release/edge-client \
-        --runner "qemu-aarch64 -L /usr/aarch64-linux-gnu" --no-torch --samples 600
+        --runner "qemu-aarch64 -L /usr/aarch64-linux-gnu" --no-torch --samples 600 \
+        --baseline /tmp/edge-client-aarch64-before
 
 For each thread count and model (LeNet-5, MT-HFL's MLP) it runs `edge-client bench` with
 RAYON_NUM_THREADS=t (burn-flex's and gemm's thread pool), then a PyTorch script of the same
 training step in a fresh process with torch.set_num_threads(t) and set_num_interop_threads(1),
-right after it. Both train one epoch over the first `--samples` Fashion-MNIST training images
+right after it (and, with --baseline, another edge-client binary, e.g. one built from an
+earlier commit, right before it). All train one epoch over the first `--samples` Fashion-MNIST training images
 (pixels / 255, no other normalisation), shuffled, with plain SGD, learning rate 0.01, momentum
 0.5, mean cross-entropy; each reports the median samples/s of `--repeats` epochs after one
 untimed warm-up epoch. The batch tensors are built from the raw bytes inside the timed loop on
@@ -112,9 +114,9 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run_client(args, threads, model):
+def run_client(args, threads, model, client=None):
     cmd = shlex.split(args.runner) if args.runner else []
-    cmd += [str(args.client), "bench", "--model", model, "--batches", args.batches,
+    cmd += [str(client or args.client), "bench", "--model", model, "--batches", args.batches,
             "--samples", str(args.samples), "--repeats", str(args.repeats),
             "--data", str(args.data)]
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
@@ -136,6 +138,7 @@ def main():
     p.add_argument("--client", type=Path, default=ROOT / "target/release/edge-client",
                    help="edge-client binary (default: target/release/edge-client; build it with "
                         "`cargo build --release -p edge-client`)")
+    p.add_argument("--baseline", type=Path, help="a second edge-client binary timed the same way (column 'baseline')")
     p.add_argument("--runner", default="", help="prefix for the client, e.g. 'qemu-aarch64 -L /usr/aarch64-linux-gnu'")
     p.add_argument("--torch-python", default=os.environ.get("TORCH_PY", sys.executable))
     p.add_argument("--no-torch", action="store_true", help="time only the edge client")
@@ -155,11 +158,16 @@ def main():
                      "load_before": load(), "args": {k: str(v) for k, v in vars(args).items()}}
     for threads in [int(t) for t in args.threads.split(",")]:
         for model in args.models.split(","):
+            base = run_client(args, threads, model, args.baseline) if args.baseline else None
             ours = run_client(args, threads, model)
             theirs = None if args.no_torch else run_torch(args, threads, model)
             for r in ours:
                 row = {"threads": threads, "model": model, "batch": r["batch"],
                        "edgecfl": r["samples_per_second"], "edgecfl_runs": r["runs"]}
+                if base:
+                    b = next(x for x in base if x["batch"] == r["batch"])
+                    row.update(baseline=b["samples_per_second"], baseline_runs=b["runs"],
+                               speedup=r["samples_per_second"] / b["samples_per_second"])
                 if theirs:
                     t = next(x for x in theirs["results"] if x["batch"] == r["batch"])
                     row.update(torch=t["samples_per_second"], torch_runs=t["runs"],
@@ -170,12 +178,14 @@ def main():
     raw["rows"] = rows
     print(f"load average after: {raw['load_after']}", flush=True)
     (args.out / "throughput.json").write_text(json.dumps(raw, indent=1) + "\n")
-    lines = ["| threads | model | batch | edgecfl samples/s | PyTorch samples/s | edgecfl / PyTorch |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| threads | model | batch | baseline samples/s | edgecfl samples/s | edgecfl / baseline "
+             "| PyTorch samples/s | edgecfl / PyTorch |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cell = lambda r, k, f: format(r[k], f) if k in r else "-"
     for r in rows:
-        t = f"{r['torch']:.0f}" if "torch" in r else "-"
-        q = f"{r['ratio']:.2f}" if "ratio" in r else "-"
-        lines.append(f"| {r['threads']} | {r['model']} | {r['batch']} | {r['edgecfl']:.0f} | {t} | {q} |")
+        lines.append(f"| {r['threads']} | {r['model']} | {r['batch']} | {cell(r, 'baseline', '.0f')} "
+                     f"| {r['edgecfl']:.0f} | {cell(r, 'speedup', '.2f')} | {cell(r, 'torch', '.0f')} "
+                     f"| {cell(r, 'ratio', '.2f')} |")
     (args.out / "throughput.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

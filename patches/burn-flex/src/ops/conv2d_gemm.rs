@@ -124,7 +124,7 @@ impl Geometry {
                         let src = &plane[ih * self.in_w..][..self.in_w];
                         if simple {
                             // Stride 1, no dilation or padding along the row: one copy.
-                            dst.copy_from_slice(&src[j..j + ow]);
+                            copy_short(dst, &src[j..j + ow]);
                         } else {
                             for (o, d) in dst.iter_mut().enumerate() {
                                 *d = self.source(o, j, 1).map_or(T::zero(), |iw| src[iw]);
@@ -504,7 +504,7 @@ pub fn max_pool2d_with_indices_f32(
                         for (j, &v) in src[base..base + kw].iter().enumerate() {
                             // Branch-free select (the comparison is a coin flip on real
                             // data); NaN wins, so a later NaN replaces an earlier one.
-                            let take = v > best || v.is_nan();
+                            let take = (v > best) | v.is_nan();
                             best = if take { v } else { best };
                             at = if take { base + j } else { at };
                         }
@@ -542,27 +542,59 @@ pub fn max_pool2d_with_indices_f32(
     ))
 }
 
-/// One plane of the 2×2/2 max pool: the general loop's choices (first maximum, last NaN) on
-/// whole output rows, which the compiler turns into branch-free vector code.
+/// One plane of the 2×2/2 max pool: the general loop's choices (first maximum, last NaN),
+/// 16 outputs at a time from de-interleaved window corners, so the selects vectorise.
 fn pool_2x2(src: &[f32], in_w: usize, out_h: usize, out_w: usize, o: &mut [f32], ix: &mut [i64]) {
-    #[inline(always)]
-    fn pick(best: f32, at: u32, v: f32, here: u32) -> (f32, u32) {
-        let take = v > best || v.is_nan();
-        (if take { v } else { best }, if take { here } else { at })
-    }
+    const LANES: usize = 16;
     for oh in 0..out_h {
         let r0 = &src[2 * oh * in_w..][..2 * out_w];
         let r1 = &src[(2 * oh + 1) * in_w..][..2 * out_w];
-        let o_row = &mut o[oh * out_w..][..out_w];
-        let ix_row = &mut ix[oh * out_w..][..out_w];
-        for ow in 0..out_w {
-            let (best, at) = (r0[2 * ow], 0);
-            let (best, at) = pick(best, at, r0[2 * ow + 1], 1);
-            let (best, at) = pick(best, at, r1[2 * ow], 2);
-            let (best, at) = pick(best, at, r1[2 * ow + 1], 3);
-            o_row[ow] = best;
-            let row = 2 * oh + (at >> 1) as usize;
-            ix_row[ow] = (row * in_w + 2 * ow + (at & 1) as usize) as i64;
+        let mut start = 0;
+        while start < out_w {
+            let n = LANES.min(out_w - start);
+            // The window's corners in reading order: top left, top right, bottom left, right.
+            let mut corner = [[0f32; LANES]; 4];
+            for t in 0..n {
+                let c = 2 * (start + t);
+                corner[0][t] = r0[c];
+                corner[1][t] = r0[c + 1];
+                corner[2][t] = r1[c];
+                corner[3][t] = r1[c + 1];
+            }
+            let mut best = corner[0];
+            let mut at = [0u32; LANES];
+            for (q, values) in corner.iter().enumerate().skip(1) {
+                for t in 0..LANES {
+                    // Selects as bit masks: without them the compiler branches on each
+                    // comparison, a coin flip on real data.
+                    let v = values[t];
+                    let take = u32::from((v > best[t]) | v.is_nan()).wrapping_neg();
+                    best[t] = f32::from_bits((v.to_bits() & take) | (best[t].to_bits() & !take));
+                    at[t] = (q as u32 & take) | (at[t] & !take);
+                }
+            }
+            for t in 0..n {
+                let row = 2 * oh + (at[t] >> 1) as usize;
+                o[oh * out_w + start + t] = best[t];
+                ix[oh * out_w + start + t] =
+                    (row * in_w + 2 * (start + t) + (at[t] & 1) as usize) as i64;
+            }
+            start += n;
         }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short rows of im2col (8-24 floats in LeNet), in fixed
+/// blocks of 8 the compiler keeps inline instead of a `memcpy` call per row.
+#[inline(always)]
+fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d8, s8) in (&mut d).zip(&mut s) {
+        let block: [T; 8] = s8.try_into().expect("chunks of 8");
+        d8.copy_from_slice(&block);
+    }
+    for (x, y) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *x = *y;
     }
 }
