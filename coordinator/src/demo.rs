@@ -16,6 +16,7 @@ use crate::broker::BrokerSecurity;
 use crate::config::{RunConfig, RunFlags};
 use crate::credentials::{self, CredentialsArgs, Material};
 use crate::serve::{self, NetFlags, Served};
+use tracing::{info, warn};
 
 /// The demo's default configuration: a `groups:` partition (4 label groups) over 8 clients,
 /// 5 short rounds; a few minutes on 2 cores.
@@ -129,7 +130,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
             bind: None,
             force: true,
         })?;
-        eprintln!(
+        info!(
             "credentials (CA, broker certificate, a password per client, ACL) in {}",
             m.dir.display()
         );
@@ -166,7 +167,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         material.as_ref(),
         &logs,
     )?;
-    eprintln!(
+    info!(
         "started {} edge-client processes ({}; logs in {})",
         fleet.0.len(),
         bin.display(),
@@ -184,7 +185,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
     )?;
     let left = fleet.wait(Duration::from_secs(10));
     if left > 0 {
-        eprintln!("warn: {left} edge clients did not exit after the run; stopping them");
+        warn!("{left} edge clients did not exit after the run; stopping them");
     }
     drop(fleet);
     print_clusters(&served);

@@ -31,6 +31,7 @@ use crate::gps::{Gps, GpsPlan, GpsReport};
 use crate::plots;
 use crate::report::{self, Progress};
 use crate::rounds::{Answer as WireAnswer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
+use tracing::{debug, error, info, warn};
 
 /// Network settings of `serve` and `demo`.
 #[derive(Debug, Clone, Args)]
@@ -310,8 +311,30 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     std::fs::rename(&tmp, path)
 }
 
-fn warn(msg: impl std::fmt::Display) {
-    eprintln!("warn: {msg}");
+/// Counts a message from outside the run (an unknown or invalid client id, garbage on a status
+/// topic) in `tally` and logs it: the first of each reason at warn, the rest at debug, so a flood
+/// costs one warning (the counts are in `summary.json`'s `rejected`).
+fn stray(tally: &mut Tally, context: impl std::fmt::Display, id: &str, r: Rejected) {
+    if tally.get(r.reason) == 0 {
+        warn!(
+            "{context}: ignored message from {id:?}: {:?}: {} (further ones at debug level)",
+            r.reason, r.detail
+        );
+    } else {
+        debug!(
+            "{context}: ignored message from {id:?}: {:?}: {}",
+            r.reason, r.detail
+        );
+    }
+    tally.add(r.reason);
+}
+
+/// An answer where only `Hello` and `Gone` belong.
+fn upload_on_status() -> Rejected {
+    Rejected {
+        reason: Rejection::Unexpected,
+        detail: "upload on the status topic".into(),
+    }
 }
 
 /// Publishes `Finish` of run `run` on the `down` topic of each of `ids`.
@@ -319,7 +342,7 @@ fn finish_fleet<'a>(link: &Link, topics: &Topics, run: &Id, ids: impl Iterator<I
     let bytes = Envelope::new(run.clone(), u32::MAX, ToClient::Finish).to_bytes();
     for id in ids {
         if let Err(e) = link.publish(&topics.down(id), bytes.clone(), false) {
-            warn(format!("cannot tell {} to finish: {e}", id.as_str()));
+            warn!("cannot tell {} to finish: {e}", id.as_str());
         }
     }
 }
@@ -351,10 +374,7 @@ fn join_status(
             joined.remove(id);
             None
         }
-        Ok(_) => Some(Rejected {
-            reason: Rejection::Unexpected,
-            detail: "upload on the status topic".into(),
-        }),
+        Ok(_) => Some(upload_on_status()),
         Err(e) => Some(e.into()),
     }
 }
@@ -382,7 +402,7 @@ impl MqttPool {
         let mut tally = Tally::default();
         let mut probe_bytes = 0;
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
-        eprintln!(
+        info!(
             "waiting for {min_clients} clients on {}/clients/+/status (timeout {:.0}s)",
             topics.prefix(),
             net.join_timeout
@@ -399,11 +419,7 @@ impl MqttPool {
                 Some((id, TopicKind::Status)) => {
                     let mut announced = BTreeMap::new();
                     if let Some(r) = join_status(&mut announced, id, &payload) {
-                        warn(format!(
-                            "joining: ignored status of {id:?}: {:?}: {}",
-                            r.reason, r.detail
-                        ));
-                        tally.add(r.reason);
+                        stray(&mut tally, "joining", id, r);
                     } else if let Some((valid, hello)) = announced.remove(id) {
                         if let Some(j) = joined.get_mut(id) {
                             j.1 = hello;
@@ -411,7 +427,7 @@ impl MqttPool {
                             // Announced (perhaps long ago): live only if it answers.
                             if let Err(e) = link.publish(&topics.down(&valid), ping.clone(), false)
                             {
-                                warn(format!("joining: cannot ping {id}: {e}"));
+                                warn!("joining: cannot ping {id}: {e}");
                             }
                             probe_bytes += ping.len() as u64;
                             candidates.insert(id.to_string(), (valid, hello));
@@ -420,7 +436,7 @@ impl MqttPool {
                         // Gone.
                         candidates.remove(id);
                         if joined.remove(id).is_some() {
-                            eprintln!("left: {id} ({}/{min_clients})", joined.len());
+                            info!("left: {id} ({}/{min_clients})", joined.len());
                         }
                     }
                 }
@@ -433,7 +449,7 @@ impl MqttPool {
                         }) if r == run => {
                             if let Some(c) = candidates.remove(id) {
                                 joined.insert(id.to_string(), c);
-                                eprintln!("joined: {id} ({}/{min_clients})", joined.len());
+                                info!("joined: {id} ({}/{min_clients})", joined.len());
                             }
                         }
                         Ok(_) => tally.add(Rejection::NotAsked),
@@ -445,14 +461,17 @@ impl MqttPool {
                     if joined.contains_key(id)
                         && Envelope::<ToCoordinator>::from_bytes(&payload)
                             .is_ok_and(|e| e.body == ToCoordinator::Pong) => {}
-                _ => tally.add(Rejection::NotAsked),
+                _ => {
+                    debug!("joining: ignored a message on {topic:?}");
+                    tally.add(Rejection::NotAsked);
+                }
             }
         }
         if !candidates.is_empty() {
-            warn(format!(
+            warn!(
                 "joining: no answer to the ping from {} (a stale or forged Hello, or not ready yet)",
                 candidates.keys().cloned().collect::<Vec<_>>().join(", ")
-            ));
+            );
         }
         if joined.len() < 2 {
             // A failed run still tells the clients it heard of to finish, so none of them
@@ -467,10 +486,10 @@ impl MqttPool {
             );
         }
         if joined.len() < min_clients {
-            warn(format!(
+            warn!(
                 "join timeout: starting with {} of {min_clients} clients",
                 joined.len()
-            ));
+            );
         }
         let mut members: Vec<Member> = joined
             .into_values()
@@ -522,10 +541,10 @@ impl MqttPool {
                 pool.link
                     .publish(&pool.topics.down(&pool.members[c].id), ping.clone(), false)
             {
-                warn(format!("resuming: cannot ping {}: {e}", pool.members[c].id));
+                warn!("resuming: cannot ping {}: {e}", pool.members[c].id);
             }
         }
-        eprintln!(
+        info!(
             "resuming run {}: waiting for {} of its {} clients (timeout {:.0}s)",
             run.as_str(),
             waiting.len(),
@@ -544,6 +563,12 @@ impl MqttPool {
                 continue;
             };
             let Some(c) = pool.index.get(id).copied() else {
+                // Not a client of the run: only garbage on its status topic is news.
+                if kind == TopicKind::Status
+                    && let Err(e) = Envelope::<ToCoordinator>::from_bytes(&payload)
+                {
+                    stray(&mut pool.tally, "resuming", id, e.into());
+                }
                 continue;
             };
             let msg = Envelope::<ToCoordinator>::from_bytes(&payload);
@@ -559,7 +584,7 @@ impl MqttPool {
                     pool.wire.probe_down += ping.len() as u64;
                     let down = pool.topics.down(&pool.members[c].id);
                     if let Err(e) = pool.link.publish(&down, ping.clone(), false) {
-                        warn(format!("resuming: cannot ping {id}: {e}"));
+                        warn!("resuming: cannot ping {id}: {e}");
                     }
                 }
                 (
@@ -570,17 +595,18 @@ impl MqttPool {
                         ..
                     }),
                 ) if r == run && waiting.remove(&c) => {
-                    eprintln!("rejoined: {id} ({} still awaited)", waiting.len());
+                    info!("rejoined: {id} ({} still awaited)", waiting.len());
                 }
+                (TopicKind::Status, Err(e)) => stray(&mut pool.tally, "resuming", id, e.into()),
                 // Answers to the interrupted run's last jobs, and the like: not this run's news.
                 _ => {}
             }
         }
         for c in waiting {
-            warn(format!(
+            warn!(
                 "resuming: {} did not answer; taken as gone",
                 pool.members[c].id
-            ));
+            );
             pool.members[c].alive = false;
         }
         pool
@@ -648,6 +674,8 @@ impl MqttPool {
                 continue;
             };
             let Some(member) = ids.iter().find(|m| m.as_str() == id) else {
+                // Another cluster's client, or a stranger: counted, not news.
+                debug!("joining: status of {id:?}, not a member");
                 tally.add(Rejection::UnknownClient);
                 continue;
             };
@@ -664,8 +692,8 @@ impl MqttPool {
                 }) => {
                     hellos.remove(member.as_str());
                 }
-                Ok(_) => tally.add(Rejection::Unexpected),
-                Err(e) => tally.add(Rejected::from(e).reason),
+                Ok(_) => stray(&mut tally, "joining", id, upload_on_status()),
+                Err(e) => stray(&mut tally, "joining", id, e.into()),
             }
         }
         let missing: Vec<&str> = ids
@@ -781,11 +809,11 @@ impl MqttPool {
                     .iter()
                     .map(|&c| self.members[c].id.as_str())
                     .collect();
-                warn(format!(
+                warn!(
                     "{phase}: timeout after {:.0}s, going on without {}",
                     self.phase_timeout.as_secs_f64(),
                     ids.join(", ")
-                ));
+                );
                 break;
             };
             match ev {
@@ -796,20 +824,20 @@ impl MqttPool {
                         answers.push(answer);
                     }
                 }
-                Inbound::Disconnected(e) => warn(format!(
+                Inbound::Disconnected(e) => warn!(
                     "{phase}: lost the broker ({e}); reconnecting{}",
                     self.link
                         .next_attempt()
                         .and_then(|at| at.duration_since(SystemTime::now()).ok())
                         .map_or(String::new(), |d| format!(" in {:.0} s", d.as_secs_f64()))
-                )),
+                ),
                 Inbound::Connected => {
                     // Back on the broker (it restarted, or the connection dropped): what was
                     // published meanwhile may be lost, so every client still awaited gets its
                     // job again (a client that answers twice has its second answer counted as a
                     // duplicate). Clients that reconnect later say Hello and get theirs then.
                     let pending: Vec<usize> = aw.pending().iter().copied().collect();
-                    eprintln!(
+                    info!(
                         "{phase}: reconnected to the broker; sending {} pending job(s) again",
                         pending.len()
                     );
@@ -855,13 +883,14 @@ impl MqttPool {
         let client = self.index.get(id).copied();
         let phase = aw.phase;
         let reject = |tally: &mut Tally, per_client: &mut BTreeMap<String, Tally>, r: Rejected| {
-            warn(format!(
+            if client.is_none() {
+                return stray(tally, phase, id, r);
+            }
+            warn!(
                 "{phase}: ignored message from {id:?}: {:?}: {}",
                 r.reason, r.detail
-            ));
-            if client.is_some() {
-                per_client.entry(id.to_string()).or_default().add(r.reason);
-            }
+            );
+            per_client.entry(id.to_string()).or_default().add(r.reason);
             tally.add(r.reason);
         };
         if kind == TopicKind::Up
@@ -876,7 +905,7 @@ impl MqttPool {
                 && let Some(at) = self.probing.iter().position(|p| p.0.as_str() == id)
             {
                 let (new, hello) = self.probing.remove(at);
-                eprintln!("{phase}: newcomer {id} queued; it joins at the next round");
+                info!("{phase}: newcomer {id} queued; it joins at the next round");
                 self.queued.push((new, hello));
             }
             return Ok(None);
@@ -888,12 +917,12 @@ impl MqttPool {
                     ..
                 }) => {
                     if !self.members[c].alive {
-                        eprintln!("{phase}: {id} is back");
+                        info!("{phase}: {id} is back");
                         self.dropped(c, phase, DropReason::Back);
                     }
                     self.members[c].alive = true;
                     if aw.is_pending(c) {
-                        eprintln!("{id} reconnected; sending its job again");
+                        info!("{id} reconnected; sending its job again");
                         // It missed what was broadcast while it was away.
                         if let Some(bytes) = broadcast {
                             self.broadcast(bytes)?;
@@ -912,17 +941,10 @@ impl MqttPool {
                     }
                     self.members[c].alive = false;
                     if aw.give_up(c) {
-                        warn(format!("{}: {id} is gone; not waiting for it", aw.phase));
+                        warn!("{}: {id} is gone; not waiting for it", aw.phase);
                     }
                 }
-                Ok(_) => reject(
-                    &mut self.tally,
-                    &mut self.per_client,
-                    Rejected {
-                        reason: Rejection::Unexpected,
-                        detail: "upload on the status topic".into(),
-                    },
-                ),
+                Ok(_) => reject(&mut self.tally, &mut self.per_client, upload_on_status()),
                 Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
             },
             (TopicKind::Status, None) => match msg {
@@ -966,14 +988,7 @@ impl MqttPool {
                     self.queued.retain(|q| q.0.as_str() != id);
                     self.probing.retain(|q| q.0.as_str() != id);
                 }
-                Ok(_) => reject(
-                    &mut self.tally,
-                    &mut self.per_client,
-                    Rejected {
-                        reason: Rejection::Unexpected,
-                        detail: "upload on the status topic".into(),
-                    },
-                ),
+                Ok(_) => reject(&mut self.tally, &mut self.per_client, upload_on_status()),
                 Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
             },
             (TopicKind::Up, None) => reject(
@@ -1402,7 +1417,7 @@ pub fn broker_for(net: &NetFlags, clients: usize) -> anyhow::Result<BrokerAddr> 
             });
             let retention = broker::Retention::fleet(&Topics::new(&net.prefix)?, clients);
             let addr = broker::start(net.listen, port, &security, &retention)?;
-            eprintln!(
+            info!(
                 "embedded broker (rumqttd) listening on {}:{port}{}",
                 net.listen,
                 match (
@@ -1499,7 +1514,7 @@ pub fn run(
         ..LinkOptions::new(link_addr.clone(), format!("coordinator-{}", run.as_str()))
     })?;
     link.wait_connected(&link_addr, Duration::from_secs(30))?;
-    eprintln!("connected to {broker}; run {}", run.as_str());
+    info!("connected to {broker}; run {}", run.as_str());
     let min_clients = net.min_clients.unwrap_or(cfg.clients);
     let (mut pool, resume) = match saved {
         Some(saved) => {
@@ -1549,7 +1564,7 @@ pub fn run(
         Ok(r) => r,
         Err(e) => {
             // Any failed run tells its fleet to finish.
-            eprintln!("error: the run failed ({e}); telling its clients to finish");
+            error!("the run failed ({e}); telling its clients to finish");
             pool.finish();
             return Err(e.into());
         }
@@ -1670,5 +1685,67 @@ mod tests {
         assert_eq!(joined["c0"].0.as_str(), "c0");
         assert_eq!(join_status(&mut joined, "c0", &gone), None);
         assert_eq!(joined.keys().collect::<Vec<_>>(), ["c2"]);
+    }
+
+    /// A log sink for one test: the lines written while `f` runs, with every level on.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// Garbage from outside the run (here on an unknown client's status topic) is counted every
+    /// time; the first of each reason is a warning, the rest debug lines, so a flood costs one
+    /// warning.
+    #[test]
+    fn strays_are_counted_and_warned_once_per_reason() {
+        let mut tally = Tally::default();
+        let garbage = |bytes: &[u8]| -> Rejected {
+            Envelope::<ToCoordinator>::from_bytes(bytes)
+                .expect_err("garbage")
+                .into()
+        };
+        let log = logged(|| {
+            for _ in 0..3 {
+                stray(&mut tally, "round 2", "ghost", garbage(&[0xFF, 0x00]));
+            }
+            stray(&mut tally, "round 2", "ghost", upload_on_status());
+        });
+        let reason = garbage(&[0xFF, 0x00]).reason;
+        assert_eq!(tally.get(reason), 3);
+        assert_eq!(tally.get(Rejection::Unexpected), 1);
+        assert_eq!(tally.total(), 4);
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 4, "{log}");
+        let warns: Vec<&&str> = lines.iter().filter(|l| l.contains(" WARN ")).collect();
+        assert_eq!(warns.len(), 2, "one per reason:\n{log}");
+        assert!(
+            warns
+                .iter()
+                .all(|l| l.contains("ignored message from \"ghost\"")),
+            "{log}"
+        );
+        assert_eq!(
+            lines.iter().filter(|l| l.contains(" DEBUG ")).count(),
+            2,
+            "{log}"
+        );
     }
 }

@@ -38,6 +38,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::acl::Acl;
 use super::passwd::PasswordDb;
+use tracing::warn;
 
 /// Time a new connection has for the TLS handshake and its CONNECT packet.
 const HANDSHAKE: Duration = Duration::from_secs(15);
@@ -146,7 +147,7 @@ impl Gate {
             let (tcp, peer) = match listener.accept().await {
                 Ok(x) => x,
                 Err(e) => {
-                    eprintln!("warn: broker: accept failed: {e}");
+                    warn!("broker: accept failed: {e}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -155,7 +156,7 @@ impl Gate {
             let gate = self.clone();
             tokio::spawn(async move {
                 if let Err(e) = gate.connection(tcp, peer).await {
-                    eprintln!("broker: {peer}: {e}");
+                    warn!("broker: {peer}: {e}");
                 }
             });
         }
