@@ -6,6 +6,8 @@ use alloc::vec::Vec;
 use core::fmt;
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use super::ToCoordinator;
 use super::{Eigenpairs, Encoding, Tensor, Text};
 
 /// The model architectures edgecfl trains (see `model` for their layouts).
@@ -96,7 +98,7 @@ pub enum ToClient {
     /// The run is over.
     Finish,
     /// MT-HFL round 0: form the Gram matrix of the training data (eq. 1) and upload its `k`
-    /// leading eigenpairs ([`ToCoordinator::Eigenpairs`](super::ToCoordinator::Eigenpairs)).
+    /// leading eigenpairs ([`ToCoordinator::Eigenpairs`]).
     GramSignature {
         /// Eigenpairs to upload.
         k: u32,
@@ -107,7 +109,7 @@ pub enum ToClient {
     /// position `j`, as the coordinator received them. Not a job: it waits for [`Self::Relevance`].
     Relay(Eigenpairs),
     /// MT-HFL round 0: compute the relevance row `r(i, ·)` (eq. 2-4) against the relay of this
-    /// run and round, with the exact Gram matrix, and upload it ([`ToCoordinator::RelevanceRow`](super::ToCoordinator::RelevanceRow)).
+    /// run and round, with the exact Gram matrix, and upload it ([`ToCoordinator::RelevanceRow`]).
     Relevance {
         /// Signatures in the relay (the row's length).
         clients: u32,
@@ -115,7 +117,7 @@ pub enum ToClient {
         estimate: Estimate,
     },
     /// Train with a proximal term `μ/2 · ‖θ − θ_sent‖²` toward the model sent (FedProx, FeSEM)
-    /// and upload the result ([`ToCoordinator::Update`](super::ToCoordinator::Update)).
+    /// and upload the result ([`ToCoordinator::Update`]).
     TrainProx {
         /// The training.
         job: TrainJob,
@@ -123,7 +125,7 @@ pub enum ToClient {
         mu: f64,
     },
     /// StoCFL's bi-level step: train `global` plainly and `cluster` with the proximal term
-    /// `μ/2 · ‖θ − ω‖²` toward `global`'s parameters ω; upload both ([`ToCoordinator::Pair`](super::ToCoordinator::Pair)).
+    /// `μ/2 · ‖θ − ω‖²` toward `global`'s parameters ω; upload both ([`ToCoordinator::Pair`]).
     TrainPair {
         /// The global model's training.
         global: TrainJob,
@@ -134,7 +136,7 @@ pub enum ToClient {
     },
     /// IFCA: the mean training loss of each candidate model, then the candidate of lowest loss
     /// (ties: the lower index) is trained with `job`'s settings (`job.params` is empty) and
-    /// uploaded with its index ([`ToCoordinator::Picked`](super::ToCoordinator::Picked)).
+    /// uploaded with its index ([`ToCoordinator::Picked`]).
     Pick {
         /// Settings of the training (`params` empty).
         job: TrainJob,
@@ -142,7 +144,7 @@ pub enum ToClient {
         candidates: Vec<Tensor>,
     },
     /// StoCFL: the gradient of the mean cross-entropy over all training data at the model sent,
-    /// normalised to unit length ([`ToCoordinator::Gradient`](super::ToCoordinator::Gradient)).
+    /// normalised to unit length ([`ToCoordinator::Gradient`]).
     Gradient {
         /// Architecture.
         model: ModelKind,
@@ -154,7 +156,7 @@ pub enum ToClient {
         upload: Encoding,
     },
     /// AdaCFL round 0: [`Self::Signature`], plus the label statistics of the training data
-    /// ([`ToCoordinator::SignatureStats`](super::ToCoordinator::SignatureStats)).
+    /// ([`ToCoordinator::SignatureStats`]).
     SignatureStats {
         /// Warm-up training.
         job: TrainJob,
@@ -162,7 +164,7 @@ pub enum ToClient {
         layers: Text,
     },
     /// "Are you there?": the coordinator asks every client that announced itself (its
-    /// retained `Hello`, possibly stale or forged) to answer [`ToCoordinator::Pong`](super::ToCoordinator::Pong) on its `up`
+    /// retained `Hello`, possibly stale or forged) to answer [`ToCoordinator::Pong`] on its `up`
     /// topic before it counts it as joined. Not a job: answered at once.
     Ping,
 }

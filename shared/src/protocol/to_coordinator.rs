@@ -3,6 +3,8 @@
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use super::ToClient;
 use super::{Eigenpairs, ModelKind, ProtocolError, Tensor, Text};
 
 /// Accuracy counts of one label on a client's test set.
@@ -89,7 +91,7 @@ pub enum ToCoordinator {
         /// The row (uploaded in `f32`: it is small, and `f16` would blur the clustering).
         row: Tensor,
     },
-    /// StoCFL: both trained models of a [`ToClient::TrainPair`](super::ToClient::TrainPair).
+    /// StoCFL: both trained models of a [`ToClient::TrainPair`].
     Pair {
         /// Architecture.
         model: ModelKind,
@@ -104,7 +106,7 @@ pub enum ToCoordinator {
         /// Mean training loss of the cluster model's last epoch.
         cluster_loss: f64,
     },
-    /// IFCA: the answer to a [`ToClient::Pick`](super::ToClient::Pick).
+    /// IFCA: the answer to a [`ToClient::Pick`].
     Picked {
         /// Index of the chosen candidate.
         choice: u32,
@@ -133,7 +135,7 @@ pub enum ToCoordinator {
         /// Shannon entropy of the label histogram in bits.
         entropy: f64,
     },
-    /// The answer to a [`ToClient::Ping`](super::ToClient::Ping), with the ping's run and round: this client is live
+    /// The answer to a [`ToClient::Ping`], with the ping's run and round: this client is live
     /// and serves that run.
     Pong,
 }
