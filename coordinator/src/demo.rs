@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::protocol::{BrokerAddr, Encoding};
+use tracing::{info, warn};
 
 use crate::broker::BrokerSecurity;
 use crate::config::{RunConfig, RunFlags};
 use crate::credentials::{self, CredentialsArgs, Material};
 use crate::serve::{self, NetFlags, Served};
-use tracing::{info, warn};
 
 /// The demo's default configuration: a `groups:` partition (4 label groups) over 8 clients,
 /// 5 short rounds; a few minutes on 2 cores.

@@ -39,9 +39,9 @@ use edgecfl_shared::protocol::{
     ToLps, TopicKind, Topics,
 };
 use serde::Serialize;
+use tracing::{info, warn};
 
 use crate::rounds::{Rejected, Rejection, Tally};
-use tracing::{info, warn};
 
 /// Errors of the GPS.
 #[derive(Debug, thiserror::Error)]

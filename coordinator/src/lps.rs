@@ -38,11 +38,11 @@ use edgecfl_shared::protocol::{
     ToLps, TopicKind, Topics,
 };
 use serde_json::json;
+use tracing::{info, warn};
 
 use crate::config::RunConfig;
 use crate::report::{self, Progress};
 use crate::serve::{MqttPool, NetFlags};
-use tracing::{info, warn};
 
 /// The final cluster model, raw little-endian f32, in the LPS's `--out`.
 pub const MODEL_FILE: &str = "model.f32";

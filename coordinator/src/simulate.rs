@@ -5,11 +5,11 @@ use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::partition;
 use edgecfl_shared::federation::{self, RunContext, RunResult};
 use edgecfl_shared::sim::SimPool;
+use tracing::info;
 
 use crate::config::RunConfig;
 use crate::plots;
 use crate::report::{self, Progress};
-use tracing::info;
 
 /// Runs `cfg` in process, writes the result files into `cfg.out` and returns the result.
 pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {

@@ -35,10 +35,10 @@ use edgecfl_shared::mqtt::MAX_PACKET;
 use rumqttc::{ConnAck, ConnectReturnCode, Login, Packet, Protocol};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tracing::warn;
 
 use super::acl::Acl;
 use super::passwd::PasswordDb;
-use tracing::warn;
 
 /// Time a new connection has for the TLS handshake and its CONNECT packet.
 const HANDSHAKE: Duration = Duration::from_secs(15);
