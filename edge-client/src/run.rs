@@ -29,7 +29,7 @@ use edgecfl_shared::protocol::{
 use edgecfl_shared::train::{Backend, CLASSES, Device, TrainConfig};
 
 use crate::shard::{Shard, ShardArgs};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Arguments of `edge-client run`.
 #[derive(Debug, Clone, Args)]
@@ -209,6 +209,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                         continue;
                     }
                 };
+                debug!(
+                    "{}: {} bytes on {topic} (run {}, round {})",
+                    id.as_str(),
+                    payload.len(),
+                    env.run.as_str(),
+                    env.round
+                );
                 // Commands of another run (a stale or foreign coordinator on the same prefix) are
                 // not this client's business; the first command fixes the run unless --run-id.
                 match &current_run {
@@ -266,6 +273,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 served.jobs += 1;
                 let bytes = Envelope::new(run, round, reply).to_bytes();
                 served.bytes_up += bytes.len() as u64;
+                debug!(
+                    "{}: round {round}: answered ({} bytes)",
+                    id.as_str(),
+                    bytes.len()
+                );
                 link.publish(&topics.up(&id), bytes, false)?;
             }
         }

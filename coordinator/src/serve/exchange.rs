@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 use edgecfl_shared::federation::PoolError;
 use edgecfl_shared::mqtt::Inbound;
 use edgecfl_shared::protocol::{self, Envelope, ToClient, ToCoordinator, TopicKind};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::rounds::{Answer as WireAnswer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
 
@@ -235,6 +235,7 @@ impl MqttPool {
                 let len = payload.len() as u64;
                 match aw.accept(c, msg) {
                     Ok(a) => {
+                        debug!("{phase}: answer of {id} ({len} bytes)");
                         self.wire.answers_up += 1;
                         match &a {
                             WireAnswer::Signature(_)
