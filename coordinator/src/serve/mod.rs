@@ -1,6 +1,13 @@
 //! `coordinator serve`: the federation over MQTT. Edge clients announce themselves on the broker;
 //! the coordinator runs the same round loop as `simulate` ([`federation::run`]) over an
 //! [`MqttPool`], whose calls are the awaiting phases of [`crate::rounds`].
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | `pool` | [`MqttPool`] and the counts `summary.json` reports ([`WireStats`], [`Dropout`]) |
+//! | `join` | joining: ping-checked candidates, an LPS's fixed cluster, messages from outside the run |
+//! | `exchange` | one awaiting phase: jobs out, answers in; dropouts, reconnects, newcomers |
+//! | `resume` | `checkpoint.json` and the rejoin of `serve --resume` |
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
