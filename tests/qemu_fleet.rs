@@ -135,6 +135,8 @@ fn client_totals(log: &Path) -> [u64; 5] {
         .rev()
         .find(|l| l.contains(" jobs (") && l.contains("bytes down"))
         .unwrap_or_else(|| panic!("no totals line in {}:\n{text}", log.display()));
+    // The message after the log line's time, level and target (`…  INFO edge_client: 12 jobs …`).
+    let line = line.rsplit_once(": ").map_or(line, |(_, message)| message);
     let nums: Vec<u64> = line
         .split(|c: char| !c.is_ascii_digit())
         .filter(|s| !s.is_empty())

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::protocol::{BrokerAddr, Encoding};
+use tracing::{info, warn};
 
 use crate::broker::BrokerSecurity;
 use crate::config::{RunConfig, RunFlags};
@@ -129,7 +130,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
             bind: None,
             force: true,
         })?;
-        eprintln!(
+        info!(
             "credentials (CA, broker certificate, a password per client, ACL) in {}",
             m.dir.display()
         );
@@ -166,7 +167,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         material.as_ref(),
         &logs,
     )?;
-    eprintln!(
+    info!(
         "started {} edge-client processes ({}; logs in {})",
         fleet.0.len(),
         bin.display(),
@@ -184,7 +185,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
     )?;
     let left = fleet.wait(Duration::from_secs(10));
     if left > 0 {
-        eprintln!("warn: {left} edge clients did not exit after the run; stopping them");
+        warn!("{left} edge clients did not exit after the run; stopping them");
     }
     drop(fleet);
     print_clusters(&served);

@@ -39,6 +39,7 @@ use edgecfl_shared::protocol::{
     ToLps, TopicKind, Topics,
 };
 use serde::Serialize;
+use tracing::{info, warn};
 
 use crate::rounds::{Rejected, Rejection, Tally};
 
@@ -197,10 +198,6 @@ pub struct Gps {
     tally: Tally,
 }
 
-fn warn(msg: impl std::fmt::Display) {
-    eprintln!("warn: {msg}");
-}
-
 impl Gps {
     /// A GPS over `link` (which must subscribe to `topics.all_lps_status()` and
     /// `topics.all_lps_up()`).
@@ -268,7 +265,7 @@ impl Gps {
                         .map_or("n/a".into(), |a| format!("{:.2} %", 100.0 * a))
                 })
                 .collect();
-            eprintln!(
+            info!(
                 "GPS round {g}/{gps_rounds}: averaged {} floats of {} LPSs (latest accuracies {})",
                 common.len(),
                 records.len(),
@@ -305,10 +302,10 @@ impl Gps {
     }
 
     fn reject(&mut self, lps: &str, r: Rejected) {
-        warn(format!(
+        warn!(
             "GPS: ignored message from LPS {lps}: {:?}: {}",
             r.reason, r.detail
-        ));
+        );
         self.tally.add(r.reason);
     }
 
@@ -319,7 +316,7 @@ impl Gps {
                 body: ToGps::Hello, ..
             }) => {
                 if self.known.insert(lps.to_string(), true) != Some(true) {
-                    eprintln!("LPS {lps} is ready");
+                    info!("LPS {lps} is ready");
                 }
                 Some(true)
             }
@@ -359,7 +356,7 @@ impl Gps {
                 return Ok(());
             }
             if !told {
-                eprintln!(
+                info!(
                     "GPS: {clusters} clusters; waiting for {} more LPS processes on {}",
                     clusters - alive(&self.known),
                     self.plan.topics.all_lps_status()
@@ -451,7 +448,7 @@ impl Gps {
             .to_bytes();
             self.link
                 .publish(&self.plan.topics.lps_down(lps), bytes, false)?;
-            eprintln!("GPS: cluster {c} ({} clients) → LPS {lps}", members.len());
+            info!("GPS: cluster {c} ({} clients) → LPS {lps}", members.len());
             self.assigned.push(lps.clone());
             records.push(LpsRecord {
                 id: lps.clone(),
@@ -472,7 +469,7 @@ impl Gps {
             });
         }
         for lps in ready.iter().skip(clusters) {
-            eprintln!("GPS: LPS {lps} gets no cluster ({clusters} clusters)");
+            info!("GPS: LPS {lps} gets no cluster ({clusters} clusters)");
             self.send_finish(lps);
         }
         Ok(records)
@@ -502,7 +499,7 @@ impl Gps {
             let (topic, payload) = match ev {
                 Inbound::Message { topic, payload, .. } => (topic, payload),
                 Inbound::Disconnected(e) => {
-                    warn(format!("GPS: broker connection: {e}"));
+                    warn!("GPS: broker connection: {e}");
                     continue;
                 }
                 Inbound::Connected => continue,
@@ -524,7 +521,7 @@ impl Gps {
                 }
                 (TopicKind::Status, None) => {
                     if self.on_status(&lps, &payload) == Some(true) {
-                        eprintln!("GPS: LPS {lps} came after the assignment; it gets no cluster");
+                        info!("GPS: LPS {lps} came after the assignment; it gets no cluster");
                         self.send_finish(&lps);
                     }
                 }
@@ -604,11 +601,11 @@ impl Gps {
                         r.up_bytes.push(len);
                         r.up_floats.push(values.len());
                         if samples != r.samples {
-                            warn(format!(
+                            warn!(
                                 "LPS {lps} reported weight {samples}; the GPS weighs cluster {c} \
                                  by its members' {}",
                                 r.samples
-                            ));
+                            );
                         }
                         if let ToGps::Common { accuracy, .. } = body {
                             r.accuracy.push(*accuracy);
@@ -693,7 +690,7 @@ impl Gps {
             .link
             .publish(&self.plan.topics.lps_down(lps), bytes, false)
         {
-            warn(format!("GPS: cannot tell LPS {lps} to finish: {e}"));
+            warn!("GPS: cannot tell LPS {lps} to finish: {e}");
         }
     }
 

@@ -38,6 +38,7 @@ use edgecfl_shared::protocol::{
     ToLps, TopicKind, Topics,
 };
 use serde_json::json;
+use tracing::{info, warn};
 
 use crate::config::RunConfig;
 use crate::report::{self, Progress};
@@ -184,7 +185,7 @@ impl RemoteGps {
             }
             match Envelope::<ToLps>::from_bytes(&payload) {
                 Ok(env) if env.run != self.run => {
-                    eprintln!("warn: ignored a GPS message of run {}", env.run.as_str());
+                    warn!("ignored a GPS message of run {}", env.run.as_str());
                 }
                 Ok(Envelope {
                     body: ToLps::Finish,
@@ -199,11 +200,11 @@ impl RemoteGps {
                     self.down_bytes.push(payload.len() as u64);
                     return Ok(average);
                 }
-                Ok(env) => eprintln!(
-                    "warn: ignored a GPS message of round {} while in GPS round {gps_round}",
+                Ok(env) => warn!(
+                    "ignored a GPS message of round {} while in GPS round {gps_round}",
                     env.round
                 ),
-                Err(e) => eprintln!("warn: ignored a GPS message: {e}"),
+                Err(e) => warn!("ignored a GPS message: {e}"),
             }
         }
     }
@@ -221,7 +222,7 @@ impl GpsLink for RemoteGps {
         let average = self
             .exchange_inner(gps_round, common, samples, accuracy)
             .map_err(|e| FederationError::Gps(Box::new(e)))?;
-        eprintln!(
+        info!(
             "GPS round {gps_round}: sent {} common floats, got the average after {:.1}s",
             common.len(),
             t0.elapsed().as_secs_f64()
@@ -250,12 +251,12 @@ fn await_assignment(
         match ev {
             Inbound::Connected => {
                 link.publish(&topics.lps_status(id), hello.to_vec(), true)?;
-                eprintln!("LPS {}: connected; waiting for a cluster", id.as_str());
+                info!("LPS {}: connected; waiting for a cluster", id.as_str());
             }
-            Inbound::Disconnected(e) => eprintln!("warn: broker connection: {e}"),
+            Inbound::Disconnected(e) => warn!("broker connection: {e}"),
             Inbound::Message { payload, .. } => match Envelope::<ToLps>::from_bytes(&payload) {
-                Ok(env) if pinned.is_some_and(|p| *p != env.run) => eprintln!(
-                    "warn: ignored a GPS message of run {} (serving run {})",
+                Ok(env) if pinned.is_some_and(|p| *p != env.run) => warn!(
+                    "ignored a GPS message of run {} (serving run {})",
                     env.run.as_str(),
                     pinned.map_or("", Id::as_str)
                 ),
@@ -268,8 +269,8 @@ fn await_assignment(
                     body: ToLps::Finish,
                     ..
                 }) => return Err(LpsError::Unassigned),
-                Ok(_) => eprintln!("warn: ignored a GPS message before the assignment"),
-                Err(e) => eprintln!("warn: ignored a GPS message: {e}"),
+                Ok(_) => warn!("ignored a GPS message before the assignment"),
+                Err(e) => warn!("ignored a GPS message: {e}"),
             },
         }
     }
@@ -345,14 +346,14 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
             let _ = gps_link.publish(&topics.lps_status(&id), gone, true);
             gps_link.disconnect();
             if matches!(e, LpsError::Unassigned) {
-                eprintln!("LPS {}: the GPS has no cluster for it", id.as_str());
+                info!("LPS {}: the GPS has no cluster for it", id.as_str());
                 return Ok(None);
             }
             return Err(e.into());
         }
     };
     let cluster = assignment.cluster as usize;
-    eprintln!(
+    info!(
         "LPS {}: cluster {cluster} of {} with {} clients, run {}",
         id.as_str(),
         assignment.clusters,

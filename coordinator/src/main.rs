@@ -6,6 +6,8 @@ use clap::{Parser, Subcommand};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
 use coordinator::serve::{self, NetFlags};
 use coordinator::{credentials, demo, inspect, lps, offline, simulate};
+use edgecfl_shared::logging::LogArgs;
+use tracing::{error, info};
 
 /// Coordinator of edgecfl: one-shot clustering of edge clients and cluster-wise federated training.
 #[derive(Parser)]
@@ -13,6 +15,8 @@ use coordinator::{credentials, demo, inspect, lps, offline, simulate};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -64,13 +68,14 @@ fn final_line(r: &edgecfl_shared::federation::RunResult, out: &std::path::Path) 
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    cli.log.init();
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args).map(|s| final_line(&s.result, &s.out)),
         Command::Serve(args) => args.run.resolve().and_then(|cfg| {
             let broker = serve::broker_for(&args.net, cfg.clients + cfg.newcomers)?;
             let s = serve::run(&cfg, &args.net, &broker, None)?;
             for p in &s.plots {
-                eprintln!("plot: {}", p.display());
+                info!("plot: {}", p.display());
             }
             match &s.gps {
                 Some(g) => println!(
@@ -117,7 +122,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            error!("{e:#}");
             ExitCode::FAILURE
         }
     }

@@ -11,6 +11,7 @@ use edgecfl_shared::federation::{
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
+use tracing::{info, warn};
 
 use crate::config::RunConfig;
 
@@ -270,13 +271,9 @@ impl Progress {
         Progress { bar }
     }
 
-    /// Prints a line above the bar (on stderr when the bar is hidden).
-    fn line(&self, line: &str) {
-        if self.bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            self.bar.println(line);
-        }
+    /// Logs through `log` with the bar (if shown) cleared meanwhile, so the line lands above it.
+    fn log(&self, log: impl FnOnce()) {
+        self.bar.suspend(log);
     }
 
     /// Finishes the bar.
@@ -288,35 +285,42 @@ impl Progress {
 impl Observer for Progress {
     fn clustered(&mut self, c: &Clustering, ari: Option<f64>) {
         let ari = ari.map_or("n/a".to_string(), |a| format!("{a:.3}"));
-        let line = format!(
-            "round 0: {} clusters (linkage {}, cut at {:.4}), ARI vs truth {ari}",
-            c.n_clusters, c.linkage, c.threshold
-        );
-        self.line(&line);
+        self.log(|| {
+            info!(
+                "round 0: {} clusters (linkage {}, cut at {:.4}), ARI vs truth {ari}",
+                c.n_clusters, c.linkage, c.threshold
+            )
+        });
     }
 
     fn newcomer(&mut self, n: &Newcomer) {
         let distance = n
             .distance
             .map_or(String::new(), |d| format!(" (distance {d:.4})"));
-        self.line(&format!(
-            "round {}: newcomer {} joins cluster {}{distance}",
-            n.round, n.client.id, n.cluster
-        ));
+        self.log(|| {
+            info!(
+                "round {}: newcomer {} joins cluster {}{distance}",
+                n.round, n.client.id, n.cluster
+            )
+        });
     }
 
     fn newcomer_dropped(&mut self, d: &DroppedNewcomer) {
-        self.line(&format!(
-            "warn: round {}: newcomer {} dropped: {}",
-            d.round, d.client.id, d.reason
-        ));
+        self.log(|| {
+            warn!(
+                "round {}: newcomer {} dropped: {}",
+                d.round, d.client.id, d.reason
+            )
+        });
     }
 
     fn update_dropped(&mut self, d: &DroppedUpdate) {
-        self.line(&format!(
-            "warn: round {}: update of {} dropped: {}",
-            d.round, d.client, d.reason
-        ));
+        self.log(|| {
+            warn!(
+                "round {}: update of {} dropped: {}",
+                d.round, d.client, d.reason
+            )
+        });
     }
 
     fn round(&mut self, r: &RoundRecord, _of: usize) {
@@ -326,7 +330,7 @@ impl Observer for Progress {
             if !self.bar.is_hidden() {
                 return;
             }
-            eprintln!(
+            info!(
                 "round {}: accuracy {:.2} %, train loss {:.4}, {:.1}s",
                 r.round,
                 100.0 * a,

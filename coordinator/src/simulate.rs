@@ -5,6 +5,7 @@ use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::partition;
 use edgecfl_shared::federation::{self, RunContext, RunResult};
 use edgecfl_shared::sim::SimPool;
+use tracing::info;
 
 use crate::config::RunConfig;
 use crate::plots;
@@ -13,7 +14,7 @@ use crate::report::{self, Progress};
 /// Runs `cfg` in process, writes the result files into `cfg.out` and returns the result.
 pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
     let data = FashionMnist::load(cfg.data.as_deref()).context("loading Fashion-MNIST")?;
-    eprintln!(
+    info!(
         "data: {} ({} train / {} test images)",
         data.source,
         data.train.len(),
@@ -28,7 +29,7 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
     .with_context(|| format!("partition {}", cfg.partition))?;
     let mut pool = SimPool::new(&data, &part, cfg.backend)?;
     pool.hold_out(cfg.newcomers, cfg.join_round)?;
-    eprintln!(
+    info!(
         "{}: {} clients, partition {}, model {}, {} rounds",
         cfg.federation.algorithm,
         cfg.clients,
@@ -37,7 +38,7 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
         cfg.federation.rounds
     );
     if cfg.newcomers > 0 {
-        eprintln!(
+        info!(
             "newcomers: clients {}..{} join at round {}",
             cfg.clients - cfg.newcomers,
             cfg.clients,
@@ -54,7 +55,7 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
     report::write_all(&cfg.out, cfg, &result, &data.source.to_string(), None)?;
     let plots = plots::write_all(&cfg.out, &result)?;
     for p in plots {
-        eprintln!("plot: {}", p.display());
+        info!("plot: {}", p.display());
     }
     Ok(result)
 }

@@ -14,6 +14,7 @@ use edgecfl_shared::train::{Backend, LocalData, PIXELS, TrainConfig, train_local
 use serde::Serialize;
 
 use crate::shard::ShardArgs;
+use tracing::info;
 
 /// Arguments of `edge-client bench`.
 #[derive(Debug, Clone, Args)]
@@ -69,7 +70,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
             pixels: shard.train.pixels[..n * PIXELS].to_vec(),
             labels: shard.train.labels[..n].to_vec(),
         };
-        eprintln!(
+        info!(
             "bench: first {n} of {} training samples ({} test) of {}",
             shard.train.len(),
             shard.test.len(),
@@ -109,7 +110,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
                 samples_per_second: sorted[sorted.len() / 2],
                 runs,
             };
-            eprintln!(
+            info!(
                 "{} {} batch {batch}: {:.0} samples/s",
                 args.model, backend, t.samples_per_second
             );

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use edge_client::{bench, run, signature};
+use edgecfl_shared::logging::LogArgs;
+use tracing::{error, info};
 
 /// Edge client of edgecfl: local training on a Raspberry Pi / Jetson class device.
 #[derive(Parser)]
@@ -11,6 +13,8 @@ use edge_client::{bench, run, signature};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -24,9 +28,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let result = match Cli::parse().command {
+    let cli = Cli::parse();
+    cli.log.init();
+    let result = match cli.command {
         Command::Run(a) => run::run(&a).map(|s| {
-            eprintln!(
+            info!(
                 "{} jobs ({} failed), {} commands ignored, {} dropped unread; {} bytes up, {} bytes down",
                 s.jobs, s.failed, s.ignored, s.dropped, s.bytes_up, s.bytes_down
             );
@@ -40,7 +46,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            error!("{e:#}");
             ExitCode::FAILURE
         }
     }

@@ -29,6 +29,7 @@ use edgecfl_shared::protocol::{
 use edgecfl_shared::train::{Backend, CLASSES, Device, TrainConfig};
 
 use crate::shard::{Shard, ShardArgs};
+use tracing::{debug, info, warn};
 
 /// Arguments of `edge-client run`.
 #[derive(Debug, Clone, Args)]
@@ -102,7 +103,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
         "this client has no training sample"
     );
     let device = args.backend.device()?;
-    eprintln!(
+    info!(
         "{}: {} training / {} test samples ({}), device {}",
         id.as_str(),
         shard.train.len(),
@@ -136,7 +137,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
         latest_per_topic: true,
         ..LinkOptions::new(args.broker.clone(), id.as_str())
     })?;
-    eprintln!("{}: connecting to {}", id.as_str(), args.broker);
+    info!("{}: connecting to {}", id.as_str(), args.broker);
     let mut served = Served::default();
     let mut worker = Worker {
         shard: &shard,
@@ -152,8 +153,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     while let Some(ev) = link.recv() {
         let dropped = link.dropped();
         if dropped > served.dropped {
-            eprintln!(
-                "{}: warn: dropped {} unread command(s) replaced by newer ones on the same topic ({dropped} in all)",
+            warn!(
+                "{}: dropped {} unread command(s) replaced by newer ones on the same topic ({dropped} in all)",
                 id.as_str(),
                 dropped - served.dropped
             );
@@ -161,7 +162,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
         }
         match ev {
             Inbound::Connected => {
-                eprintln!("{}: connected to {}", id.as_str(), args.broker);
+                info!("{}: connected to {}", id.as_str(), args.broker);
                 connected = true;
                 link.publish(&topics.status(&id), hello.clone(), true)?;
             }
@@ -180,9 +181,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                     _ => String::new(),
                 };
                 if connected {
-                    eprintln!("{}: lost the broker ({e}); reconnecting{next}", id.as_str());
+                    warn!("{}: lost the broker ({e}); reconnecting{next}", id.as_str());
                 } else {
-                    eprintln!(
+                    warn!(
                         "{}: connection attempt {failures} to {} failed: {e}{next}",
                         id.as_str(),
                         args.broker
@@ -203,16 +204,23 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 let env = match Envelope::<ToClient>::from_bytes(&payload) {
                     Ok(env) => env,
                     Err(e) => {
-                        eprintln!("{}: ignored a command: {e}", id.as_str());
+                        warn!("{}: ignored a command: {e}", id.as_str());
                         served.ignored += 1;
                         continue;
                     }
                 };
+                debug!(
+                    "{}: {} bytes on {topic} (run {}, round {})",
+                    id.as_str(),
+                    payload.len(),
+                    env.run.as_str(),
+                    env.round
+                );
                 // Commands of another run (a stale or foreign coordinator on the same prefix) are
                 // not this client's business; the first command fixes the run unless --run-id.
                 match &current_run {
                     Some(r) if *r != env.run => {
-                        eprintln!(
+                        warn!(
                             "{}: ignored a command of run {} (serving run {})",
                             id.as_str(),
                             env.run.as_str(),
@@ -226,7 +234,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 }
                 // The relay, and only the relay, comes on the broadcast topic.
                 if matches!(env.body, ToClient::Relay(_)) != (topic == broadcast) {
-                    eprintln!(
+                    warn!(
                         "{}: ignored a command on the wrong topic {topic}",
                         id.as_str()
                     );
@@ -242,7 +250,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                     continue;
                 }
                 if env.body == ToClient::Finish {
-                    eprintln!("{}: run {} finished", id.as_str(), env.run.as_str());
+                    info!("{}: run {} finished", id.as_str(), env.run.as_str());
                     if args.stay {
                         current_run = pinned_run.clone();
                         continue;
@@ -255,7 +263,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 let reply = match result {
                     Ok(r) => r,
                     Err(e) => {
-                        eprintln!("{}: round {round}: job failed: {e:#}", id.as_str());
+                        warn!("{}: round {round}: job failed: {e:#}", id.as_str());
                         served.failed += 1;
                         ToCoordinator::Failed {
                             reason: protocol::text(&format!("{e:#}")),
@@ -265,6 +273,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 served.jobs += 1;
                 let bytes = Envelope::new(run, round, reply).to_bytes();
                 served.bytes_up += bytes.len() as u64;
+                debug!(
+                    "{}: round {round}: answered ({} bytes)",
+                    id.as_str(),
+                    bytes.len()
+                );
                 link.publish(&topics.up(&id), bytes, false)?;
             }
         }

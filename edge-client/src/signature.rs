@@ -12,6 +12,7 @@ use edgecfl_shared::model::{LayerSet, ModelKind, Params};
 use edgecfl_shared::train::{Backend, TrainConfig, train_local};
 
 use crate::shard::ShardArgs;
+use tracing::info;
 
 /// Arguments of `edge-client signature`.
 #[derive(Debug, Clone, Args)]
@@ -74,7 +75,7 @@ pub fn run(args: &SignatureArgs) -> anyhow::Result<Vec<f32>> {
         .layout()
         .select(&args.layers)?
         .extract(&trained.values);
-    eprintln!(
+    info!(
         "{}: {} samples, {} epochs in {:.1}s (loss {:.4}); {} floats ({} bytes) to upload",
         shard.source,
         shard.train.len(),

@@ -21,6 +21,7 @@
 //! | [`protocol`] | the wire protocol: postcard messages, tensors, MQTT topic scheme (`no_std`) |
 //!
 //! | [`mqtt`] | (feature `mqtt`) the MQTT link of the runtimes: an event loop task and a channel |
+//! | [`logging`] | (feature `logging`) `--log`/`--log-format` of the binaries and their `tracing` subscriber |
 //!
 //! Without the default `std` feature only [`protocol`] is built, with `no_std` + `alloc`.
 
@@ -44,6 +45,8 @@ pub mod data;
 pub mod federation;
 #[cfg(feature = "std")]
 pub mod hierarchy;
+#[cfg(feature = "logging")]
+pub mod logging;
 #[cfg(feature = "std")]
 pub mod model;
 #[cfg(feature = "mqtt")]

@@ -32,6 +32,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::runtime::Runtime;
 
 use crate::protocol::{BrokerAddr, MAX_PAYLOAD};
+use tracing::warn;
 
 /// Largest MQTT packet either side sends or accepts: the largest payload plus room for the
 /// topic and headers. Brokers must allow at least this much (mosquitto: `max_packet_size`).
@@ -206,8 +207,8 @@ pub fn read_password(path: &Path) -> Result<String, LinkError> {
         if let Ok(m) = std::fs::metadata(path)
             && m.permissions().mode() & 0o077 != 0
         {
-            eprintln!(
-                "warn: the password file {} is readable by other users (chmod 600 it)",
+            warn!(
+                "the password file {} is readable by other users (chmod 600 it)",
                 path.display()
             );
         }
@@ -636,8 +637,8 @@ impl Link {
             let config = tls_config(&opts.security)?;
             mqtt.set_transport(Transport::Tls(TlsConfiguration::Rustls(Arc::new(config))));
         } else if opts.security.client_cert.is_some() || opts.security.ca.is_some() {
-            eprintln!(
-                "warn: --ca/--cert given for the plain-TCP broker {}: not used (mqtts:// for TLS)",
+            warn!(
+                "--ca/--cert given for the plain-TCP broker {}: not used (mqtts:// for TLS)",
                 opts.broker
             );
         }
@@ -693,8 +694,8 @@ impl Link {
                             .iter()
                             .any(|c| matches!(c, SubscribeReasonCode::Failure))
                         {
-                            eprintln!(
-                                "warn: the broker {broker} refused a subscription of {client_id} ({:?}; its ACL does not allow reading {:?})",
+                            warn!(
+                                "the broker {broker} refused a subscription of {client_id} ({:?}; its ACL does not allow reading {:?})",
                                 ack.return_codes, subscribe
                             );
                         }
@@ -728,8 +729,8 @@ impl Link {
                 if let (Some(max), Some(Inbound::Message { .. })) = (max_unread, &forward)
                     && tx.0.bytes() >= max
                 {
-                    eprintln!(
-                        "warn: {client_id}: {} MB unread; reading from the broker paused until the queue drains",
+                    warn!(
+                        "{client_id}: {} MB unread; reading from the broker paused until the queue drains",
                         tx.0.bytes() >> 20
                     );
                     while tx.0.bytes() >= max && Arc::strong_count(&tx.0) >= 2 {

@@ -35,6 +35,7 @@ use edgecfl_shared::mqtt::MAX_PACKET;
 use rumqttc::{ConnAck, ConnectReturnCode, Login, Packet, Protocol};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tracing::warn;
 
 use super::acl::Acl;
 use super::passwd::PasswordDb;
@@ -146,7 +147,7 @@ impl Gate {
             let (tcp, peer) = match listener.accept().await {
                 Ok(x) => x,
                 Err(e) => {
-                    eprintln!("warn: broker: accept failed: {e}");
+                    warn!("broker: accept failed: {e}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -155,7 +156,7 @@ impl Gate {
             let gate = self.clone();
             tokio::spawn(async move {
                 if let Err(e) = gate.connection(tcp, peer).await {
-                    eprintln!("broker: {peer}: {e}");
+                    warn!("broker: {peer}: {e}");
                 }
             });
         }

@@ -32,6 +32,7 @@ use serde::Deserialize;
 use self::acl::Acl;
 use self::gate::{Gate, GateConfig};
 use self::passwd::PasswordDb;
+use tracing::{error, warn};
 
 /// How much the embedded broker keeps in memory.
 ///
@@ -326,7 +327,7 @@ fn spawn_rumqttd(cfg: Config) -> anyhow::Result<()> {
         .spawn(move || {
             let mut broker = Broker::new(cfg);
             if let Err(e) = broker.start() {
-                eprintln!("error: embedded broker stopped: {e}");
+                error!("embedded broker stopped: {e}");
             }
         })
         .context("cannot start the embedded broker thread")?;
@@ -377,14 +378,12 @@ pub fn start(
     }
     let gate_cfg = security.gate_config()?;
     if gate_cfg.passwords.is_some() && gate_cfg.tls.is_none() && !probe_ip.is_loopback() {
-        eprintln!(
-            "warn: embedded broker: passwords without TLS cross the network in clear text (--tls-cert/--tls-key)"
+        warn!(
+            "embedded broker: passwords without TLS cross the network in clear text (--tls-cert/--tls-key)"
         );
     }
     if gate_cfg.passwords.is_none() {
-        eprintln!(
-            "warn: embedded broker: no password file, anyone who reaches {listen} may connect"
-        );
+        warn!("embedded broker: no password file, anyone who reaches {listen} may connect");
     }
     // rumqttd on loopback, opened only by a secret of this process.
     let mut secret = [0u8; 24];
@@ -421,14 +420,14 @@ pub fn start(
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!("error: embedded broker gate: {e}");
+                    error!("embedded broker gate: {e}");
                     return;
                 }
             };
             rt.block_on(async move {
                 match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => gate.run(l).await,
-                    Err(e) => eprintln!("error: embedded broker gate: {e}"),
+                    Err(e) => error!("embedded broker gate: {e}"),
                 }
             });
         })

@@ -1,0 +1,265 @@
+//! One awaiting phase over the broker: jobs out, answers in, with dropouts, reconnects and
+//! newcomers handled while it waits.
+
+use std::collections::BTreeMap;
+use std::time::{Instant, SystemTime};
+
+use edgecfl_shared::federation::PoolError;
+use edgecfl_shared::mqtt::Inbound;
+use edgecfl_shared::protocol::{self, Envelope, ToClient, ToCoordinator, TopicKind};
+use tracing::{debug, info, warn};
+
+use crate::rounds::{Answer as WireAnswer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
+
+use super::join::{stray, upload_on_status};
+use super::pool::{DropReason, MqttPool};
+
+impl MqttPool {
+    /// One awaiting phase: sends each job, then collects answers until everyone asked has
+    /// answered, failed or dropped out, or the phase timeout fires. `broadcast`, a message every
+    /// job depends on, is published first on the broadcast topic (not retained) and again when an
+    /// asked client reconnects.
+    pub(super) fn exchange(
+        &mut self,
+        phase: Phase,
+        expect: Expect,
+        jobs: Vec<(usize, ToClient)>,
+        broadcast: Option<&[u8]>,
+    ) -> Result<Vec<(usize, WireAnswer)>, PoolError> {
+        let mut aw = Awaiting::new(phase, self.run.clone(), expect, jobs.iter().map(|j| j.0));
+        let round = phase.round();
+        if let Some(bytes) = broadcast {
+            self.broadcast(bytes)?;
+        }
+        for (c, msg) in &jobs {
+            if self.members[*c].alive {
+                self.send(*c, round, msg.clone())?;
+            } else {
+                aw.give_up(*c);
+                self.dropped(*c, phase, DropReason::Absent);
+            }
+        }
+        let mut answers = Vec::with_capacity(jobs.len());
+        let deadline = Instant::now() + self.phase_timeout;
+        while !aw.done() {
+            let Some(ev) = self.link.recv_until(deadline) else {
+                self.timeouts += 1;
+                for &c in aw.pending() {
+                    self.dropped(c, phase, DropReason::Timeout);
+                }
+                let ids: Vec<&str> = aw
+                    .pending()
+                    .iter()
+                    .map(|&c| self.members[c].id.as_str())
+                    .collect();
+                warn!(
+                    "{phase}: timeout after {:.0}s, going on without {}",
+                    self.phase_timeout.as_secs_f64(),
+                    ids.join(", ")
+                );
+                break;
+            };
+            match ev {
+                Inbound::Message { topic, payload, .. } => {
+                    if let Some(answer) =
+                        self.on_message(&mut aw, &jobs, broadcast, &topic, &payload)?
+                    {
+                        answers.push(answer);
+                    }
+                }
+                Inbound::Disconnected(e) => warn!(
+                    "{phase}: lost the broker ({e}); reconnecting{}",
+                    self.link
+                        .next_attempt()
+                        .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                        .map_or(String::new(), |d| format!(" in {:.0} s", d.as_secs_f64()))
+                ),
+                Inbound::Connected => {
+                    // Back on the broker (it restarted, or the connection dropped): what was
+                    // published meanwhile may be lost, so every client still awaited gets its
+                    // job again (a client that answers twice has its second answer counted as a
+                    // duplicate). Clients that reconnect later say Hello and get theirs then.
+                    let pending: Vec<usize> = aw.pending().iter().copied().collect();
+                    info!(
+                        "{phase}: reconnected to the broker; sending {} pending job(s) again",
+                        pending.len()
+                    );
+                    if let Some(bytes) = broadcast
+                        && !pending.is_empty()
+                    {
+                        self.broadcast(bytes)?;
+                    }
+                    for c in pending {
+                        if let Some((_, job)) = jobs.iter().find(|j| j.0 == c) {
+                            self.send(c, round, job.clone())?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    fn on_message(
+        &mut self,
+        aw: &mut Awaiting,
+        jobs: &[(usize, ToClient)],
+        broadcast: Option<&[u8]>,
+        topic: &str,
+        payload: &[u8],
+    ) -> Result<Option<(usize, WireAnswer)>, PoolError> {
+        let Some((id, kind)) = self.topics.parse(topic) else {
+            return Ok(None);
+        };
+        let msg = Envelope::<ToCoordinator>::from_bytes(payload);
+        let client = self.index.get(id).copied();
+        let phase = aw.phase;
+        let reject = |tally: &mut Tally, per_client: &mut BTreeMap<String, Tally>, r: Rejected| {
+            if client.is_none() {
+                return stray(tally, phase, id, r);
+            }
+            warn!(
+                "{phase}: ignored message from {id:?}: {:?}: {}",
+                r.reason, r.detail
+            );
+            per_client.entry(id.to_string()).or_default().add(r.reason);
+            tally.add(r.reason);
+        };
+        if kind == TopicKind::Up
+            && let Ok(Envelope {
+                body: ToCoordinator::Pong,
+                run,
+                ..
+            }) = &msg
+        {
+            // A live newcomer; any other answer to a ping (a member's second one) is no news.
+            if *run == self.run
+                && let Some(at) = self.probing.iter().position(|p| p.0.as_str() == id)
+            {
+                let (new, hello) = self.probing.remove(at);
+                info!("{phase}: newcomer {id} queued; it joins at the next round");
+                self.queued.push((new, hello));
+            }
+            return Ok(None);
+        }
+        match (kind, client) {
+            (TopicKind::Status, Some(c)) => match msg {
+                Ok(Envelope {
+                    body: ToCoordinator::Hello(_),
+                    ..
+                }) => {
+                    if !self.members[c].alive {
+                        info!("{phase}: {id} is back");
+                        self.dropped(c, phase, DropReason::Back);
+                    }
+                    self.members[c].alive = true;
+                    if aw.is_pending(c) {
+                        info!("{id} reconnected; sending its job again");
+                        // It missed what was broadcast while it was away.
+                        if let Some(bytes) = broadcast {
+                            self.broadcast(bytes)?;
+                        }
+                        if let Some((_, job)) = jobs.iter().find(|j| j.0 == c) {
+                            self.send(c, aw.phase.round(), job.clone())?;
+                        }
+                    }
+                }
+                Ok(Envelope {
+                    body: ToCoordinator::Gone,
+                    ..
+                }) => {
+                    if self.members[c].alive {
+                        self.dropped(c, phase, DropReason::Gone);
+                    }
+                    self.members[c].alive = false;
+                    if aw.give_up(c) {
+                        warn!("{}: {id} is gone; not waiting for it", aw.phase);
+                    }
+                }
+                Ok(_) => reject(&mut self.tally, &mut self.per_client, upload_on_status()),
+                Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
+            },
+            (TopicKind::Status, None) => match msg {
+                Ok(Envelope {
+                    body: ToCoordinator::Hello(hello),
+                    ..
+                }) if self.accept_newcomers => match protocol::id(id) {
+                    Ok(new) => {
+                        if let Some(q) = self.queued.iter_mut().find(|q| q.0 == new) {
+                            q.1 = hello;
+                        } else {
+                            // Queued once it answers the ping (a stale or forged Hello never
+                            // does).
+                            let ping = Envelope::new(self.run.clone(), 0, ToClient::Ping);
+                            let bytes = ping.to_bytes();
+                            self.wire.probe_down += bytes.len() as u64;
+                            self.link
+                                .publish(&self.topics.down(&new), bytes, false)
+                                .map_err(|e| PoolError::Transport(e.to_string()))?;
+                            self.probing.retain(|p| p.0 != new);
+                            self.probing.push((new, hello));
+                        }
+                    }
+                    Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
+                },
+                Ok(Envelope {
+                    body: ToCoordinator::Hello(_),
+                    ..
+                }) => reject(
+                    &mut self.tally,
+                    &mut self.per_client,
+                    Rejected {
+                        reason: Rejection::LateJoiner,
+                        detail: "joined after round 0 was planned".into(),
+                    },
+                ),
+                Ok(Envelope {
+                    body: ToCoordinator::Gone,
+                    ..
+                }) => {
+                    self.queued.retain(|q| q.0.as_str() != id);
+                    self.probing.retain(|q| q.0.as_str() != id);
+                }
+                Ok(_) => reject(&mut self.tally, &mut self.per_client, upload_on_status()),
+                Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
+            },
+            (TopicKind::Up, None) => reject(
+                &mut self.tally,
+                &mut self.per_client,
+                Rejected {
+                    reason: Rejection::UnknownClient,
+                    detail: "not a client of this run".into(),
+                },
+            ),
+            (TopicKind::Up, Some(c)) => {
+                let len = payload.len() as u64;
+                match aw.accept(c, msg) {
+                    Ok(a) => {
+                        debug!("{phase}: answer of {id} ({len} bytes)");
+                        self.wire.answers_up += 1;
+                        match &a {
+                            WireAnswer::Signature(_)
+                            | WireAnswer::SignatureStats { .. }
+                            | WireAnswer::Eigenpairs(_)
+                            | WireAnswer::Gradient(_) => {
+                                self.wire.signature_up += len;
+                            }
+                            WireAnswer::RelevanceRow(_) => self.wire.relevance_up += len,
+                            WireAnswer::Update { .. }
+                            | WireAnswer::Pair { .. }
+                            | WireAnswer::Picked { .. } => {
+                                self.wire.update_up += len;
+                                self.wire.updates += 1;
+                            }
+                            WireAnswer::Evaluation(_) => self.wire.evaluation_up += len,
+                        }
+                        return Ok(Some((c, a)));
+                    }
+                    Err(r) => reject(&mut self.tally, &mut self.per_client, r),
+                }
+            }
+            (TopicKind::Down, _) => {}
+        }
+        Ok(None)
+    }
+}

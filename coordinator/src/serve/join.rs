@@ -1,0 +1,414 @@
+//! Joining: who the clients of a run are. Announced clients are pinged and join once they
+//! answer; an LPS waits for exactly its cluster. Messages from outside the run are counted and
+//! logged without flooding the log.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use edgecfl_shared::mqtt::{Inbound, Link};
+use edgecfl_shared::protocol::{
+    self, Envelope, Hello, Id, ToClient, ToCoordinator, TopicKind, Topics,
+};
+use tracing::{debug, info, warn};
+
+use crate::rounds::{Rejected, Rejection, Tally};
+
+use super::NetFlags;
+use super::pool::{Member, MqttPool};
+
+/// Counts a message from outside the run (an unknown or invalid client id, garbage on a status
+/// topic) in `tally` and logs it: the first of each reason at warn, the rest at debug, so a flood
+/// costs one warning (the counts are in `summary.json`'s `rejected`).
+pub(super) fn stray(tally: &mut Tally, context: impl std::fmt::Display, id: &str, r: Rejected) {
+    if tally.get(r.reason) == 0 {
+        warn!(
+            "{context}: ignored message from {id:?}: {:?}: {} (further ones at debug level)",
+            r.reason, r.detail
+        );
+    } else {
+        debug!(
+            "{context}: ignored message from {id:?}: {:?}: {}",
+            r.reason, r.detail
+        );
+    }
+    tally.add(r.reason);
+}
+
+/// An answer where only `Hello` and `Gone` belong.
+pub(super) fn upload_on_status() -> Rejected {
+    Rejected {
+        reason: Rejection::Unexpected,
+        detail: "upload on the status topic".into(),
+    }
+}
+
+/// Publishes `Finish` of run `run` on the `down` topic of each of `ids`.
+pub(super) fn finish_fleet<'a>(
+    link: &Link,
+    topics: &Topics,
+    run: &Id,
+    ids: impl Iterator<Item = &'a Id>,
+) {
+    let bytes = Envelope::new(run.clone(), u32::MAX, ToClient::Finish).to_bytes();
+    for id in ids {
+        if let Err(e) = link.publish(&topics.down(id), bytes.clone(), false) {
+            warn!("cannot tell {} to finish: {e}", id.as_str());
+        }
+    }
+}
+
+/// One message on `id`'s status topic while clients join: a `Hello` adds (or refreshes) the
+/// client, a `Gone` removes it. Anything else, and any message under an id that is not a valid
+/// client id, is refused with its reason; a refusal never ends the join.
+fn join_status(
+    joined: &mut BTreeMap<String, (Id, Hello)>,
+    id: &str,
+    payload: &[u8],
+) -> Option<Rejected> {
+    let valid = match protocol::id(id) {
+        Ok(v) => v,
+        Err(e) => return Some(e.into()),
+    };
+    match Envelope::<ToCoordinator>::from_bytes(payload) {
+        Ok(Envelope {
+            body: ToCoordinator::Hello(h),
+            ..
+        }) => {
+            joined.insert(id.to_string(), (valid, h));
+            None
+        }
+        Ok(Envelope {
+            body: ToCoordinator::Gone,
+            ..
+        }) => {
+            joined.remove(id);
+            None
+        }
+        Ok(_) => Some(upload_on_status()),
+        Err(e) => Some(e.into()),
+    }
+}
+
+impl MqttPool {
+    /// Waits (Joining) until `min_clients` clients are live, or `join_timeout` passed. A client
+    /// that announces itself (`Hello` on its status topic, retained or fresh) is a candidate and
+    /// gets a [`ToClient::Ping`]; it joins once it answers [`ToCoordinator::Pong`] for this run.
+    /// A stale or forged retained `Hello` never answers, so it never takes a slot: the clients
+    /// that answer fill them, in the order they answer. Candidates still silent at the end stay
+    /// probed: if they answer later they are queued as newcomers.
+    ///
+    /// # Errors
+    ///
+    /// Fewer than 2 live clients by the timeout; the candidates are told to finish first.
+    pub fn join(
+        link: Link,
+        topics: Topics,
+        run: Id,
+        net: &NetFlags,
+        min_clients: usize,
+    ) -> anyhow::Result<Self> {
+        let mut candidates: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
+        let mut joined: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
+        let mut tally = Tally::default();
+        let mut probe_bytes = 0;
+        let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
+        info!(
+            "waiting for {min_clients} clients on {}/clients/+/status (timeout {:.0}s)",
+            topics.prefix(),
+            net.join_timeout
+        );
+        let ping = Envelope::new(run.clone(), 0, ToClient::Ping).to_bytes();
+        while joined.len() < min_clients {
+            let Some(ev) = link.recv_until(deadline) else {
+                break;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            match topics.parse(&topic) {
+                Some((id, TopicKind::Status)) => {
+                    let mut announced = BTreeMap::new();
+                    if let Some(r) = join_status(&mut announced, id, &payload) {
+                        stray(&mut tally, "joining", id, r);
+                    } else if let Some((valid, hello)) = announced.remove(id) {
+                        if let Some(j) = joined.get_mut(id) {
+                            j.1 = hello;
+                        } else {
+                            // Announced (perhaps long ago): live only if it answers.
+                            if let Err(e) = link.publish(&topics.down(&valid), ping.clone(), false)
+                            {
+                                warn!("joining: cannot ping {id}: {e}");
+                            }
+                            probe_bytes += ping.len() as u64;
+                            candidates.insert(id.to_string(), (valid, hello));
+                        }
+                    } else {
+                        // Gone.
+                        candidates.remove(id);
+                        if joined.remove(id).is_some() {
+                            info!("left: {id} ({}/{min_clients})", joined.len());
+                        }
+                    }
+                }
+                Some((id, TopicKind::Up)) if candidates.contains_key(id) => {
+                    match Envelope::<ToCoordinator>::from_bytes(&payload) {
+                        Ok(Envelope {
+                            body: ToCoordinator::Pong,
+                            run: r,
+                            ..
+                        }) if r == run => {
+                            if let Some(c) = candidates.remove(id) {
+                                joined.insert(id.to_string(), c);
+                                info!("joined: {id} ({}/{min_clients})", joined.len());
+                            }
+                        }
+                        Ok(_) => tally.add(Rejection::NotAsked),
+                        Err(e) => tally.add(Rejected::from(e).reason),
+                    }
+                }
+                // A second answer (it was pinged twice: its retained and its fresh Hello).
+                Some((id, TopicKind::Up))
+                    if joined.contains_key(id)
+                        && Envelope::<ToCoordinator>::from_bytes(&payload)
+                            .is_ok_and(|e| e.body == ToCoordinator::Pong) => {}
+                _ => {
+                    debug!("joining: ignored a message on {topic:?}");
+                    tally.add(Rejection::NotAsked);
+                }
+            }
+        }
+        if !candidates.is_empty() {
+            warn!(
+                "joining: no answer to the ping from {} (a stale or forged Hello, or not ready yet)",
+                candidates.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+        if joined.len() < 2 {
+            // A failed run still tells the clients it heard of to finish, so none of them
+            // waits (and reconnects) forever for jobs that will never come.
+            let ids = joined.values().chain(candidates.values()).map(|(id, _)| id);
+            finish_fleet(&link, &topics, &run, ids);
+            link.disconnect();
+            anyhow::bail!(
+                "only {} client(s) joined within {:.0}s; clustering needs at least 2",
+                joined.len(),
+                net.join_timeout
+            );
+        }
+        if joined.len() < min_clients {
+            warn!(
+                "join timeout: starting with {} of {min_clients} clients",
+                joined.len()
+            );
+        }
+        let mut members: Vec<Member> = joined
+            .into_values()
+            .map(|(id, hello)| Member {
+                id,
+                hello,
+                alive: true,
+            })
+            .collect();
+        // Testbed clients holding shards of one partition take their shard index as their
+        // index, so a run reproduces `simulate` with the same seed.
+        if members.iter().all(|m| m.hello.shard.is_some()) {
+            members.sort_by_key(|m| m.hello.shard.as_ref().map(|s| s.index));
+        }
+        let mut pool = Self::of_members(link, topics, run, net, members, tally);
+        pool.accept_newcomers = true;
+        pool.wire.probe_down = probe_bytes;
+        pool.probing = candidates.into_values().collect();
+        Ok(pool)
+    }
+
+    /// A pool of exactly the clients `ids`, in that order (an LPS's cluster, as the GPS assigned
+    /// it): waits until each has announced itself (its retained `Hello`) or `net.join_timeout`
+    /// passed. Messages of other clients are ignored, so `link` may see more of the fleet than
+    /// these.
+    ///
+    /// # Errors
+    ///
+    /// When a member has not announced itself (or said `Gone`) by the timeout.
+    pub fn join_members(
+        link: Link,
+        topics: Topics,
+        run: Id,
+        net: &NetFlags,
+        ids: &[Id],
+    ) -> anyhow::Result<Self> {
+        let mut hellos: BTreeMap<&str, Hello> = BTreeMap::new();
+        let mut tally = Tally::default();
+        let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
+        while hellos.len() < ids.len() {
+            let Some(ev) = link.recv_until(deadline) else {
+                break;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            let Some((id, TopicKind::Status)) = topics.parse(&topic) else {
+                continue;
+            };
+            let Some(member) = ids.iter().find(|m| m.as_str() == id) else {
+                // Another cluster's client, or a stranger: counted, not news.
+                debug!("joining: status of {id:?}, not a member");
+                tally.add(Rejection::UnknownClient);
+                continue;
+            };
+            match Envelope::<ToCoordinator>::from_bytes(&payload) {
+                Ok(Envelope {
+                    body: ToCoordinator::Hello(h),
+                    ..
+                }) => {
+                    hellos.insert(member.as_str(), h);
+                }
+                Ok(Envelope {
+                    body: ToCoordinator::Gone,
+                    ..
+                }) => {
+                    hellos.remove(member.as_str());
+                }
+                Ok(_) => stray(&mut tally, "joining", id, upload_on_status()),
+                Err(e) => stray(&mut tally, "joining", id, e.into()),
+            }
+        }
+        let missing: Vec<&str> = ids
+            .iter()
+            .map(Id::as_str)
+            .filter(|id| !hellos.contains_key(id))
+            .collect();
+        anyhow::ensure!(
+            missing.is_empty(),
+            "{} of {} member clients not connected after {:.0}s: {}",
+            missing.len(),
+            ids.len(),
+            net.join_timeout,
+            missing.join(", ")
+        );
+        let members = ids
+            .iter()
+            .map(|id| Member {
+                id: id.clone(),
+                hello: hellos[id.as_str()].clone(),
+                alive: true,
+            })
+            .collect();
+        Ok(Self::of_members(link, topics, run, net, members, tally))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(samples: u64) -> Vec<u8> {
+        Envelope::new(
+            Id::new(),
+            0,
+            ToCoordinator::Hello(Hello {
+                samples,
+                test_samples: 1,
+                backend: protocol::text("flex"),
+                shard: None,
+            }),
+        )
+        .to_bytes()
+    }
+
+    /// While clients join, a status message under an id that is not a client id (too long, a
+    /// character outside A-Z a-z 0-9 - _ .) is refused as `BadId` and the join goes on; so are
+    /// garbage and uploads on a status topic, each with its reason.
+    #[test]
+    fn join_refuses_bad_ids_and_garbage_and_goes_on() {
+        let mut joined = BTreeMap::new();
+        assert_eq!(join_status(&mut joined, "c0", &hello(7)), None);
+        let long = "x".repeat(protocol::MAX_ID_LEN + 1);
+        for bad in [long.as_str(), "c!1", "", "c 1"] {
+            let r = join_status(&mut joined, bad, &hello(9)).expect(bad);
+            assert_eq!(r.reason, Rejection::BadId, "{bad:?}");
+        }
+        let r = join_status(&mut joined, "c1", &[0xFF, 0x00, 0x13]).unwrap();
+        assert_ne!(r.reason, Rejection::BadId);
+        let gone = Envelope::new(Id::new(), 0, ToCoordinator::Gone).to_bytes();
+        let upload = Envelope::new(
+            Id::new(),
+            0,
+            ToCoordinator::Failed {
+                reason: protocol::text("x"),
+            },
+        )
+        .to_bytes();
+        assert_eq!(
+            join_status(&mut joined, "c1", &upload).unwrap().reason,
+            Rejection::Unexpected
+        );
+        assert_eq!(join_status(&mut joined, "c2", &hello(3)), None);
+        assert_eq!(joined.keys().collect::<Vec<_>>(), ["c0", "c2"]);
+        assert_eq!(joined["c0"].1.samples, 7);
+        assert_eq!(joined["c0"].0.as_str(), "c0");
+        assert_eq!(join_status(&mut joined, "c0", &gone), None);
+        assert_eq!(joined.keys().collect::<Vec<_>>(), ["c2"]);
+    }
+
+    /// A log sink for one test: the lines written while `f` runs, with every level on.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// Garbage from outside the run (here on an unknown client's status topic) is counted every
+    /// time; the first of each reason is a warning, the rest debug lines, so a flood costs one
+    /// warning.
+    #[test]
+    fn strays_are_counted_and_warned_once_per_reason() {
+        let mut tally = Tally::default();
+        let garbage = |bytes: &[u8]| -> Rejected {
+            Envelope::<ToCoordinator>::from_bytes(bytes)
+                .expect_err("garbage")
+                .into()
+        };
+        let log = logged(|| {
+            for _ in 0..3 {
+                stray(&mut tally, "round 2", "ghost", garbage(&[0xFF, 0x00]));
+            }
+            stray(&mut tally, "round 2", "ghost", upload_on_status());
+        });
+        let reason = garbage(&[0xFF, 0x00]).reason;
+        assert_eq!(tally.get(reason), 3);
+        assert_eq!(tally.get(Rejection::Unexpected), 1);
+        assert_eq!(tally.total(), 4);
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 4, "{log}");
+        let warns: Vec<&&str> = lines.iter().filter(|l| l.contains(" WARN ")).collect();
+        assert_eq!(warns.len(), 2, "one per reason:\n{log}");
+        assert!(
+            warns
+                .iter()
+                .all(|l| l.contains("ignored message from \"ghost\"")),
+            "{log}"
+        );
+        assert_eq!(
+            lines.iter().filter(|l| l.contains(" DEBUG ")).count(),
+            2,
+            "{log}"
+        );
+    }
+}

@@ -1,0 +1,426 @@
+//! `coordinator serve`: the federation over MQTT. Edge clients announce themselves on the broker;
+//! the coordinator runs the same round loop as `simulate` ([`federation::run`]) over an
+//! [`MqttPool`], whose calls are the awaiting phases of [`crate::rounds`].
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | `pool` | [`MqttPool`] and the counts `summary.json` reports ([`WireStats`], [`Dropout`]) |
+//! | `join` | joining: ping-checked candidates, an LPS's fixed cluster, messages from outside the run |
+//! | `exchange` | one awaiting phase: jobs out, answers in; dropouts, reconnects, newcomers |
+//! | `resume` | `checkpoint.json` and the rejoin of `serve --resume` |
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::algorithms::Algorithm;
+use edgecfl_shared::federation::{self, Observer, RunContext, RunResult};
+use edgecfl_shared::mqtt::{Link, LinkOptions, Security, SecurityArgs, fleet_backlog};
+use edgecfl_shared::protocol::{self, BrokerAddr, Encoding, Id, Topics};
+use serde_json::json;
+use tracing::{error, info};
+
+use crate::broker::{self, BrokerSecurity};
+use crate::config::RunConfig;
+use crate::gps::{Gps, GpsPlan, GpsReport};
+use crate::plots;
+use crate::report::{self, Progress};
+
+/// Network settings of `serve` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct NetFlags {
+    /// External broker, mqtt://HOST:PORT or mqtts://HOST:PORT (TLS). Without it the coordinator
+    /// starts its embedded broker.
+    #[arg(long)]
+    pub broker: Option<BrokerAddr>,
+    /// Port of the embedded broker (default 1883, or 8883 with TLS).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Address the embedded broker listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub listen: IpAddr,
+    /// Topic prefix (fleet), e.g. edgecfl/lab1.
+    #[arg(long, default_value = Topics::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// Run id carried by every message (default: from the clock).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Clients to wait for before round 0 (default: `clients` of the config).
+    #[arg(long)]
+    pub min_clients: Option<usize>,
+    /// Seconds to wait for clients to join (a client joins once it answers the coordinator's
+    /// ping, so a stale or forged retained Hello never takes a slot); after it the run starts
+    /// with those that joined (≥ 2), or fails and tells them to finish.
+    #[arg(long, default_value_t = 300.0)]
+    pub join_timeout: f64,
+    /// Seconds each phase (signatures, training, evaluation) waits for answers.
+    #[arg(long, default_value_t = 600.0)]
+    pub phase_timeout: f64,
+    /// Encoding of client uploads: f32 | f16 (half the bytes).
+    #[arg(long, default_value = "f32")]
+    pub upload: Encoding,
+    /// Where the LPSs of a hierarchical run train their clusters: local (in this process) |
+    /// remote (`coordinator lps` processes on the same broker; this process is the GPS).
+    #[arg(long, default_value = "local")]
+    pub lps: LpsMode,
+    /// This coordinator's TLS settings and login at an external broker (username default
+    /// `coordinator`).
+    #[command(flatten)]
+    pub login: SecurityArgs,
+    /// The embedded broker's TLS, password file and ACL.
+    #[command(flatten)]
+    pub embedded: BrokerSecurity,
+    /// Resume the run checkpointed in DIR (its `checkpoint.json`, written after every round
+    /// into `--out`), e.g. after a crash: same run id, same clients, same clusters and models;
+    /// the run goes on after its last completed round. Give the same run flags (and seed) as
+    /// the interrupted run. `serve` only; not with `--lps remote`.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+}
+
+/// Where the local parameter servers of a hierarchical run live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LpsMode {
+    /// Every cluster trains in the coordinator's round loop ([`federation::run`]).
+    #[default]
+    Local,
+    /// Every cluster trains in a `coordinator lps` process; the coordinator is the GPS
+    /// ([`crate::gps`]).
+    Remote,
+}
+
+impl std::str::FromStr for LpsMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "local" => Ok(LpsMode::Local),
+            "remote" => Ok(LpsMode::Remote),
+            _ => Err(format!("unknown LPS mode {s:?} (expected local or remote)")),
+        }
+    }
+}
+
+impl std::fmt::Display for LpsMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LpsMode::Local => "local",
+            LpsMode::Remote => "remote",
+        })
+    }
+}
+
+impl Default for NetFlags {
+    fn default() -> Self {
+        NetFlags {
+            broker: None,
+            port: None,
+            listen: [0, 0, 0, 0].into(),
+            prefix: Topics::DEFAULT_PREFIX.into(),
+            run_id: None,
+            min_clients: None,
+            join_timeout: 300.0,
+            phase_timeout: 600.0,
+            upload: Encoding::F32,
+            lps: LpsMode::Local,
+            login: SecurityArgs::default(),
+            embedded: BrokerSecurity::default(),
+            resume: None,
+        }
+    }
+}
+
+impl NetFlags {
+    /// Where and how this process's links reach `broker`: the loopback door of an embedded
+    /// broker it started with security on, or `broker` itself with `--ca`/`--cert`/`--username`/
+    /// `--password-file` (default username `coordinator`).
+    pub fn link_to(&self, broker: &BrokerAddr) -> anyhow::Result<(BrokerAddr, Security)> {
+        if let Some(door) = broker::local_login(broker) {
+            return Ok(door);
+        }
+        Ok((broker.clone(), self.login.resolve("coordinator")?))
+    }
+}
+
+mod exchange;
+mod join;
+mod pool;
+mod resume;
+
+pub use pool::{DropReason, Dropout, MqttPool, WireStats};
+pub use resume::CHECKPOINT_FILE;
+use resume::read_checkpoint;
+
+/// The clients that dropped out at least once (gone or timed out), each with the round and
+/// phase it first did and how: `summary.json`'s `dropped_clients`.
+fn dropped_clients(dropouts: &[Dropout]) -> serde_json::Value {
+    let mut first: BTreeMap<&str, &Dropout> = BTreeMap::new();
+    for d in dropouts {
+        if matches!(d.reason, DropReason::Gone | DropReason::Timeout) {
+            first.entry(d.id.as_str()).or_insert(d);
+        }
+    }
+    first
+        .into_iter()
+        .map(|(id, d)| {
+            (
+                id.to_string(),
+                json!({"round": d.round, "phase": d.phase, "reason": d.reason}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// A default run id: seconds since the epoch, in base 36.
+fn clock_run_id() -> String {
+    let mut n = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut s = Vec::new();
+    while n > 0 {
+        s.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
+        n /= 36;
+    }
+    s.reverse();
+    format!("run-{}", String::from_utf8_lossy(&s))
+}
+
+/// The broker to use: the external one, or the embedded one started now, its memory sized for
+/// `clients` clients ([`broker::Retention`]).
+pub fn broker_for(net: &NetFlags, clients: usize) -> anyhow::Result<BrokerAddr> {
+    Ok(match &net.broker {
+        Some(b) => {
+            anyhow::ensure!(
+                !net.embedded.is_on(),
+                "--tls-cert/--broker-passwd/--broker-acl/--broker-config configure the embedded broker; with --broker they have no effect (configure that broker instead)"
+            );
+            b.clone()
+        }
+        None => {
+            let security = net.embedded.resolved()?;
+            let port = net.port.unwrap_or(if security.tls() {
+                BrokerAddr::MQTTS_PORT
+            } else {
+                BrokerAddr::MQTT_PORT
+            });
+            let retention = broker::Retention::fleet(&Topics::new(&net.prefix)?, clients);
+            let addr = broker::start(net.listen, port, &security, &retention)?;
+            info!(
+                "embedded broker (rumqttd) listening on {}:{port}{}",
+                net.listen,
+                match (
+                    security.tls(),
+                    security.broker_passwd.is_some(),
+                    security.broker_acl.is_some()
+                ) {
+                    (false, false, false) => " (plain MQTT, anonymous, no ACL)".to_string(),
+                    (tls, pw, acl) => format!(
+                        " ({}, {}, {})",
+                        if tls { "TLS" } else { "plain MQTT" },
+                        if pw { "logins checked" } else { "anonymous" },
+                        if acl { "ACL enforced" } else { "no ACL" }
+                    ),
+                }
+            );
+            addr
+        }
+    })
+}
+
+/// What `serve` produced.
+pub struct Served {
+    /// The round loop's result.
+    pub result: RunResult,
+    /// Where the files went.
+    pub out: PathBuf,
+    /// Plots written.
+    pub plots: Vec<PathBuf>,
+    /// Ground-truth group per client, when the clients' shards have one.
+    pub truth: Option<Vec<usize>>,
+    /// What the GPS did, with remote LPSs (`--lps remote`).
+    pub gps: Option<GpsReport>,
+}
+
+/// Runs the federation over the broker at `broker` and writes the result files into
+/// `cfg.out`.
+pub fn run(
+    cfg: &RunConfig,
+    net: &NetFlags,
+    broker: &BrokerAddr,
+    observer: Option<&mut dyn Observer>,
+) -> anyhow::Result<Served> {
+    let topics = Topics::new(&net.prefix).context("bad --prefix")?;
+    let saved = match &net.resume {
+        Some(dir) => {
+            anyhow::ensure!(
+                net.lps == LpsMode::Local,
+                "--resume does not resume runs with --lps remote"
+            );
+            Some(read_checkpoint(dir)?)
+        }
+        None => None,
+    };
+    let run = match &saved {
+        Some(s) => {
+            let id = s.serve.run_id.clone();
+            if let Some(asked) = &net.run_id {
+                anyhow::ensure!(
+                    asked.as_str() == id.as_str(),
+                    "--run-id {asked} but the checkpoint is of run {}",
+                    id.as_str()
+                );
+            }
+            id
+        }
+        None => protocol::id(&net.run_id.clone().unwrap_or_else(clock_run_id))
+            .context("bad --run-id")?,
+    };
+    let (link_addr, security) = net.link_to(broker)?;
+    // With remote LPSs this process is the GPS. It listens to the LPSs from the start, so their
+    // announcements wait for it while round 0 runs.
+    let gps_link = match net.lps {
+        LpsMode::Local => None,
+        LpsMode::Remote => {
+            anyhow::ensure!(
+                cfg.federation.hierarchical(),
+                "--lps remote needs a hierarchical run (--hierarchy, or --algorithm mthfl)"
+            );
+            let link = Link::start(LinkOptions {
+                subscribe: Gps::subscriptions(&topics),
+                security: security.clone(),
+                max_unread_bytes: Some(fleet_backlog(cfg.clients + cfg.newcomers)),
+                ..LinkOptions::new(link_addr.clone(), format!("gps-{}", run.as_str()))
+            })?;
+            link.wait_connected(&link_addr, Duration::from_secs(30))?;
+            Some(link)
+        }
+    };
+    let link = Link::start(LinkOptions {
+        subscribe: vec![topics.all_status(), topics.all_up()],
+        security,
+        max_unread_bytes: Some(fleet_backlog(cfg.clients + cfg.newcomers)),
+        ..LinkOptions::new(link_addr.clone(), format!("coordinator-{}", run.as_str()))
+    })?;
+    link.wait_connected(&link_addr, Duration::from_secs(30))?;
+    info!("connected to {broker}; run {}", run.as_str());
+    let min_clients = net.min_clients.unwrap_or(cfg.clients);
+    let (mut pool, resume) = match saved {
+        Some(saved) => {
+            let round0 = saved.serve.round0;
+            let mut pool = MqttPool::rejoin(link, topics.clone(), net, saved.serve);
+            pool.checkpoint = Some((cfg.out.clone(), round0));
+            (pool, Some((saved.federation, round0)))
+        }
+        None => {
+            let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
+            if gps_link.is_none() {
+                pool.checkpoint = Some((cfg.out.clone(), pool.members.len()));
+            }
+            (pool, None)
+        }
+    };
+    let round0 = resume.as_ref().map_or(pool.members.len(), |r| r.1);
+    // The ground truth of the round-0 clients (newcomers' is added at the end).
+    let truth = pool.truth().map(|t| t[..round0.min(t.len())].to_vec());
+    let mut cfg = cfg.clone();
+    cfg.clients = round0;
+    let data = match pool.partition() {
+        Some((spec, seed)) => {
+            cfg.partition = spec;
+            format!("edge clients' shards of {} (seed {seed})", cfg.partition)
+        }
+        None => "edge clients' own data".to_string(),
+    };
+    let mut progress = Progress::new(cfg.federation.rounds);
+    let ctx = RunContext {
+        truth: truth.clone(),
+        task_labels: pool.partition().and_then(|(spec, _)| spec.task_labels()),
+        backend: cfg.backend,
+    };
+    // Remote LPSs: this round loop does round 0 only; the LPS processes do the rest.
+    let mut federation_cfg = cfg.federation.clone();
+    if gps_link.is_some() {
+        federation_cfg.rounds = 0;
+    }
+    let mut result = match federation::run_resumable(
+        &federation_cfg,
+        &mut pool,
+        &ctx,
+        observer.unwrap_or(&mut progress),
+        resume.map(|r| r.0),
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            // Any failed run tells its fleet to finish.
+            error!("the run failed ({e}); telling its clients to finish");
+            pool.finish();
+            return Err(e.into());
+        }
+    };
+    progress.finish();
+    // The strategies count their clustering upload in f32; over the wire it travelled in the
+    // upload encoding (MT-HFL's eigenpairs have their own, already counted).
+    if cfg.federation.algorithm != Algorithm::MtHfl {
+        result.signature_bytes = result.signature_bytes - result.signature_len * 4
+            + result.signature_len * net.upload.width();
+    }
+    // Newcomers' shards tell their ground-truth groups too.
+    let truth = pool.truth().or(truth);
+    if let Some(t) = &truth {
+        result.score_newcomers(t);
+    }
+    let mut extra = json!({
+        "run_id": run.as_str(),
+        "client_ids": pool.client_ids().iter().map(Id::as_str).collect::<Vec<_>>(),
+        "broker": broker.to_string(),
+        "upload_encoding": net.upload.to_string(),
+        "rejected": pool.tally,
+        "rejected_total": pool.tally.total(),
+        "rejected_per_client": pool.per_client,
+        "phase_timeouts": pool.timeouts,
+        "dropouts": pool.dropouts,
+        "dropped_clients": dropped_clients(&pool.dropouts),
+        "wire_bytes": pool.wire,
+    });
+    let gps = match gps_link {
+        None => {
+            pool.finish();
+            None
+        }
+        Some(link) => {
+            let plan = GpsPlan {
+                topics,
+                run: run.clone(),
+                federation: cfg.federation.clone(),
+                assignment: result.assignment.clone(),
+                clients: pool.client_ids(),
+                samples: result.clients.iter().map(|c| c.samples).collect(),
+                upload: net.upload,
+                join_timeout: Duration::from_secs_f64(net.join_timeout),
+                phase_timeout: Duration::from_secs_f64(net.phase_timeout),
+            };
+            // The clients now serve their LPSs; the GPS hears nothing of that traffic.
+            pool.close();
+            let report = Gps::new(link, plan).run()?;
+            result.gps_rounds = report.gps_rounds;
+            if let serde_json::Value::Object(map) = &mut extra {
+                map.insert("lps".into(), json!("remote"));
+                map.insert("gps".into(), serde_json::to_value(&report)?);
+                map.insert("final_accuracy".into(), json!(report.final_accuracy));
+            }
+            Some(report)
+        }
+    };
+    report::write_all(&cfg.out, &cfg, &result, &data, Some(extra))?;
+    let plots = plots::write_all(&cfg.out, &result)?;
+    Ok(Served {
+        result,
+        out: cfg.out.clone(),
+        plots,
+        truth,
+        gps,
+    })
+}

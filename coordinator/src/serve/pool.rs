@@ -1,0 +1,558 @@
+//! [`MqttPool`]: the clients behind the broker as a [`ClientPool`], with the counts that
+//! `summary.json` reports.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use edgecfl_shared::algorithms::mthfl;
+use edgecfl_shared::data::partition::PartitionSpec;
+use edgecfl_shared::federation::{
+    self, Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Training, Update,
+};
+use edgecfl_shared::model::ParamLayout;
+use edgecfl_shared::mqtt::Link;
+use edgecfl_shared::protocol::{
+    self, Encoding, Envelope, Hello, Id, Tensor, ToClient, Topics, TrainJob,
+};
+use edgecfl_shared::train::PIXELS;
+use serde::{Deserialize, Serialize};
+
+use crate::rounds::{Answer as WireAnswer, Expect, Phase, Tally};
+
+use super::NetFlags;
+use super::join::finish_fleet;
+use super::resume::{CHECKPOINT_FILE, SavedMember, SavedPool, SavedRun, write_atomically};
+
+/// Byte counts of MQTT payloads (topic and MQTT headers not included).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireStats {
+    /// Payload bytes of round-0 signature uploads.
+    pub signature_up: u64,
+    /// Payload bytes of model uploads.
+    pub update_up: u64,
+    /// Updates received.
+    pub updates: u64,
+    /// Payload bytes of evaluation uploads.
+    pub evaluation_up: u64,
+    /// Payload bytes of MT-HFL relevance-row uploads (`--relevance client`).
+    pub relevance_up: u64,
+    /// Payload bytes the coordinator published to clients (a broadcast counts once; the broker
+    /// fans it out).
+    pub down: u64,
+    /// Of `down`, the bytes published on the broadcast topic (MT-HFL's signature relay).
+    pub broadcast: u64,
+    /// Messages published to clients (a broadcast counts once; the final `Finish` not counted).
+    pub messages_down: u64,
+    /// Answers from clients accepted (rejected ones are in the summary's `rejected`).
+    pub answers_up: u64,
+    /// Payload bytes of the pings that ask announced clients whether they are live (not in
+    /// `down`).
+    pub probe_down: u64,
+}
+
+/// Why a client is missing from a phase (`summary.json`'s `dropouts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Its `Gone` arrived (its last will: it died or lost the broker; or a clean exit).
+    Gone,
+    /// It did not answer within the phase timeout.
+    Timeout,
+    /// Not asked: gone since an earlier phase.
+    Absent,
+    /// Not a drop: it said `Hello` again after being gone (and gets jobs again).
+    Back,
+}
+
+/// One entry of `summary.json`'s `dropouts`: client `id` (index `client`) dropped out of
+/// `phase` of round `round` (or came back), and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Dropout {
+    /// Client id.
+    pub id: String,
+    /// Client index.
+    pub client: usize,
+    /// Round (0: clustering).
+    pub round: u32,
+    /// The phase, e.g. `training (round 3)`.
+    pub phase: String,
+    /// Why.
+    pub reason: DropReason,
+}
+
+/// A client of the run.
+#[derive(Debug, Clone)]
+pub(super) struct Member {
+    pub(super) id: Id,
+    pub(super) hello: Hello,
+    pub(super) alive: bool,
+}
+
+/// The clients behind the broker, as a [`ClientPool`].
+pub struct MqttPool {
+    pub(super) link: Link,
+    pub(super) topics: Topics,
+    pub(super) run: Id,
+    pub(super) members: Vec<Member>,
+    pub(super) index: BTreeMap<String, usize>,
+    pub(super) phase_timeout: Duration,
+    pub(super) upload: Encoding,
+    /// Ignored messages by reason.
+    pub tally: Tally,
+    /// Of those, the ones that came on a client of the run's topics, by client id (ids outside
+    /// the run are counted in `tally` only, so a flood of made-up ids cannot grow this map).
+    pub per_client: BTreeMap<String, Tally>,
+    /// Bytes moved.
+    pub wire: WireStats,
+    /// Phases that ended by their timeout.
+    pub timeouts: u64,
+    /// Who dropped out of which phase, and who came back, in order.
+    pub dropouts: Vec<Dropout>,
+    /// Whether a client that says `Hello` after the clients were fixed is queued as a newcomer
+    /// (`serve`) or rejected as [`LateJoiner`](crate::rounds::Rejection::LateJoiner) (an LPS's
+    /// fixed cluster).
+    pub(super) accept_newcomers: bool,
+    /// Newcomers heard since the last [`ClientPool::newcomers`], in arrival order.
+    pub(super) queued: Vec<(Id, Hello)>,
+    /// Clients that announced themselves and were pinged, not answered yet: one that answers
+    /// is queued as a newcomer.
+    pub(super) probing: Vec<(Id, Hello)>,
+    /// Where the checkpoint goes after every round (`serve`: `--out`), with what a resumed run
+    /// needs of this pool.
+    pub(super) checkpoint: Option<(PathBuf, usize)>,
+}
+
+impl MqttPool {
+    pub(super) fn of_members(
+        link: Link,
+        topics: Topics,
+        run: Id,
+        net: &NetFlags,
+        members: Vec<Member>,
+        tally: Tally,
+    ) -> Self {
+        let index = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.id.to_string(), i))
+            .collect();
+        MqttPool {
+            link,
+            topics,
+            run,
+            members,
+            index,
+            phase_timeout: Duration::from_secs_f64(net.phase_timeout),
+            upload: net.upload,
+            tally,
+            per_client: BTreeMap::new(),
+            wire: WireStats::default(),
+            timeouts: 0,
+            dropouts: Vec::new(),
+            accept_newcomers: false,
+            queued: Vec::new(),
+            probing: Vec::new(),
+            checkpoint: None,
+        }
+    }
+
+    /// The clients' ids, by index.
+    pub fn client_ids(&self) -> Vec<Id> {
+        self.members.iter().map(|m| m.id.clone()).collect()
+    }
+
+    /// Disconnects without telling the clients anything (they go on serving whoever sends them
+    /// jobs: the LPSs of a hierarchy with remote LPSs).
+    pub fn close(self) {
+        self.link.disconnect();
+    }
+
+    /// Ground-truth groups, when every client holds a shard of a partition that has them.
+    pub fn truth(&self) -> Option<Vec<usize>> {
+        self.members
+            .iter()
+            .map(|m| m.hello.shard.as_ref()?.group.map(|g| g as usize))
+            .collect()
+    }
+
+    /// The partition every client's shard comes from, when they agree.
+    pub fn partition(&self) -> Option<(PartitionSpec, u64)> {
+        let first = self.members.first()?.hello.shard.as_ref()?;
+        let same = self.members.iter().all(|m| {
+            m.hello.shard.as_ref().is_some_and(|s| {
+                s.partition == first.partition && s.seed == first.seed && s.of == first.of
+            })
+        });
+        if !same {
+            return None;
+        }
+        Some((first.partition.parse().ok()?, first.seed))
+    }
+
+    pub(super) fn send(
+        &mut self,
+        client: usize,
+        round: u32,
+        msg: ToClient,
+    ) -> Result<(), PoolError> {
+        let bytes = Envelope::new(self.run.clone(), round, msg).to_bytes();
+        self.wire.down += bytes.len() as u64;
+        self.wire.messages_down += 1;
+        self.link
+            .publish(&self.topics.down(&self.members[client].id), bytes, false)
+            .map_err(|e| PoolError::Transport(e.to_string()))
+    }
+
+    /// Publishes an encoded envelope on the broadcast topic (once for the whole fleet).
+    pub(super) fn broadcast(&mut self, bytes: &[u8]) -> Result<(), PoolError> {
+        self.wire.down += bytes.len() as u64;
+        self.wire.broadcast += bytes.len() as u64;
+        self.wire.messages_down += 1;
+        self.link
+            .publish(&self.topics.broadcast(), bytes.to_vec(), false)
+            .map_err(|e| PoolError::Transport(e.to_string()))
+    }
+
+    /// Records that client `c` dropped out of `phase` (or was not asked, being gone).
+    pub(super) fn dropped(&mut self, c: usize, phase: Phase, reason: DropReason) {
+        self.dropouts.push(Dropout {
+            id: self.members[c].id.to_string(),
+            client: c,
+            round: phase.round(),
+            phase: phase.to_string(),
+            reason,
+        });
+    }
+
+    fn job(&self, t: &Training<'_>) -> TrainJob {
+        TrainJob {
+            model: t.start.model,
+            params: Tensor::encode(&t.start.values, Encoding::F32),
+            epochs: t.cfg.epochs as u32,
+            batch_size: t.cfg.batch_size as u32,
+            lr: t.cfg.lr,
+            momentum: t.cfg.momentum,
+            seed: t.cfg.seed,
+            upload: self.upload,
+        }
+    }
+
+    /// One exchange for jobs of one kind (`jobs` non-empty, all of `jobs[0]`'s kind).
+    fn run_kind(
+        &mut self,
+        round: usize,
+        jobs: &[&(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        let unsupported = |job: &Job<'_>| PoolError::Job {
+            job: job.name(),
+            reason: "not carried over MQTT yet".into(),
+        };
+        let first = &jobs[0].1;
+        let phase = match first {
+            _ if round == 0 => Phase::Clustering,
+            Job::Evaluate { .. } => Phase::Evaluating(round as u32),
+            _ => Phase::Training(round as u32),
+        };
+        let mut relay = None;
+        let expect = match first {
+            Job::Train(t) => Expect::Update(t.start.model),
+            Job::Signature {
+                train,
+                layers,
+                stats,
+            } => {
+                let len = ParamLayout::of(train.start.model)
+                    .select(layers)
+                    .map_err(|e| PoolError::Job {
+                        job: first.name(),
+                        reason: e.to_string(),
+                    })?
+                    .len();
+                if *stats {
+                    Expect::SignatureStats(len)
+                } else {
+                    Expect::Signature(len)
+                }
+            }
+            Job::TrainPair { global, .. } => Expect::Pair(global.start.model),
+            Job::Pick { train, candidates } => Expect::Picked(train.start.model, candidates.len()),
+            Job::Gradient { at, .. } => Expect::Gradient(at.values.len()),
+            Job::Evaluate { .. } => Expect::Evaluation,
+            Job::GramSignature { k, .. } => Expect::Eigenpairs { k: *k, d: PIXELS },
+            Job::Relevance { all, .. } => {
+                let n = all.len();
+                let wire = mthfl::relay(all).map_err(|e| PoolError::Job {
+                    job: first.name(),
+                    reason: e.to_string(),
+                })?;
+                let encoding = wire.values.encoding;
+                relay = Some(
+                    Envelope::new(
+                        self.run.clone(),
+                        Phase::Clustering.round(),
+                        ToClient::Relay(wire),
+                    )
+                    .to_bytes_checked()
+                    .map_err(|e| PoolError::Job {
+                        job: first.name(),
+                        reason: format!(
+                            "the relay of {n} signatures (k = {}, {encoding}) cannot be sent: \
+                             {e}; use --signature-encoding f16, fewer --eigenvectors, or \
+                             --relevance server",
+                            all.first().map_or(0, |s| s.k)
+                        ),
+                    })?,
+                );
+                Expect::RelevanceRow(n)
+            }
+            other => return Err(unsupported(other)),
+        };
+        let mut msgs = Vec::with_capacity(jobs.len());
+        for &&(c, ref job) in jobs {
+            let msg = match job {
+                Job::Train(t) => match t.prox {
+                    None => ToClient::Train(self.job(t)),
+                    Some(p) if p.anchor == t.start => ToClient::TrainProx {
+                        job: self.job(t),
+                        mu: p.mu,
+                    },
+                    Some(_) => return Err(unsupported(job)),
+                },
+                Job::Signature {
+                    train,
+                    layers,
+                    stats,
+                } if train.prox.is_none() => {
+                    let (job, layers) = (self.job(train), protocol::text(&layers.to_string()));
+                    if *stats {
+                        ToClient::SignatureStats { job, layers }
+                    } else {
+                        ToClient::Signature { job, layers }
+                    }
+                }
+                Job::TrainPair { global, cluster } => match (global.prox, cluster.prox) {
+                    (None, Some(p)) if p.anchor == global.start => ToClient::TrainPair {
+                        global: self.job(global),
+                        cluster: self.job(cluster),
+                        mu: p.mu,
+                    },
+                    _ => return Err(unsupported(job)),
+                },
+                Job::Pick { candidates, train } if train.prox.is_none() => {
+                    let mut settings = self.job(train);
+                    settings.params = Tensor::encode(&[], Encoding::F32);
+                    ToClient::Pick {
+                        job: settings,
+                        candidates: candidates
+                            .iter()
+                            .map(|c| Tensor::encode(&c.values, Encoding::F32))
+                            .collect(),
+                    }
+                }
+                Job::Gradient { at, batch_size } => ToClient::Gradient {
+                    model: at.model,
+                    params: Tensor::encode(&at.values, Encoding::F32),
+                    batch_size: *batch_size as u32,
+                    upload: self.upload,
+                },
+                Job::Evaluate { model } => ToClient::Evaluate {
+                    model: model.model,
+                    params: Tensor::encode(&model.values, Encoding::F32),
+                },
+                Job::GramSignature { k, encoding } => ToClient::GramSignature {
+                    k: *k as u32,
+                    upload: *encoding,
+                },
+                Job::Relevance { all, estimate } => ToClient::Relevance {
+                    clients: all.len() as u32,
+                    estimate: *estimate,
+                },
+                other => return Err(unsupported(other)),
+            };
+            if c >= self.members.len() {
+                return Err(PoolError::NoClient(c));
+            }
+            msgs.push((c, msg));
+        }
+        let answers = self.exchange(phase, expect, msgs, relay.as_deref())?;
+        Ok(answers
+            .into_iter()
+            .map(|(client, a)| {
+                let answer = match a {
+                    WireAnswer::Signature(values) => Answer::Signature {
+                        values,
+                        stats: None,
+                    },
+                    WireAnswer::Update {
+                        params,
+                        samples,
+                        loss,
+                    } => Answer::Update(Update {
+                        client,
+                        params,
+                        samples,
+                        loss,
+                    }),
+                    WireAnswer::Evaluation(r) => Answer::Evaluation(*r),
+                    WireAnswer::Eigenpairs(s) => Answer::Eigenpairs(s),
+                    WireAnswer::RelevanceRow(r) => Answer::Row(r),
+                    WireAnswer::SignatureStats {
+                        values,
+                        classes,
+                        entropy,
+                    } => Answer::Signature {
+                        values,
+                        stats: Some(LabelStats { classes, entropy }),
+                    },
+                    WireAnswer::Pair {
+                        global,
+                        cluster,
+                        samples,
+                        losses,
+                    } => Answer::Pair {
+                        global: Update {
+                            client,
+                            params: global,
+                            samples,
+                            loss: losses.0,
+                        },
+                        cluster: Update {
+                            client,
+                            params: cluster,
+                            samples,
+                            loss: losses.1,
+                        },
+                    },
+                    WireAnswer::Picked {
+                        choice,
+                        losses,
+                        params,
+                        samples,
+                        loss,
+                    } => Answer::Picked {
+                        choice,
+                        losses,
+                        update: Update {
+                            client,
+                            params,
+                            samples,
+                            loss,
+                        },
+                    },
+                    WireAnswer::Gradient(g) => Answer::Gradient(g),
+                };
+                (client, answer)
+            })
+            .collect())
+    }
+
+    /// Tells every client the run is over (the members, and newcomers still queued or pinged),
+    /// then disconnects. Called after a run, and after a failed one too.
+    pub fn finish(self) {
+        let ids = self
+            .members
+            .iter()
+            .map(|m| &m.id)
+            .chain(self.queued.iter().chain(&self.probing).map(|q| &q.0));
+        finish_fleet(&self.link, &self.topics, &self.run, ids);
+        self.link.disconnect();
+    }
+}
+
+impl ClientPool for MqttPool {
+    fn clients(&self) -> Vec<ClientInfo> {
+        self.members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ClientInfo {
+                index: i,
+                id: m.id.to_string(),
+                samples: m.hello.samples,
+            })
+            .collect()
+    }
+
+    /// The clients that said `Hello` after the clients were fixed, heard during the phases
+    /// since the last call: each becomes a member with the next index. Its round-0 signature is
+    /// then asked in a [`Phase::Clustering`] exchange (round 0's job, for it alone).
+    fn newcomers(&mut self, _round: usize) -> Vec<ClientInfo> {
+        let mut out = Vec::new();
+        for (id, hello) in std::mem::take(&mut self.queued) {
+            let index = self.members.len();
+            out.push(ClientInfo {
+                index,
+                id: id.to_string(),
+                samples: hello.samples,
+            });
+            self.index.insert(id.to_string(), index);
+            self.members.push(Member {
+                id,
+                hello,
+                alive: true,
+            });
+        }
+        out
+    }
+
+    fn wants_checkpoints(&self) -> bool {
+        self.checkpoint.is_some()
+    }
+
+    /// Writes `checkpoint.json` (the driver's state and this pool's) atomically into `--out`.
+    fn checkpoint(&mut self, checkpoint: &federation::Checkpoint) -> Result<(), PoolError> {
+        let Some((dir, round0)) = &self.checkpoint else {
+            return Ok(());
+        };
+        let saved = SavedRun {
+            serve: SavedPool {
+                run_id: self.run.clone(),
+                round0: *round0,
+                members: self
+                    .members
+                    .iter()
+                    .map(|m| SavedMember {
+                        id: m.id.clone(),
+                        hello: m.hello.clone(),
+                        alive: m.alive,
+                    })
+                    .collect(),
+                tally: self.tally.clone(),
+                per_client: self.per_client.clone(),
+                wire: self.wire.clone(),
+                timeouts: self.timeouts,
+                dropouts: self.dropouts.clone(),
+            },
+            federation: checkpoint.clone(),
+        };
+        let fail = |e: String| PoolError::Job {
+            job: "checkpoint",
+            reason: e,
+        };
+        let bytes = federation::to_exact_json(&saved).map_err(|e| fail(e.to_string()))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+        write_atomically(&dir.join(CHECKPOINT_FILE), bytes.as_bytes())
+            .map_err(|e| fail(format!("{}: {e}", dir.display())))
+    }
+
+    /// One exchange per kind of job, in the order the kinds first appear.
+    fn run(
+        &mut self,
+        round: usize,
+        jobs: &[(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        let mut kinds: Vec<&'static str> = Vec::new();
+        for (_, j) in jobs {
+            if !kinds.contains(&j.name()) {
+                kinds.push(j.name());
+            }
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        for kind in kinds {
+            let of_kind: Vec<&(usize, Job<'_>)> =
+                jobs.iter().filter(|(_, j)| j.name() == kind).collect();
+            out.extend(self.run_kind(round, &of_kind)?);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,186 @@
+//! Checkpoints after every round and `serve --resume`: the pool's part of `checkpoint.json`,
+//! and the rejoin of a resumed run's clients.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use edgecfl_shared::federation;
+use edgecfl_shared::mqtt::{Inbound, Link};
+use edgecfl_shared::protocol::{Envelope, Hello, Id, ToClient, ToCoordinator, TopicKind, Topics};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::rounds::Tally;
+
+use super::NetFlags;
+use super::join::stray;
+use super::pool::{Dropout, Member, MqttPool, WireStats};
+
+/// The file a checkpoint is written to, in `--out`.
+pub const CHECKPOINT_FILE: &str = "checkpoint.json";
+
+/// A client in a checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SavedMember {
+    pub(super) id: Id,
+    pub(super) hello: Hello,
+    pub(super) alive: bool,
+}
+
+/// The pool's part of a checkpoint: who the clients are, and the counts `summary.json` reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SavedPool {
+    pub(super) run_id: Id,
+    /// Round-0 clients (the first members; the rest joined later).
+    pub(super) round0: usize,
+    pub(super) members: Vec<SavedMember>,
+    pub(super) tally: Tally,
+    pub(super) per_client: BTreeMap<String, Tally>,
+    pub(super) wire: WireStats,
+    pub(super) timeouts: u64,
+    pub(super) dropouts: Vec<Dropout>,
+}
+
+/// `checkpoint.json`: the pool's state and the round driver's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SavedRun {
+    pub(super) serve: SavedPool,
+    pub(super) federation: federation::Checkpoint,
+}
+
+/// Reads `dir/checkpoint.json`.
+pub(super) fn read_checkpoint(dir: &std::path::Path) -> anyhow::Result<SavedRun> {
+    let path = dir.join(CHECKPOINT_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("--resume: cannot read {}", path.display()))?;
+    let saved: SavedRun = federation::from_exact_json(&text)
+        .with_context(|| format!("--resume: {} is not a checkpoint", path.display()))?;
+    saved
+        .federation
+        .check()
+        .with_context(|| format!("--resume: {}", path.display()))?;
+    anyhow::ensure!(
+        saved.serve.members.len() >= saved.federation.clients.len()
+            && saved.serve.round0 <= saved.serve.members.len(),
+        "--resume: {}: the clients of the pool and of the run do not match",
+        path.display()
+    );
+    Ok(saved)
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
+/// disk, then renamed over `path` (a crash leaves the old file or the new one, never half).
+pub(super) fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("json.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+impl MqttPool {
+    /// The pool of a resumed run: the checkpoint's members, in their order, with its counts.
+    /// Every member that was live is pinged and waited for until it answers or `join_timeout`
+    /// passed; one that does not answer is taken as gone (it may come back with a `Hello`).
+    pub(super) fn rejoin(link: Link, topics: Topics, net: &NetFlags, saved: SavedPool) -> Self {
+        let run = saved.run_id.clone();
+        let members: Vec<Member> = saved
+            .members
+            .into_iter()
+            .map(|m| Member {
+                id: m.id,
+                hello: m.hello,
+                alive: m.alive,
+            })
+            .collect();
+        let mut pool = Self::of_members(link, topics, run.clone(), net, members, saved.tally);
+        pool.per_client = saved.per_client;
+        pool.wire = saved.wire;
+        pool.timeouts = saved.timeouts;
+        pool.dropouts = saved.dropouts;
+        pool.accept_newcomers = true;
+        let ping = Envelope::new(run.clone(), 0, ToClient::Ping).to_bytes();
+        let mut waiting: std::collections::BTreeSet<usize> = (0..pool.members.len())
+            .filter(|&c| pool.members[c].alive)
+            .collect();
+        for &c in &waiting {
+            pool.wire.probe_down += ping.len() as u64;
+            if let Err(e) =
+                pool.link
+                    .publish(&pool.topics.down(&pool.members[c].id), ping.clone(), false)
+            {
+                warn!("resuming: cannot ping {}: {e}", pool.members[c].id);
+            }
+        }
+        info!(
+            "resuming run {}: waiting for {} of its {} clients (timeout {:.0}s)",
+            run.as_str(),
+            waiting.len(),
+            pool.members.len(),
+            net.join_timeout
+        );
+        let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
+        while !waiting.is_empty() {
+            let Some(ev) = pool.link.recv_until(deadline) else {
+                break;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            let Some((id, kind)) = pool.topics.parse(&topic) else {
+                continue;
+            };
+            let Some(c) = pool.index.get(id).copied() else {
+                // Not a client of the run: only garbage on its status topic is news.
+                if kind == TopicKind::Status
+                    && let Err(e) = Envelope::<ToCoordinator>::from_bytes(&payload)
+                {
+                    stray(&mut pool.tally, "resuming", id, e.into());
+                }
+                continue;
+            };
+            let msg = Envelope::<ToCoordinator>::from_bytes(&payload);
+            match (kind, msg) {
+                // A client back on the (restarted) broker: ping it again.
+                (
+                    TopicKind::Status,
+                    Ok(Envelope {
+                        body: ToCoordinator::Hello(_),
+                        ..
+                    }),
+                ) if waiting.contains(&c) => {
+                    pool.wire.probe_down += ping.len() as u64;
+                    let down = pool.topics.down(&pool.members[c].id);
+                    if let Err(e) = pool.link.publish(&down, ping.clone(), false) {
+                        warn!("resuming: cannot ping {id}: {e}");
+                    }
+                }
+                (
+                    TopicKind::Up,
+                    Ok(Envelope {
+                        body: ToCoordinator::Pong,
+                        run: r,
+                        ..
+                    }),
+                ) if r == run && waiting.remove(&c) => {
+                    info!("rejoined: {id} ({} still awaited)", waiting.len());
+                }
+                (TopicKind::Status, Err(e)) => stray(&mut pool.tally, "resuming", id, e.into()),
+                // Answers to the interrupted run's last jobs, and the like: not this run's news.
+                _ => {}
+            }
+        }
+        for c in waiting {
+            warn!(
+                "resuming: {} did not answer; taken as gone",
+                pool.members[c].id
+            );
+            pool.members[c].alive = false;
+        }
+        pool
+    }
+}

@@ -1,0 +1,254 @@
+//! LPS ⇄ GPS: MT-HFL's hierarchy across processes.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+use super::{Encoding, Id, ModelKind, ProtocolError, Tensor, Text, id};
+
+// ───────────────────────────── LPS ⇄ GPS: MT-HFL's hierarchy across processes ─────────────────────────────
+//
+// A local parameter server (LPS, `coordinator lps`) runs FedAvg with the clients of one cluster
+// and exchanges only the common layers with the global parameter server (GPS, `coordinator serve
+// --lps remote`), which may run on another machine behind the same broker:
+//
+//  LPS                                                     GPS
+//   │ ── lps/<id>/status: Hello (retained) ───────────────▶ │  (last will: Gone, retained)
+//   │ ◀── lps/<id>/down: Assign{cluster, members, θ⁰, …} ── │  after round 0 (clustering)
+//   │     FedAvg with the members for L rounds (their own client topics)
+//   │ ── lps/<id>/up: Common{samples, accuracy, values} ──▶ │  round = GPS round g (1, 2, …)
+//   │ ◀── lps/<id>/down: Common{values} ─────────────────── │  Σ_c N_c θ_c / Σ_c N_c
+//   │     … every L rounds …
+//   │ ── lps/<id>/up: Done{…} ────────────────────────────▶ │
+//   │ ◀── lps/<id>/down: Finish ─────────────────────────── │
+//
+// `values` holds the common layers only (`hierarchy::CommonLayers`), in f32: both directions of
+// one GPS round move `common_len × 4` bytes of tensor plus the envelope.
+
+/// One LPS's job, sent by the GPS after round 0: the cluster it serves, its members (client ids,
+/// in the GPS's client order), the starting model θ⁰, and the settings of its FedAvg loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LpsAssignment {
+    /// The cluster (0-based).
+    pub cluster: u32,
+    /// Clusters in the run (each has its own LPS).
+    pub clusters: u32,
+    /// The cluster's clients.
+    pub members: Vec<Id>,
+    /// Architecture.
+    pub model: ModelKind,
+    /// θ⁰, the model every cluster starts from (f32).
+    pub initial: Tensor,
+    /// The common layers, as `LayerSet` text (`fc1`, `conv1,conv2`).
+    pub common_layers: Text,
+    /// Training rounds of the LPS.
+    pub rounds: u32,
+    /// FedAvg rounds between two GPS rounds.
+    pub lps_rounds: u32,
+    /// Evaluate every this many rounds (and after the last).
+    pub eval_every: u32,
+    /// Fraction of the members sampled per round, in (0, 1].
+    pub frac: f64,
+    /// Local epochs.
+    pub epochs: u32,
+    /// Mini-batch size.
+    pub batch_size: u32,
+    /// Learning rate.
+    pub lr: f64,
+    /// SGD momentum.
+    pub momentum: f64,
+    /// Seed of the LPS's client sampling and its clients' sample order (the GPS derives one per
+    /// cluster).
+    pub seed: u64,
+    /// Encoding of the members' model uploads.
+    pub upload: Encoding,
+    /// Weigh every member's update equally in the cluster's FedAvg (`--weighting equal`) instead
+    /// of by its training samples.
+    pub equal_weights: bool,
+    /// Drop a member's update whose change from the model it was sent is above this L2 norm
+    /// (`--max-update-norm`); None: no bound.
+    pub max_update_norm: Option<f64>,
+}
+
+/// Errors of validating an LPS/GPS message beyond its decoding.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LpsMessageError {
+    /// A tensor or an id that does not decode or check.
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// An assignment without members.
+    #[error("assignment without members")]
+    NoMembers,
+    /// A client listed twice.
+    #[error("member {0:?} is listed twice")]
+    DuplicateMember(String),
+    /// A setting out of its range.
+    #[error("{name} = {value} is out of range")]
+    Setting {
+        /// The setting.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// A `Common` upload with zero samples (its weight in the GPS average).
+    #[error("common layers with zero samples")]
+    ZeroSamples,
+    /// An accuracy that is not a number in [0, 1].
+    #[error("accuracy {0} is not in [0, 1]")]
+    BadAccuracy(f64),
+}
+
+impl LpsAssignment {
+    /// Checks what the LPS relies on: member ids (safe topic levels, unique), cluster index,
+    /// settings in range, θ⁰ finite. The length of θ⁰ against the model's layout and the common
+    /// layer names are checked by the LPS, which knows the models.
+    ///
+    /// # Errors
+    ///
+    /// The first problem found.
+    pub fn validate(&self) -> Result<Vec<f32>, LpsMessageError> {
+        if self.members.is_empty() {
+            return Err(LpsMessageError::NoMembers);
+        }
+        for (i, m) in self.members.iter().enumerate() {
+            id(m)?;
+            if self.members[..i].contains(m) {
+                return Err(LpsMessageError::DuplicateMember(m.as_str().into()));
+            }
+        }
+        let setting = |name: &'static str, ok: bool, value: String| {
+            if ok {
+                Ok(())
+            } else {
+                Err(LpsMessageError::Setting { name, value })
+            }
+        };
+        setting(
+            "cluster",
+            self.cluster < self.clusters,
+            format!("{} of {}", self.cluster, self.clusters),
+        )?;
+        setting(
+            "lps_rounds",
+            self.lps_rounds >= 1,
+            format!("{}", self.lps_rounds),
+        )?;
+        setting(
+            "eval_every",
+            self.eval_every >= 1,
+            format!("{}", self.eval_every),
+        )?;
+        setting("epochs", self.epochs >= 1, format!("{}", self.epochs))?;
+        setting(
+            "batch_size",
+            self.batch_size >= 1,
+            format!("{}", self.batch_size),
+        )?;
+        setting(
+            "frac",
+            self.frac > 0.0 && self.frac <= 1.0,
+            format!("{}", self.frac),
+        )?;
+        setting(
+            "lr",
+            self.lr.is_finite() && self.lr > 0.0,
+            format!("{}", self.lr),
+        )?;
+        setting(
+            "momentum",
+            self.momentum.is_finite() && (0.0..1.0).contains(&self.momentum),
+            format!("{}", self.momentum),
+        )?;
+        if let Some(b) = self.max_update_norm {
+            setting("max_update_norm", b.is_finite() && b > 0.0, format!("{b}"))?;
+        }
+        Ok(self.initial.decode(None)?)
+    }
+}
+
+/// GPS → LPS, on `<prefix>/lps/<id>/down`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToLps {
+    /// Serve this cluster (envelope round 0).
+    Assign(alloc::boxed::Box<LpsAssignment>),
+    /// The GPS average of the common layers of GPS round `g` (the envelope's round): insert it
+    /// and go on.
+    Common {
+        /// The averaged common layers (f32).
+        values: Tensor,
+    },
+    /// The run is over (also sent to an LPS that got no cluster).
+    Finish,
+}
+
+/// What an LPS reports at the end of its loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LpsDone {
+    /// Training rounds done.
+    pub rounds: u32,
+    /// GPS rounds done.
+    pub gps_rounds: u32,
+    /// Members with an evaluation.
+    pub evaluated: u32,
+    /// Mean local test accuracy over those members after the last round.
+    pub final_accuracy: Option<f64>,
+    /// Seconds from the assignment to the end.
+    pub wall_seconds: f64,
+}
+
+/// LPS → GPS: `Hello` / `Gone` on `<prefix>/lps/<id>/status` (retained), the rest on
+/// `<prefix>/lps/<id>/up`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToGps {
+    /// "I am here, give me a cluster" (retained status message).
+    Hello,
+    /// The LPS's common layers after GPS round `g`'s local rounds (the envelope's round).
+    Common {
+        /// The cluster's training samples: the LPS's weight in the GPS average.
+        samples: u64,
+        /// The LPS's latest mean local test accuracy (None before its first evaluation).
+        accuracy: Option<f64>,
+        /// The common layers only (f32).
+        values: Tensor,
+    },
+    /// The LPS finished its rounds.
+    Done(LpsDone),
+    /// The LPS cannot go on (the reason is for the log).
+    Failed {
+        /// Why.
+        reason: Text,
+    },
+    /// The LPS is gone (last will, or a clean exit).
+    Gone,
+}
+
+impl ToGps {
+    /// Checks a `Common` upload and decodes its layers: `common_len` finite floats, samples ≥ 1,
+    /// accuracy in [0, 1].
+    ///
+    /// # Errors
+    ///
+    /// [`LpsMessageError::Protocol`] for a tensor of the wrong length or with NaN, and the
+    /// others as named. `Ok(None)` for a message that is not `Common`.
+    pub fn common(&self, common_len: usize) -> Result<Option<(u64, Vec<f32>)>, LpsMessageError> {
+        let ToGps::Common {
+            samples,
+            accuracy,
+            values,
+        } = self
+        else {
+            return Ok(None);
+        };
+        if *samples == 0 {
+            return Err(LpsMessageError::ZeroSamples);
+        }
+        if let Some(a) = accuracy
+            && !(0.0..=1.0).contains(a)
+        {
+            return Err(LpsMessageError::BadAccuracy(*a));
+        }
+        Ok(Some((*samples, values.decode(Some(common_len))?)))
+    }
+}

@@ -1,0 +1,170 @@
+//! Coordinator → client: [`ToClient`] and the training job it carries.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+#[cfg(doc)]
+use super::ToCoordinator;
+use super::{Eigenpairs, Encoding, Tensor, Text};
+
+/// The model architectures edgecfl trains (see `model` for their layouts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// LeNet-5 for 28×28 grey images (NIID-Bench `SimpleCNNMNIST`).
+    LeNet5,
+    /// MLP 784→32→10 (MT-HFL's FMNIST model).
+    Mlp,
+}
+
+/// How client `i` estimates the eigenvalue of client `j`'s eigenvector `v` under its own Gram
+/// matrix `Gᵢ` (MT-HFL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Estimate {
+    /// `‖Gᵢ v‖`, the paper's eq. (2).
+    #[default]
+    Norm,
+    /// `vᵀ Gᵢ v`, the Rayleigh quotient (the data's variance along `v`).
+    Rayleigh,
+}
+
+impl fmt::Display for Estimate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Estimate::Norm => "norm",
+            Estimate::Rayleigh => "rayleigh",
+        })
+    }
+}
+
+impl core::str::FromStr for Estimate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "norm" => Ok(Estimate::Norm),
+            "rayleigh" => Ok(Estimate::Rayleigh),
+            _ => Err(format!(
+                "unknown estimate {s:?} (expected norm or rayleigh)"
+            )),
+        }
+    }
+}
+
+/// A training job: the model to start from and the local-training settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainJob {
+    /// Architecture of `params`.
+    pub model: ModelKind,
+    /// The starting parameters (f32).
+    pub params: Tensor,
+    /// Local epochs.
+    pub epochs: u32,
+    /// Mini-batch size.
+    pub batch_size: u32,
+    /// Learning rate.
+    pub lr: f64,
+    /// SGD momentum.
+    pub momentum: f64,
+    /// Seed of the sample order (the coordinator derives it per client and round).
+    pub seed: u64,
+    /// Encoding the client uses for its upload.
+    pub upload: Encoding,
+}
+
+/// Coordinator → client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToClient {
+    /// Round 0: train for the warm-up and upload the `layers` (`final`, `smallest-fc`, `all` or
+    /// names such as `conv1,conv2`) of the result.
+    Signature {
+        /// Warm-up training.
+        job: TrainJob,
+        /// Which layers to upload.
+        layers: Text,
+    },
+    /// Train the cluster model and upload the result.
+    Train(TrainJob),
+    /// Evaluate a model on the local test set.
+    Evaluate {
+        /// Architecture.
+        model: ModelKind,
+        /// Parameters.
+        params: Tensor,
+    },
+    /// The run is over.
+    Finish,
+    /// MT-HFL round 0: form the Gram matrix of the training data (eq. 1) and upload its `k`
+    /// leading eigenpairs ([`ToCoordinator::Eigenpairs`]).
+    GramSignature {
+        /// Eigenpairs to upload.
+        k: u32,
+        /// Encoding of the upload.
+        upload: Encoding,
+    },
+    /// MT-HFL round 0, on the broadcast topic only: every client's signature, client `j`'s at
+    /// position `j`, as the coordinator received them. Not a job: it waits for [`Self::Relevance`].
+    Relay(Eigenpairs),
+    /// MT-HFL round 0: compute the relevance row `r(i, ·)` (eq. 2-4) against the relay of this
+    /// run and round, with the exact Gram matrix, and upload it ([`ToCoordinator::RelevanceRow`]).
+    Relevance {
+        /// Signatures in the relay (the row's length).
+        clients: u32,
+        /// How to estimate the others' eigenvalues under the own Gram matrix.
+        estimate: Estimate,
+    },
+    /// Train with a proximal term `μ/2 · ‖θ − θ_sent‖²` toward the model sent (FedProx, FeSEM)
+    /// and upload the result ([`ToCoordinator::Update`]).
+    TrainProx {
+        /// The training.
+        job: TrainJob,
+        /// μ ≥ 0.
+        mu: f64,
+    },
+    /// StoCFL's bi-level step: train `global` plainly and `cluster` with the proximal term
+    /// `μ/2 · ‖θ − ω‖²` toward `global`'s parameters ω; upload both ([`ToCoordinator::Pair`]).
+    TrainPair {
+        /// The global model's training.
+        global: TrainJob,
+        /// The cluster model's training.
+        cluster: TrainJob,
+        /// μ ≥ 0 (StoCFL's λ).
+        mu: f64,
+    },
+    /// IFCA: the mean training loss of each candidate model, then the candidate of lowest loss
+    /// (ties: the lower index) is trained with `job`'s settings (`job.params` is empty) and
+    /// uploaded with its index ([`ToCoordinator::Picked`]).
+    Pick {
+        /// Settings of the training (`params` empty).
+        job: TrainJob,
+        /// The candidates, of `job.model`.
+        candidates: Vec<Tensor>,
+    },
+    /// StoCFL: the gradient of the mean cross-entropy over all training data at the model sent,
+    /// normalised to unit length ([`ToCoordinator::Gradient`]).
+    Gradient {
+        /// Architecture.
+        model: ModelKind,
+        /// The anchor model.
+        params: Tensor,
+        /// Batch size of the passes (no effect beyond rounding).
+        batch_size: u32,
+        /// Encoding of the upload.
+        upload: Encoding,
+    },
+    /// AdaCFL round 0: [`Self::Signature`], plus the label statistics of the training data
+    /// ([`ToCoordinator::SignatureStats`]).
+    SignatureStats {
+        /// Warm-up training.
+        job: TrainJob,
+        /// Which layers to upload.
+        layers: Text,
+    },
+    /// "Are you there?": the coordinator asks every client that announced itself (its
+    /// retained `Hello`, possibly stale or forged) to answer [`ToCoordinator::Pong`] on its `up`
+    /// topic before it counts it as joined. Not a job: answered at once.
+    Ping,
+}
