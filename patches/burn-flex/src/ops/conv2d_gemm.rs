@@ -492,7 +492,7 @@ pub fn max_pool2d_with_indices_f32(
         let pool_plane = |pl: usize, (o, ix): &mut (&mut [f32], &mut [i64])| {
             let src = &xd[pl * in_h * in_w..][..in_h * in_w];
             // Planes with a NaN take the general loop (NaN's index rule); the rest the 2×2 one.
-            if kernel == [2, 2] && !src.iter().fold(false, |nan, v| nan | v.is_nan()) {
+            if kernel == [2, 2] && src.iter().fold(0u32, |n, v| n | u32::from(v.is_nan())) == 0 {
                 pool_2x2(src, in_w, out_h, out_w, o, ix);
                 return;
             }
@@ -559,16 +559,10 @@ fn pool_2x2(src: &[f32], in_w: usize, out_h: usize, out_w: usize, o: &mut [f32],
             let ab = if b2 > a { b2 } else { a };
             let cd = if d > c { d } else { c };
             let m = if cd > ab { cd } else { ab };
-            // Corner 0..3 of the first maximum: row offset (corner / 2), column (corner % 2).
-            let corner: u32 = if a == m {
-                0
-            } else if b2 == m {
-                1
-            } else if c == m {
-                2
-            } else {
-                3
-            };
+            // Corner 0..3 of the first maximum (row offset corner / 2, column corner % 2), as
+            // arithmetic on 0/1 flags: branches here would defeat vectorisation.
+            let not = |v: f32| u32::from(v != m);
+            let corner = not(a) * (1 + not(b2) * (1 + not(c)));
             *y = m;
             *i = i64::from(corner & 1) + if corner >= 2 { row_step } else { 0 };
         }
