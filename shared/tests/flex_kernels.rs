@@ -192,11 +192,22 @@ fn large_convolution_keeps_flex_forward_and_patched_gradients() {
 #[test]
 fn max_pool_values_indices_and_gradient_match_direct_loops() {
     let device = Device::flex().autodiff();
-    for (shape, k, seed) in [([3, 6, 24, 24], 2, 8u64), ([2, 2, 7, 8], 3, 9)] {
+    // (shape, window, seed, NaN): 2×2 without NaN takes the patch's 2×2 loop; planes with a NaN
+    // and other windows take its general loop.
+    let cases = [
+        ([3, 6, 24, 24], 2, 8u64, false),
+        ([2, 3, 8, 8], 2, 10, true),
+        ([2, 2, 7, 8], 3, 9, true),
+    ];
+    for (shape, k, seed, nan) in cases {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        // Values from a small set, so windows hold ties: the first maximum must win.
+        // Values from a small set, so windows hold ties: the first maximum must win. With NaN,
+        // one value in 20 is NaN: NaN wins, and the last NaN of a window gives the index.
         let x: Vec<f32> = (0..shape.iter().product())
-            .map(|_| f32::from(rng.random_range(0u8..4)))
+            .map(|_| match rng.random_range(0u8..40) {
+                38 | 39 if nan => f32::NAN,
+                v => f32::from(v % 4),
+            })
             .collect();
         let xt = Tensor::<4>::from_data(TensorData::new(x.clone(), shape), &device).require_grad();
         let (y, idx) = max_pool2d_with_indices(xt.clone(), MaxPoolOptions::new([k, k]));
@@ -213,14 +224,15 @@ fn max_pool_values_indices_and_gradient_match_direct_loops() {
                     for i in 0..k {
                         for j in 0..k {
                             let p = (oh * k + i) * w + ow * k + j;
-                            if at == usize::MAX || x[plane * h * w + p] > best {
+                            let v = x[plane * h * w + p];
+                            if at == usize::MAX || v > best || v.is_nan() {
                                 best = x[plane * h * w + p];
                                 at = p;
                             }
                         }
                     }
                     let o = (plane * oh_n + oh) * ow_n + ow;
-                    assert_eq!(yv[o], best, "value at {o}");
+                    assert_eq!(yv[o].to_bits(), best.to_bits(), "value at {o}");
                     assert_eq!(iv[o], at as i64, "index at {o}");
                     dx_ref[plane * h * w + at] += 1.0 + o as f32;
                 }

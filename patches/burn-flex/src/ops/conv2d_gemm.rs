@@ -491,7 +491,8 @@ pub fn max_pool2d_with_indices_f32(
             .collect();
         let pool_plane = |pl: usize, (o, ix): &mut (&mut [f32], &mut [i64])| {
             let src = &xd[pl * in_h * in_w..][..in_h * in_w];
-            if kernel == [2, 2] {
+            // Planes with a NaN take the general loop (NaN's index rule); the rest the 2×2 one.
+            if kernel == [2, 2] && src.iter().fold(0u32, |n, v| n | u32::from(v.is_nan())) == 0 {
                 pool_2x2(src, in_w, out_h, out_w, o, ix);
                 return;
             }
@@ -542,44 +543,32 @@ pub fn max_pool2d_with_indices_f32(
     ))
 }
 
-/// One plane of the 2×2/2 max pool: the general loop's choices (first maximum, last NaN),
-/// 16 outputs at a time from de-interleaved window corners, so the selects vectorise.
+/// One plane of the 2×2/2 max pool without NaN: the maximum of the four corners, then the
+/// first corner (reading order) equal to it, which is the general loop's choice (the first
+/// maximum wins). Written as selects on whole rows so that the compiler vectorises them.
 fn pool_2x2(src: &[f32], in_w: usize, out_h: usize, out_w: usize, o: &mut [f32], ix: &mut [i64]) {
-    const LANES: usize = 16;
+    let row_step = in_w as i64;
     for oh in 0..out_h {
         let r0 = &src[2 * oh * in_w..][..2 * out_w];
         let r1 = &src[(2 * oh + 1) * in_w..][..2 * out_w];
-        let mut start = 0;
-        while start < out_w {
-            let n = LANES.min(out_w - start);
-            // The window's corners in reading order: top left, top right, bottom left, right.
-            let mut corner = [[0f32; LANES]; 4];
-            for t in 0..n {
-                let c = 2 * (start + t);
-                corner[0][t] = r0[c];
-                corner[1][t] = r0[c + 1];
-                corner[2][t] = r1[c];
-                corner[3][t] = r1[c + 1];
-            }
-            let mut best = corner[0];
-            let mut at = [0u32; LANES];
-            for (q, values) in corner.iter().enumerate().skip(1) {
-                for t in 0..LANES {
-                    // Selects as bit masks: without them the compiler branches on each
-                    // comparison, a coin flip on real data.
-                    let v = values[t];
-                    let take = u32::from((v > best[t]) | v.is_nan()).wrapping_neg();
-                    best[t] = f32::from_bits((v.to_bits() & take) | (best[t].to_bits() & !take));
-                    at[t] = (q as u32 & take) | (at[t] & !take);
-                }
-            }
-            for t in 0..n {
-                let row = 2 * oh + (at[t] >> 1) as usize;
-                o[oh * out_w + start + t] = best[t];
-                ix[oh * out_w + start + t] =
-                    (row * in_w + 2 * (start + t) + (at[t] & 1) as usize) as i64;
-            }
-            start += n;
+        let o_row = &mut o[oh * out_w..][..out_w];
+        let ix_row = &mut ix[oh * out_w..][..out_w];
+        let (top, bottom) = (r0.chunks_exact(2), r1.chunks_exact(2));
+        for (((t, b), y), i) in top.zip(bottom).zip(o_row.iter_mut()).zip(ix_row.iter_mut()) {
+            let (a, b2, c, d) = (t[0], t[1], b[0], b[1]);
+            let ab = if b2 > a { b2 } else { a };
+            let cd = if d > c { d } else { c };
+            let m = if cd > ab { cd } else { ab };
+            // Corner 0..3 of the first maximum (row offset corner / 2, column corner % 2), as
+            // arithmetic on 0/1 flags: branches here would defeat vectorisation.
+            let not = |v: f32| u32::from(v != m);
+            let corner = not(a) * (1 + not(b2) * (1 + not(c)));
+            *y = m;
+            *i = i64::from(corner & 1) + if corner >= 2 { row_step } else { 0 };
+        }
+        // The window's top-left offset in the plane, added once per row.
+        for (ow, i) in ix_row.iter_mut().enumerate() {
+            *i += (2 * oh * in_w + 2 * ow) as i64;
         }
     }
 }
