@@ -49,11 +49,14 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
 use crate::federation::{
     ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, Training, Update, updates_of,
+    Placement, RoundStats, Strategy, Target, Training, Update, bad_state, check_model,
+    strategy_state, updates_of,
 };
 use crate::model::Params;
 
@@ -138,7 +141,7 @@ fn delta(update: &Params, start: &Params) -> Vec<f32> {
 }
 
 /// One split of a cluster.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Split {
     /// The training round it happened in.
     pub round: usize,
@@ -159,7 +162,7 @@ pub struct Split {
 }
 
 /// The update norms of one cluster in one round.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct NormRecord {
     /// Training round.
     pub round: usize,
@@ -281,7 +284,53 @@ impl Cfl {
     }
 }
 
+/// The state CFL saves: its splits, norms and pending clients.
+type CflState = (Vec<Split>, Vec<NormRecord>, BTreeMap<usize, (usize, usize)>);
+
+/// Checks a restored CFL state: splits number their new clusters 1, 2, … in order, from a
+/// cluster that existed then, in rounds that do not go back, with a valid model and one
+/// direction of the model's length per part; norms and pending clients name existing clusters.
+fn check_state((splits, norms, pending): &CflState) -> Result<(), FederationError> {
+    let bad = |what: String| Err(bad_state("CFL", what));
+    for (i, s) in splits.iter().enumerate() {
+        if s.new_cluster != i + 1 || s.cluster > i {
+            return bad(format!(
+                "split {i} of cluster {} into {}",
+                s.cluster, s.new_cluster
+            ));
+        }
+        if s.round == 0 || (i > 0 && s.round < splits[i - 1].round) {
+            return bad(format!("split {i} in round {}", s.round));
+        }
+        check_model("CFL", &format!("split {i}'s model"), &s.model)?;
+        if s.directions.iter().any(|d| d.len() != s.model.values.len()) {
+            return bad(format!("split {i}'s directions do not fit its model"));
+        }
+    }
+    let clusters = splits.len() + 1;
+    if let Some(r) = norms.iter().find(|r| r.cluster >= clusters) {
+        return bad(format!("norms of cluster {} of {clusters}", r.cluster));
+    }
+    if let Some((p, (c, _))) = pending.iter().find(|(_, (c, _))| *c >= clusters) {
+        return bad(format!("client {p} pending in cluster {c} of {clusters}"));
+    }
+    Ok(())
+}
+
 impl Strategy for Cfl {
+    /// The state: the parameter tree (every split with its cached model and part directions),
+    /// the norms so far, and the clients still pending after a split.
+    fn save(&self) -> Option<serde_json::Value> {
+        serde_json::to_value((&self.splits, &self.norms, &self.pending)).ok()
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), FederationError> {
+        let state: CflState = strategy_state("CFL", state)?;
+        check_state(&state)?;
+        (self.splits, self.norms, self.pending) = state;
+        Ok(())
+    }
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         Ok(Init::plain(vec![0; env.clients.len()], env.initial, false))
     }
