@@ -171,7 +171,11 @@ fn cfl_with_splits_and_newcomers_resumes_after_any_round_to_the_same_result() {
     });
     // Round 1 splits cluster 0 (5 updates), round 2 splits again.
     assert!(full.models.len() >= 3, "{} clusters", full.models.len());
-    assert!(full.rounds.windows(2).any(|w| w[1].clusters > w[0].clusters));
+    assert!(
+        full.rounds
+            .windows(2)
+            .any(|w| w[1].clusters > w[0].clusters)
+    );
 }
 
 /// StoCFL merges the singletons of the sampled clients whose Ψ point the same way (label

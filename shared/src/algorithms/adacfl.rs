@@ -640,4 +640,49 @@ mod tests {
         cfg.warmup_epochs = 0;
         assert!(check(&cfg).is_err());
     }
+
+    /// A saved state comes back; one of the wrong shape is a configuration error.
+    #[test]
+    fn restore_checks_the_state() {
+        let cfg = FederationConfig::default();
+        let sigs = vec![vec![0.0f32, 0.0], vec![5.0, 0.0], vec![0.1, 0.0]];
+        let c = adaptive_clustering(
+            &sigs,
+            &[0, 0, 0],
+            Linkage::Average,
+            Threshold::Distance(1.0),
+        )
+        .unwrap();
+        assert_eq!(c.assignment, vec![0, 1, 0]);
+        let mut reps = c.centroids.clone();
+        reps.push(vec![9.0, 9.0]);
+        let mut a = AdaCfl::new(&cfg);
+        a.restore(serde_json::to_value((&reps, Some(&c))).unwrap())
+            .unwrap();
+        assert_eq!(a.representations, reps);
+        let back = a.clustering().unwrap();
+        assert_eq!(back.assignment, c.assignment);
+        assert_eq!(back.distances, c.distances);
+        assert_eq!(back.dendrogram, c.dendrogram);
+        let mut short = c.clone();
+        short.pre_clusters.pop();
+        let mut moved = reps.clone();
+        moved[0][0] = 1.0;
+        for bad in [
+            serde_json::json!(null),
+            serde_json::to_value((&reps, None::<AdaClustering>)).unwrap(),
+            serde_json::to_value((&reps[..1], Some(&c))).unwrap(),
+            serde_json::to_value((&moved, Some(&c))).unwrap(),
+            serde_json::to_value((vec![vec![1.0f32], vec![1.0, 2.0]], Some(&c))).unwrap(),
+            serde_json::to_value((&reps, Some(&short))).unwrap(),
+        ] {
+            assert!(
+                matches!(
+                    AdaCfl::new(&cfg).restore(bad.clone()),
+                    Err(FederationError::Config(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -548,4 +548,70 @@ mod tests {
         assert_eq!(cosine(&[1.0, 0.0], &[-3.0, 0.0]), -1.0);
         assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
     }
+
+    /// A saved state comes back; one of the wrong shape is a configuration error.
+    #[test]
+    fn restore_checks_the_state() {
+        use crate::model::ModelKind;
+        let cfg = FederationConfig::default();
+        let model = Params::init(ModelKind::Mlp, 1);
+        let split = |cluster, new_cluster, round, dir_len| Split {
+            round,
+            cluster,
+            new_cluster,
+            mean_norm: 0.1,
+            max_norm: 2.0,
+            parts: [vec![0], vec![1]],
+            model: model.clone(),
+            directions: [vec![0.5; dir_len], vec![-0.5; dir_len]],
+        };
+        let n = model.values.len();
+        let state = |splits: Vec<Split>, pending: Vec<(usize, (usize, usize))>| {
+            serde_json::to_value((
+                splits,
+                Vec::<NormRecord>::new(),
+                BTreeMap::from_iter(pending),
+            ))
+            .unwrap()
+        };
+        let mut cfl = Cfl::new(&cfg);
+        let good = state(
+            vec![split(0, 1, 1, n), split(1, 2, 3, n)],
+            vec![(4, (2, 2))],
+        );
+        cfl.restore(good).unwrap();
+        assert_eq!(cfl.splits().len(), 2);
+        assert_eq!(cfl.splits()[1].directions[0].len(), n);
+        assert_eq!(
+            cfl.save().map(|v| v.to_string()),
+            Some(
+                state(
+                    vec![split(0, 1, 1, n), split(1, 2, 3, n)],
+                    vec![(4, (2, 2))]
+                )
+                .to_string()
+            )
+        );
+        for bad in [
+            serde_json::json!(null),
+            serde_json::json!([[], []]),
+            // New clusters not numbered 1, 2, …; a split of a cluster not there yet.
+            state(vec![split(0, 2, 1, n)], vec![]),
+            state(vec![split(0, 1, 1, n), split(2, 2, 2, n)], vec![]),
+            // Rounds going back, round 0.
+            state(vec![split(0, 1, 3, n), split(0, 2, 2, n)], vec![]),
+            state(vec![split(0, 1, 0, n)], vec![]),
+            // Directions of another length; a pending client in a cluster that is not there.
+            state(vec![split(0, 1, 1, n - 1)], vec![]),
+            state(vec![split(0, 1, 1, n)], vec![(3, (2, 0))]),
+        ] {
+            assert!(
+                matches!(
+                    Cfl::new(&cfg).restore(bad.clone()),
+                    Err(FederationError::Config(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -783,4 +783,37 @@ mod tests {
         cfg.mu = Some(f64::NAN);
         assert!(check(&cfg).is_err());
     }
+
+    /// A saved state comes back; one of the wrong shape is a configuration error.
+    #[test]
+    fn restore_checks_the_state() {
+        let cfg = FederationConfig::default();
+        let omega = Params::init(ModelKind::Mlp, 1);
+        let n = omega.values.len();
+        let state = |omega: Option<&Params>, psi: Vec<f32>, bins: usize| {
+            let psi = BTreeMap::from([(7usize, psi)]);
+            let h = CosineHistogram {
+                counts: vec![0; bins],
+            };
+            serde_json::to_value((omega, psi, vec![3u64, 0], Some(h))).unwrap()
+        };
+        let mut s = StoCfl::new(&cfg);
+        s.restore(state(Some(&omega), vec![0.25; n], HISTOGRAM_BINS))
+            .unwrap();
+        assert_eq!(s.global(), Some(&omega));
+        assert_eq!(s.psi[&7], vec![0.25; n]);
+        assert_eq!(s.trained, vec![3, 0]);
+        for bad in [
+            serde_json::json!(null),
+            state(None, vec![0.25; n], HISTOGRAM_BINS),
+            state(Some(&omega), vec![0.25; n - 1], HISTOGRAM_BINS),
+            state(Some(&omega), vec![0.0; n], HISTOGRAM_BINS),
+            state(Some(&omega), vec![0.25; n], 3),
+        ] {
+            assert!(matches!(
+                StoCfl::new(&cfg).restore(bad),
+                Err(FederationError::Config(_))
+            ),);
+        }
+    }
 }

@@ -844,4 +844,17 @@ mod tests {
         let d = CondensedMatrix::from_condensed(vec![1.0, 2.0, 3.0]).unwrap();
         assert_eq!(d.get(2, 1), Some(3.0));
     }
+
+    /// Serialised as the condensed vector; read back through the checks of `from_condensed`.
+    #[test]
+    fn serde_is_the_condensed_vector() {
+        let d = CondensedMatrix::from_condensed(vec![1.0, 2.5, 0.1]).unwrap();
+        let v = serde_json::to_value(&d).unwrap();
+        assert_eq!(v, serde_json::json!([1.0, 2.5, 0.1]));
+        let back: CondensedMatrix = serde_json::from_value(v).unwrap();
+        assert_eq!((back.n(), back.get(1, 2)), (3, Some(0.1)));
+        // Not a triangle; a negative distance.
+        assert!(serde_json::from_value::<CondensedMatrix>(serde_json::json!([1.0, 2.0])).is_err());
+        assert!(serde_json::from_value::<CondensedMatrix>(serde_json::json!([-1.0])).is_err());
+    }
 }
