@@ -204,27 +204,32 @@ fn adacfl_with_founding_newcomers_resumes_after_any_round_to_the_same_result() {
     assert!(full.models.len() > full.assignment[..CLIENTS - 2].iter().max().unwrap() + 1);
 }
 
+/// A one-round run of `algorithm` (no newcomers): its configuration, context and checkpoints.
+fn one_round(algorithm: Algorithm) -> (FederationConfig, RunContext, Vec<String>) {
+    let (mut p, truth) = pool(false);
+    let cfg = FederationConfig {
+        algorithm,
+        rounds: 1,
+        epochs: 1,
+        warmup_epochs: 1,
+        seed: 3,
+        ..FederationConfig::default()
+    };
+    let ctx = RunContext {
+        truth: Some(truth),
+        ..RunContext::default()
+    };
+    federation::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
+    (cfg, ctx, p.saved)
+}
+
 /// A checkpoint whose method state does not fit the method (of another method, or damaged) is
 /// refused with an error when resuming, never a panic.
 #[test]
 fn a_bad_method_state_is_refused() {
     for algorithm in [Algorithm::Cfl, Algorithm::StoCfl, Algorithm::AdaCfl] {
-        let (mut p, truth) = pool(false);
-        let cfg = FederationConfig {
-            algorithm,
-            rounds: 1,
-            epochs: 1,
-            warmup_epochs: 1,
-            frac: 0.5,
-            seed: 3,
-            ..FederationConfig::default()
-        };
-        let ctx = RunContext {
-            truth: Some(truth),
-            ..RunContext::default()
-        };
-        federation::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
-        let good: serde_json::Value = serde_json::from_str(&p.saved[1]).unwrap();
+        let (cfg, ctx, saved) = one_round(algorithm);
+        let good: serde_json::Value = serde_json::from_str(&saved[1]).unwrap();
         let mut bads = vec![serde_json::json!("nonsense"), serde_json::json!([1, 2])];
         // Every part of the state damaged in turn (a float where a list is, …).
         for i in 0..good["strategy"].as_array().map_or(0, Vec::len) {
@@ -250,20 +255,8 @@ fn a_bad_method_state_is_refused() {
 /// error, never a panic.
 #[test]
 fn a_bad_checkpoint_is_refused() {
-    let (mut p, truth) = pool(false);
-    let cfg = FederationConfig {
-        rounds: 1,
-        epochs: 1,
-        warmup_epochs: 1,
-        seed: 3,
-        ..FederationConfig::default()
-    };
-    let ctx = RunContext {
-        truth: Some(truth),
-        ..RunContext::default()
-    };
-    federation::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
-    let text = p.saved[0].clone();
+    let (cfg, ctx, saved) = one_round(Algorithm::FedClust);
+    let text = saved[0].clone();
     let other = FederationConfig {
         seed: 4,
         ..cfg.clone()
