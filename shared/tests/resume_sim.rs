@@ -89,9 +89,19 @@ fn same(a: &RunResult, b: &RunResult) {
     );
 }
 
-fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) {
+fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) -> RunResult {
+    resume_after_every_round_with(algorithm, newcomers, |_| {})
+}
+
+/// [`resume_after_every_round`] with the configuration changed by `tweak`; returns the
+/// uninterrupted run's result.
+fn resume_after_every_round_with(
+    algorithm: Algorithm,
+    newcomers: bool,
+    tweak: impl FnOnce(&mut FederationConfig),
+) -> RunResult {
     let mthfl = algorithm == Algorithm::MtHfl;
-    let cfg = FederationConfig {
+    let mut cfg = FederationConfig {
         algorithm,
         model: if mthfl {
             ModelKind::Mlp
@@ -111,6 +121,7 @@ fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) {
         seed: 3,
         ..FederationConfig::default()
     };
+    tweak(&mut cfg);
     let (mut full_pool, truth) = pool(newcomers);
     let ctx = RunContext {
         truth: Some(truth),
@@ -131,6 +142,7 @@ fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) {
         // It goes on checkpointing from there.
         assert_eq!(again.saved.len(), ROUNDS - k);
     }
+    full
 }
 
 #[test]
@@ -148,12 +160,55 @@ fn fedavg_resumes_after_any_round_to_the_same_result() {
     resume_after_every_round(Algorithm::FedAvg, false);
 }
 
-/// A checkpoint of another configuration, or one whose parts do not fit, is refused with an
-/// error, never a panic.
+/// CFL with ε₁ above and ε₂ below every norm splits every cluster with two updates in every
+/// round, so the parameter tree and the pending clients (half are sampled) must survive; the
+/// newcomers descend that tree.
 #[test]
-fn a_bad_checkpoint_is_refused() {
+fn cfl_with_splits_and_newcomers_resumes_after_any_round_to_the_same_result() {
+    let full = resume_after_every_round_with(Algorithm::Cfl, true, |c| {
+        c.eps1 = Some(1e9);
+        c.eps2 = Some(0.0);
+    });
+    // Round 1 splits cluster 0 (5 updates), round 2 splits again.
+    assert!(full.models.len() >= 3, "{} clusters", full.models.len());
+    assert!(
+        full.rounds
+            .windows(2)
+            .any(|w| w[1].clusters > w[0].clusters)
+    );
+}
+
+/// StoCFL merges the singletons of the sampled clients whose Ψ point the same way (label
+/// groups at the LeNet-5 anchor), so ω, the Ψ, the merge weights and the merged clusters must
+/// survive; the newcomers join by Ψ.
+#[test]
+fn stocfl_with_merges_and_newcomers_resumes_after_any_round_to_the_same_result() {
+    let full = resume_after_every_round(Algorithm::StoCfl, true);
+    // Some clients were merged: fewer clusters than clients.
+    assert!(
+        full.models.len() < full.assignment.len(),
+        "{} clusters for {} clients",
+        full.models.len(),
+        full.assignment.len()
+    );
+}
+
+/// AdaCFL with ε = 0: every newcomer founds a cluster of its own, so the representations grow
+/// after the checkpoints before round 2 and the pre-clustering must survive.
+#[test]
+fn adacfl_with_founding_newcomers_resumes_after_any_round_to_the_same_result() {
+    let full = resume_after_every_round_with(Algorithm::AdaCfl, true, |c| {
+        c.epsilon = Some(0.0);
+    });
+    assert_eq!(full.newcomers.len(), 2);
+    assert!(full.models.len() > full.assignment[..CLIENTS - 2].iter().max().unwrap() + 1);
+}
+
+/// A one-round run of `algorithm` (no newcomers): its configuration, context and checkpoints.
+fn one_round(algorithm: Algorithm) -> (FederationConfig, RunContext, Vec<String>) {
     let (mut p, truth) = pool(false);
     let cfg = FederationConfig {
+        algorithm,
         rounds: 1,
         epochs: 1,
         warmup_epochs: 1,
@@ -165,7 +220,43 @@ fn a_bad_checkpoint_is_refused() {
         ..RunContext::default()
     };
     federation::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
-    let text = p.saved[0].clone();
+    (cfg, ctx, p.saved)
+}
+
+/// A checkpoint whose method state does not fit the method (of another method, or damaged) is
+/// refused with an error when resuming, never a panic.
+#[test]
+fn a_bad_method_state_is_refused() {
+    for algorithm in [Algorithm::Cfl, Algorithm::StoCfl, Algorithm::AdaCfl] {
+        let (cfg, ctx, saved) = one_round(algorithm);
+        let good: serde_json::Value = serde_json::from_str(&saved[1]).unwrap();
+        let mut bads = vec![serde_json::json!("nonsense"), serde_json::json!([1, 2])];
+        // Every part of the state damaged in turn (a float where a list is, …).
+        for i in 0..good["strategy"].as_array().map_or(0, Vec::len) {
+            let mut s = good["strategy"].clone();
+            s[i] = serde_json::json!(0.5);
+            bads.push(s);
+        }
+        for bad in bads {
+            let mut v = good.clone();
+            v["strategy"] = bad.clone();
+            let c = Checkpoint::from_json(&v.to_string()).unwrap();
+            let (mut q, _) = pool(false);
+            let r = federation::run_resumable(&cfg, &mut q, &ctx, &mut Quiet, Some(c));
+            assert!(
+                matches!(r, Err(federation::FederationError::Config(_))),
+                "{algorithm:?} {bad}"
+            );
+        }
+    }
+}
+
+/// A checkpoint of another configuration, or one whose parts do not fit, is refused with an
+/// error, never a panic.
+#[test]
+fn a_bad_checkpoint_is_refused() {
+    let (cfg, ctx, saved) = one_round(Algorithm::FedClust);
+    let text = saved[0].clone();
     let other = FederationConfig {
         seed: 4,
         ..cfg.clone()

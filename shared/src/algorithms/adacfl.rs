@@ -55,6 +55,8 @@
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::algorithms::fedclust::{
     Clustering, FedClustError, Threshold, centroids, cut_tree, nearest_centroid,
 };
@@ -63,7 +65,8 @@ use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, LabelStats,
-    NewcomerError, Placement, RoundStats, Strategy, Target, Training, client_seed, fedavg_round,
+    NewcomerError, Placement, RoundStats, Strategy, Target, Training, bad_state, client_seed,
+    fedavg_round, strategy_state,
 };
 use crate::model::{LayerSet, Params};
 
@@ -139,7 +142,7 @@ fn renumber(labels: &[usize]) -> Vec<usize> {
 }
 
 /// The outcome of AdaCFL's round-0 clustering.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AdaClustering {
     /// Cluster of each client (0-based, in order of first appearance by position).
     pub assignment: Vec<usize>,
@@ -332,7 +335,51 @@ fn valid_stats(s: &LabelStats) -> bool {
     s.entropy.is_finite() && s.entropy >= 0.0
 }
 
+/// The state AdaCFL saves: the cluster representations and round 0's clustering.
+type AdaState = (Vec<Vec<f32>>, Option<AdaClustering>);
+
+/// Checks a restored AdaCFL state: representations of one length; round 0's clustering with one
+/// cluster and pre-cluster per client, its clusters numbered `0..κ`, one centroid per cluster,
+/// the first representations being those centroids (newcomers' come after).
+fn check_state((reps, clustering): &AdaState) -> Result<(), FederationError> {
+    let bad = |what: &str| Err(bad_state("AdaCFL", what));
+    if reps.iter().any(|r| r.len() != reps[0].len()) {
+        return bad("representations of different lengths");
+    }
+    let Some(c) = clustering else {
+        return if reps.is_empty() {
+            Ok(())
+        } else {
+            bad("representations without a clustering")
+        };
+    };
+    let n = c.assignment.len();
+    if n == 0 || c.pre_clusters.len() != n || c.distances.n() != n || c.dendrogram.n() != n {
+        return bad("round 0's clustering does not have one entry per client");
+    }
+    if c.assignment.iter().any(|&a| a >= c.n_clusters) || c.centroids.len() != c.n_clusters {
+        return bad("round 0's assignment names a cluster without a centroid");
+    }
+    if reps.get(..c.n_clusters) != Some(&c.centroids[..]) {
+        return bad("the representations do not start with round 0's centroids");
+    }
+    Ok(())
+}
+
 impl Strategy for AdaCfl {
+    /// The state: the cluster representations (round 0's centroids, then those of the clusters
+    /// newcomers founded) and round 0's clustering.
+    fn save(&self) -> Option<serde_json::Value> {
+        serde_json::to_value((&self.representations, &self.clustering)).ok()
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), FederationError> {
+        let state: AdaState = strategy_state("AdaCFL", state)?;
+        check_state(&state)?;
+        (self.representations, self.clustering) = state;
+        Ok(())
+    }
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let n = env.clients.len();
         let stats = self.pre_cluster;
@@ -592,5 +639,50 @@ mod tests {
         assert_eq!(*signature_layers(&cfg), LayerSet::All);
         cfg.warmup_epochs = 0;
         assert!(check(&cfg).is_err());
+    }
+
+    /// A saved state comes back; one of the wrong shape is a configuration error.
+    #[test]
+    fn restore_checks_the_state() {
+        let cfg = FederationConfig::default();
+        let sigs = vec![vec![0.0f32, 0.0], vec![5.0, 0.0], vec![0.1, 0.0]];
+        let c = adaptive_clustering(
+            &sigs,
+            &[0, 0, 0],
+            Linkage::Average,
+            Threshold::Distance(1.0),
+        )
+        .unwrap();
+        assert_eq!(c.assignment, vec![0, 1, 0]);
+        let mut reps = c.centroids.clone();
+        reps.push(vec![9.0, 9.0]);
+        let mut a = AdaCfl::new(&cfg);
+        a.restore(serde_json::to_value((&reps, Some(&c))).unwrap())
+            .unwrap();
+        assert_eq!(a.representations, reps);
+        let back = a.clustering().unwrap();
+        assert_eq!(back.assignment, c.assignment);
+        assert_eq!(back.distances, c.distances);
+        assert_eq!(back.dendrogram, c.dendrogram);
+        let mut short = c.clone();
+        short.pre_clusters.pop();
+        let mut moved = reps.clone();
+        moved[0][0] = 1.0;
+        for bad in [
+            serde_json::json!(null),
+            serde_json::to_value((&reps, None::<AdaClustering>)).unwrap(),
+            serde_json::to_value((&reps[..1], Some(&c))).unwrap(),
+            serde_json::to_value((&moved, Some(&c))).unwrap(),
+            serde_json::to_value((vec![vec![1.0f32], vec![1.0, 2.0]], Some(&c))).unwrap(),
+            serde_json::to_value((&reps, Some(&short))).unwrap(),
+        ] {
+            assert!(
+                matches!(
+                    AdaCfl::new(&cfg).restore(bad.clone()),
+                    Err(FederationError::Config(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 }

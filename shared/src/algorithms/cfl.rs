@@ -49,11 +49,14 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
 use crate::federation::{
     ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, Training, Update, updates_of,
+    Placement, RoundStats, Strategy, Target, Training, Update, bad_state, check_model,
+    strategy_state, updates_of,
 };
 use crate::model::Params;
 
@@ -138,7 +141,7 @@ fn delta(update: &Params, start: &Params) -> Vec<f32> {
 }
 
 /// One split of a cluster.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Split {
     /// The training round it happened in.
     pub round: usize,
@@ -159,7 +162,7 @@ pub struct Split {
 }
 
 /// The update norms of one cluster in one round.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct NormRecord {
     /// Training round.
     pub round: usize,
@@ -281,7 +284,53 @@ impl Cfl {
     }
 }
 
+/// The state CFL saves: its splits, norms and pending clients.
+type CflState = (Vec<Split>, Vec<NormRecord>, BTreeMap<usize, (usize, usize)>);
+
+/// Checks a restored CFL state: splits number their new clusters 1, 2, … in order, from a
+/// cluster that existed then, in rounds that do not go back, with a valid model and one
+/// direction of the model's length per part; norms and pending clients name existing clusters.
+fn check_state((splits, norms, pending): &CflState) -> Result<(), FederationError> {
+    let bad = |what: String| Err(bad_state("CFL", what));
+    for (i, s) in splits.iter().enumerate() {
+        if s.new_cluster != i + 1 || s.cluster > i {
+            return bad(format!(
+                "split {i} of cluster {} into {}",
+                s.cluster, s.new_cluster
+            ));
+        }
+        if s.round == 0 || (i > 0 && s.round < splits[i - 1].round) {
+            return bad(format!("split {i} in round {}", s.round));
+        }
+        check_model("CFL", &format!("split {i}'s model"), &s.model)?;
+        if s.directions.iter().any(|d| d.len() != s.model.values.len()) {
+            return bad(format!("split {i}'s directions do not fit its model"));
+        }
+    }
+    let clusters = splits.len() + 1;
+    if let Some(r) = norms.iter().find(|r| r.cluster >= clusters) {
+        return bad(format!("norms of cluster {} of {clusters}", r.cluster));
+    }
+    if let Some((p, (c, _))) = pending.iter().find(|(_, (c, _))| *c >= clusters) {
+        return bad(format!("client {p} pending in cluster {c} of {clusters}"));
+    }
+    Ok(())
+}
+
 impl Strategy for Cfl {
+    /// The state: the parameter tree (every split with its cached model and part directions),
+    /// the norms so far, and the clients still pending after a split.
+    fn save(&self) -> Option<serde_json::Value> {
+        serde_json::to_value((&self.splits, &self.norms, &self.pending)).ok()
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), FederationError> {
+        let state: CflState = strategy_state("CFL", state)?;
+        check_state(&state)?;
+        (self.splits, self.norms, self.pending) = state;
+        Ok(())
+    }
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         Ok(Init::plain(vec![0; env.clients.len()], env.initial, false))
     }
@@ -498,5 +547,71 @@ mod tests {
         assert_eq!(cosine(&[1.0, 0.0], &[0.0, 2.0]), 0.0);
         assert_eq!(cosine(&[1.0, 0.0], &[-3.0, 0.0]), -1.0);
         assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+    }
+
+    /// A saved state comes back; one of the wrong shape is a configuration error.
+    #[test]
+    fn restore_checks_the_state() {
+        use crate::model::ModelKind;
+        let cfg = FederationConfig::default();
+        let model = Params::init(ModelKind::Mlp, 1);
+        let split = |cluster, new_cluster, round, dir_len| Split {
+            round,
+            cluster,
+            new_cluster,
+            mean_norm: 0.1,
+            max_norm: 2.0,
+            parts: [vec![0], vec![1]],
+            model: model.clone(),
+            directions: [vec![0.5; dir_len], vec![-0.5; dir_len]],
+        };
+        let n = model.values.len();
+        let state = |splits: Vec<Split>, pending: Vec<(usize, (usize, usize))>| {
+            serde_json::to_value((
+                splits,
+                Vec::<NormRecord>::new(),
+                BTreeMap::from_iter(pending),
+            ))
+            .unwrap()
+        };
+        let mut cfl = Cfl::new(&cfg);
+        let good = state(
+            vec![split(0, 1, 1, n), split(1, 2, 3, n)],
+            vec![(4, (2, 2))],
+        );
+        cfl.restore(good).unwrap();
+        assert_eq!(cfl.splits().len(), 2);
+        assert_eq!(cfl.splits()[1].directions[0].len(), n);
+        assert_eq!(
+            cfl.save().map(|v| v.to_string()),
+            Some(
+                state(
+                    vec![split(0, 1, 1, n), split(1, 2, 3, n)],
+                    vec![(4, (2, 2))]
+                )
+                .to_string()
+            )
+        );
+        for bad in [
+            serde_json::json!(null),
+            serde_json::json!([[], []]),
+            // New clusters not numbered 1, 2, …; a split of a cluster not there yet.
+            state(vec![split(0, 2, 1, n)], vec![]),
+            state(vec![split(0, 1, 1, n), split(2, 2, 2, n)], vec![]),
+            // Rounds going back, round 0.
+            state(vec![split(0, 1, 3, n), split(0, 2, 2, n)], vec![]),
+            state(vec![split(0, 1, 0, n)], vec![]),
+            // Directions of another length; a pending client in a cluster that is not there.
+            state(vec![split(0, 1, 1, n - 1)], vec![]),
+            state(vec![split(0, 1, 1, n)], vec![(3, (2, 0))]),
+        ] {
+            assert!(
+                matches!(
+                    Cfl::new(&cfg).restore(bad.clone()),
+                    Err(FederationError::Config(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 }

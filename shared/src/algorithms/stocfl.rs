@@ -86,13 +86,16 @@
 //! Label-skewed groups are separated by any anchor. So: LeNet-5 for label skew, `--model mlp`
 //! (and τ ≈ 0.6 for rotations) for concept and feature shift.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{AggregateError, fedavg};
 use crate::client::EVAL_BATCH;
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, Prox, RoundStats, Strategy, Target, Training, Update,
+    Placement, Prox, RoundStats, Strategy, Target, Training, Update, bad_state, check_model,
+    strategy_state,
 };
 use crate::model::Params;
 
@@ -270,7 +273,7 @@ pub fn cosine_histogram(vectors: &[Vec<f32>], bins: usize) -> CosineHistogram {
 }
 
 /// Counts of pairwise cosines in equal bins over `[-1, 1]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CosineHistogram {
     /// Count per bin; bin `i` covers `[-1 + 2i/B, -1 + 2(i+1)/B)`.
     pub counts: Vec<usize>,
@@ -450,7 +453,54 @@ fn regroup(assignment: &[usize], root: &[usize]) -> (Vec<usize>, Vec<Vec<usize>>
     (new_assignment, groups)
 }
 
+/// The state StoCFL saves: ω, Ψ by pool index, the samples trained into each cluster and the
+/// first batch's histogram.
+type StoState = (
+    Option<Params>,
+    BTreeMap<usize, Vec<f32>>,
+    Vec<u64>,
+    Option<CosineHistogram>,
+);
+
+/// Checks a restored StoCFL state: a valid ω, every Ψ valid at ω's length, a histogram of
+/// [`HISTOGRAM_BINS`] bins.
+fn check_state((omega, psi, _, first_batch): &StoState) -> Result<(), FederationError> {
+    let Some(omega) = omega else {
+        return Err(bad_state("StoCFL", "no global model"));
+    };
+    check_model("StoCFL", "the global model", omega)?;
+    if let Some(i) = psi
+        .iter()
+        .find_map(|(i, g)| (!valid_psi(g, omega.values.len())).then_some(i))
+    {
+        return Err(bad_state("StoCFL", format!("client {i}'s Ψ is not valid")));
+    }
+    if first_batch
+        .as_ref()
+        .is_some_and(|h| h.counts.len() != HISTOGRAM_BINS)
+    {
+        return Err(bad_state("StoCFL", "a histogram of another number of bins"));
+    }
+    Ok(())
+}
+
 impl Strategy for StoCfl {
+    /// The state: ω, every Ψ received (by pool index), the samples trained into each cluster
+    /// (the merge weights) and the first batch's histogram.
+    fn save(&self) -> Option<serde_json::Value> {
+        let psi: BTreeMap<&usize, &Vec<f32>> = self.psi.iter().collect();
+        serde_json::to_value((&self.omega, psi, &self.trained, &self.first_batch)).ok()
+    }
+
+    fn restore(&mut self, state: serde_json::Value) -> Result<(), FederationError> {
+        let state: StoState = strategy_state("StoCFL", state)?;
+        check_state(&state)?;
+        let (omega, psi, trained, first_batch) = state;
+        (self.omega, self.trained, self.first_batch) = (omega, trained, first_batch);
+        self.psi = psi.into_iter().collect();
+        Ok(())
+    }
+
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let n = env.clients.len();
         self.omega = Some(env.initial.clone());
@@ -732,5 +782,38 @@ mod tests {
         cfg.tau = Some(0.6);
         cfg.mu = Some(f64::NAN);
         assert!(check(&cfg).is_err());
+    }
+
+    /// A saved state comes back; one of the wrong shape is a configuration error.
+    #[test]
+    fn restore_checks_the_state() {
+        let cfg = FederationConfig::default();
+        let omega = Params::init(ModelKind::Mlp, 1);
+        let n = omega.values.len();
+        let state = |omega: Option<&Params>, psi: Vec<f32>, bins: usize| {
+            let psi = BTreeMap::from([(7usize, psi)]);
+            let h = CosineHistogram {
+                counts: vec![0; bins],
+            };
+            serde_json::to_value((omega, psi, vec![3u64, 0], Some(h))).unwrap()
+        };
+        let mut s = StoCfl::new(&cfg);
+        s.restore(state(Some(&omega), vec![0.25; n], HISTOGRAM_BINS))
+            .unwrap();
+        assert_eq!(s.global(), Some(&omega));
+        assert_eq!(s.psi[&7], vec![0.25; n]);
+        assert_eq!(s.trained, vec![3, 0]);
+        for bad in [
+            serde_json::json!(null),
+            state(None, vec![0.25; n], HISTOGRAM_BINS),
+            state(Some(&omega), vec![0.25; n - 1], HISTOGRAM_BINS),
+            state(Some(&omega), vec![0.0; n], HISTOGRAM_BINS),
+            state(Some(&omega), vec![0.25; n], 3),
+        ] {
+            assert!(matches!(
+                StoCfl::new(&cfg).restore(bad),
+                Err(FederationError::Config(_))
+            ),);
+        }
     }
 }

@@ -23,6 +23,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// Why a distance matrix could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -123,10 +125,28 @@ pub fn n_from_condensed_len(len: usize) -> Option<usize> {
 }
 
 /// A symmetric distance matrix with zero diagonal, stored as scipy's condensed upper triangle.
-#[derive(Clone, PartialEq)]
+///
+/// Serialised as that condensed vector; deserialising checks it as
+/// [`CondensedMatrix::from_condensed`] does (so the matrix of zero observations comes back as
+/// that of one).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<f64>", into = "Vec<f64>")]
 pub struct CondensedMatrix {
     n: usize,
     data: Vec<f64>,
+}
+
+impl TryFrom<Vec<f64>> for CondensedMatrix {
+    type Error = DistanceError;
+    fn try_from(data: Vec<f64>) -> Result<Self, DistanceError> {
+        Self::from_condensed(data)
+    }
+}
+
+impl From<CondensedMatrix> for Vec<f64> {
+    fn from(m: CondensedMatrix) -> Self {
+        m.data
+    }
 }
 
 impl fmt::Debug for CondensedMatrix {
@@ -823,5 +843,18 @@ mod tests {
         );
         let d = CondensedMatrix::from_condensed(vec![1.0, 2.0, 3.0]).unwrap();
         assert_eq!(d.get(2, 1), Some(3.0));
+    }
+
+    /// Serialised as the condensed vector; read back through the checks of `from_condensed`.
+    #[test]
+    fn serde_is_the_condensed_vector() {
+        let d = CondensedMatrix::from_condensed(vec![1.0, 2.5, 0.1]).unwrap();
+        let v = serde_json::to_value(&d).unwrap();
+        assert_eq!(v, serde_json::json!([1.0, 2.5, 0.1]));
+        let back: CondensedMatrix = serde_json::from_value(v).unwrap();
+        assert_eq!((back.n(), back.get(1, 2)), (3, Some(0.1)));
+        // Not a triangle; a negative distance.
+        assert!(serde_json::from_value::<CondensedMatrix>(serde_json::json!([1.0, 2.0])).is_err());
+        assert!(serde_json::from_value::<CondensedMatrix>(serde_json::json!([-1.0])).is_err());
     }
 }

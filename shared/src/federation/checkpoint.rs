@@ -154,6 +154,42 @@ impl Checkpoint {
     }
 }
 
+/// Reads a method's own state ([`super::Strategy::restore`]) as a `T`.
+///
+/// # Errors
+///
+/// [`FederationError::Config`] naming `method` when `state` is not a `T`.
+pub(crate) fn strategy_state<T: DeserializeOwned>(
+    method: &str,
+    state: Value,
+) -> Result<T, FederationError> {
+    serde_json::from_value(state).map_err(|e| bad_state(method, e))
+}
+
+/// [`FederationError::Config`] for a method's state that does not fit (`method`'s checkpoint).
+pub(crate) fn bad_state(method: &str, what: impl std::fmt::Display) -> FederationError {
+    FederationError::Config(format!("{method}'s checkpoint: {what}"))
+}
+
+/// Checks that a model of a method's state has its architecture's length and finite values.
+///
+/// # Errors
+///
+/// [`FederationError::Config`] naming `method` and `what` model it is.
+pub(crate) fn check_model(method: &str, what: &str, p: &Params) -> Result<(), FederationError> {
+    let expected = crate::model::ParamLayout::of(p.model).len();
+    if p.values.len() != expected {
+        return Err(bad_state(
+            method,
+            format!("{what} has {} values, not {expected}", p.values.len()),
+        ));
+    }
+    if p.values.iter().any(|v| !v.is_finite()) {
+        return Err(bad_state(method, format!("{what} is not finite")));
+    }
+    Ok(())
+}
+
 /// The marker of a float written as its bits.
 const BITS: &str = "f64:0x";
 
