@@ -409,6 +409,19 @@ pub fn conv2d(
     )
 }
 
+/// A backward pass's geometry (the output size read off the output gradient), with the input's
+/// and the weight's shapes.
+fn backward_geometry(
+    x: &FlexTensor,
+    weight: &FlexTensor,
+    output_grad: &FlexTensor,
+    options: &ConvOptions<2>,
+) -> (Geometry, Shape, Shape) {
+    let (xs, ws) = (x.layout().shape().clone(), weight.layout().shape().clone());
+    let ys = output_grad.layout().shape();
+    (Geometry::new(&xs, &ws, [ys[2], ys[3]], options), xs, ws)
+}
+
 /// The gradient of the convolution's weight, or `None` for dtypes it does not handle.
 pub fn conv2d_weight_backward(
     x: &FlexTensor,
@@ -416,12 +429,7 @@ pub fn conv2d_weight_backward(
     output_grad: &FlexTensor,
     options: &ConvOptions<2>,
 ) -> Option<FlexTensor> {
-    let (xs, ws, ys) = (
-        x.layout().shape().clone(),
-        weight.layout().shape().clone(),
-        output_grad.layout().shape().clone(),
-    );
-    let g = Geometry::new(&xs, &ws, [ys[2], ys[3]], options);
+    let (g, _, ws) = backward_geometry(x, weight, output_grad, options);
     dispatch(
         vec![x.clone(), output_grad.clone()],
         ws,
@@ -437,12 +445,7 @@ pub fn conv2d_x_backward(
     output_grad: &FlexTensor,
     options: &ConvOptions<2>,
 ) -> Option<FlexTensor> {
-    let (xs, ws, ys) = (
-        x.layout().shape().clone(),
-        weight.layout().shape().clone(),
-        output_grad.layout().shape().clone(),
-    );
-    let g = Geometry::new(&xs, &ws, [ys[2], ys[3]], options);
+    let (g, xs, _) = backward_geometry(x, weight, output_grad, options);
     dispatch(
         vec![weight.clone(), output_grad.clone()],
         xs,
