@@ -2,7 +2,7 @@
 """Hierarchical clustering time: edgecfl beside scipy, on the same data, in one run.
 
     python3 scripts/bench-hc.py                   # n = 1000 and 10000, 850 dimensions
-    python3 scripts/bench-hc.py 2000 --reps 5 --out /tmp/hc
+    python3 scripts/bench-hc.py 2000 --reps 5 --out results-local/hc
 
 Builds and runs `hc_bench` (shared/examples/hc_bench.rs) with `--dump`, then times scipy's
 `pdist` (on the same points widened to float64, as edgecfl computes) and `linkage` for every

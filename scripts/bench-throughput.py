@@ -5,7 +5,7 @@
     python3 scripts/bench-throughput.py --threads 1,2 --batches 10,64 --samples 3000 --out DIR
     python3 scripts/bench-throughput.py --client target/aarch64-unknown-linux-gnu/release/edge-client \
         --runner "qemu-aarch64 -L /usr/aarch64-linux-gnu" --no-torch --samples 600 \
-        --baseline /tmp/edge-client-aarch64-before
+        --baseline target/before/aarch64-unknown-linux-gnu/release/edge-client
 
 For each thread count and model (LeNet-5, MT-HFL's MLP) it runs `edge-client bench` with
 RAYON_NUM_THREADS=t (burn-flex's and gemm's thread pool), then a PyTorch script of the same
@@ -20,7 +20,7 @@ table of BENCHMARKS.md §3 with the ratio edgecfl / PyTorch). Time it on an idle
 average is printed before and after.
 
 PyTorch is a benchmark tool here, not a dependency: install it into a throwaway venv
-(`python3 -m venv /tmp/torch && /tmp/torch/bin/pip install torch==2.9.0`) and point TORCH_PY
+(`python3 -m venv target/torch-venv && target/torch-venv/bin/pip install torch==2.9.0`) and point TORCH_PY
 (or --torch-python) at that interpreter.
 """
 
