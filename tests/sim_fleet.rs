@@ -50,6 +50,7 @@ fn answer(cmd: &ToClient) -> Option<ToCoordinator> {
                 correct: 50,
                 total: 100,
                 loss_sum: 70.0,
+                trained: 600,
             }],
         },
         ToClient::Ping => ToCoordinator::Pong,

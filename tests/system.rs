@@ -52,15 +52,20 @@ fn assert_matches_simulate(served: &Value, flags: &[String], dir: &Path) {
     assert_eq!(served["ari"].as_f64(), Some(1.0));
     let twin = simulate(flags, &dir.join("simulate"));
     assert_eq!(served["assignment"], twin["assignment"]);
-    let (a, b) = (accuracies(served), accuracies(&twin));
-    assert_eq!(a.len(), b.len());
-    for (round, (x, y)) in a.iter().zip(&b).enumerate() {
-        assert!(
-            (x - y).abs() <= TOLERANCE,
-            "round {}: served {x}, simulated {y}",
-            round + 1
-        );
+    // Both local test views: the proportional one needs each client's training label counts,
+    // which travel with its evaluation.
+    for key in ["accuracy_per_round", "accuracy_proportional_per_round"] {
+        let (a, b) = (per_round(served, key), per_round(&twin, key));
+        assert_eq!(a.len(), b.len(), "{key}");
+        for (round, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (x - y).abs() <= TOLERANCE,
+                "{key} round {}: served {x}, simulated {y}",
+                round + 1
+            );
+        }
     }
+    let a = accuracies(served);
     // Training helped: chance level within a group is at most 1/2.
     assert!(a.last().copied().unwrap_or(0.0) > 0.6, "{a:?}");
 }

@@ -268,11 +268,17 @@ pub fn summary(out: &Path) -> Value {
 
 /// `summary.json`'s accuracy per round.
 pub fn accuracies(s: &Value) -> Vec<f64> {
-    s["accuracy_per_round"]
+    per_round(s, "accuracy_per_round")
+}
+
+/// A per-round series of `summary.json` (`accuracy_per_round`, `accuracy_proportional_per_round`,
+/// ...), every round evaluated.
+pub fn per_round(s: &Value, key: &str) -> Vec<f64> {
+    s[key]
         .as_array()
-        .expect("accuracy_per_round")
+        .unwrap_or_else(|| panic!("{key}"))
         .iter()
-        .map(|v| v.as_f64().expect("accuracy"))
+        .map(|v| v.as_f64().unwrap_or_else(|| panic!("{key}: {v}")))
         .collect()
 }
 

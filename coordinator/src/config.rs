@@ -9,7 +9,7 @@ use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::algorithms::mthfl::{Estimate, Relevance};
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::partition::PartitionSpec;
-use edgecfl_shared::federation::{Algorithm, FederationConfig, Weighting};
+use edgecfl_shared::federation::{Algorithm, FederationConfig, LocalTest, Weighting};
 use edgecfl_shared::model::{LayerSet, ModelKind};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::Backend;
@@ -196,6 +196,12 @@ pub struct RunFlags {
     /// The sample count is the one number a client reports about itself that weights an average.
     #[arg(long)]
     pub weighting: Option<Weighting>,
+    /// The local test view of the headline accuracy: labels (every test image of each label a
+    /// client holds, PACFL's and FedClust's "local view"; the default) | proportional (the same
+    /// images weighted in the proportions of the client's training labels). Both views are
+    /// recorded in summary.json and rounds.csv either way.
+    #[arg(long)]
+    pub local_test: Option<LocalTest>,
     /// Drop (and report) a trained model whose change ‖θ_client − θ_sent‖₂ from the model it was
     /// sent is above this bound (default: no bound).
     #[arg(long)]
@@ -288,6 +294,7 @@ impl RunFlags {
             }
         }
         set!(weighting => f.weighting);
+        set!(local_test => f.local_test);
         if self.max_update_norm.is_some() {
             f.max_update_norm = self.max_update_norm;
         }

@@ -83,6 +83,25 @@ pub fn summary(
         "dropped_updates_per_client": dropped_updates_per_client(result),
         "config": cfg,
     });
+    // Both local test views (`accuracy_per_round` is the one `local_test` names); apart, as
+    // one json! of every key exceeds the macro's recursion limit.
+    let views = json!({
+        "local_test": f.local_test.to_string(),
+        "accuracy_labels_per_round":
+            result.rounds.iter().map(|r| r.accuracy_labels).collect::<Vec<_>>(),
+        "accuracy_proportional_per_round":
+            result.rounds.iter().map(|r| r.accuracy_proportional).collect::<Vec<_>>(),
+        "final_accuracy_labels": result.rounds.iter().rev().find_map(|r| r.accuracy_labels),
+        "final_accuracy_proportional":
+            result.rounds.iter().rev().find_map(|r| r.accuracy_proportional),
+        // Each client at its own best evaluation (the run's view): PACFL's optimistic figure.
+        "client_best_accuracy": result.best_client_accuracy.iter()
+            .map(|a| (!a.is_nan()).then_some(*a)).collect::<Vec<_>>(),
+        "mean_client_best_accuracy": result.mean_best_client_accuracy(),
+    });
+    if let (Value::Object(views), Value::Object(map)) = (views, &mut v) {
+        map.extend(views);
+    }
     if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut v) {
         map.extend(extra);
     }
@@ -140,7 +159,8 @@ fn dropped_json(result: &RunResult) -> Value {
         .collect()
 }
 
-/// The per-round CSV: round, sampled, received, train loss, mean accuracy, per-cluster accuracy.
+/// The per-round CSV: round, sampled, received, train loss, mean accuracy (the run's local test
+/// view), per-cluster and per-task accuracy, GPS rounds, clusters, ARI, and both views' means.
 pub fn rounds_csv(result: &RunResult) -> String {
     let mut s = String::from("round,sampled,received,train_loss,accuracy,seconds");
     for c in 0..result.n_clusters {
@@ -154,7 +174,7 @@ pub fn rounds_csv(result: &RunResult) -> String {
     if hierarchical {
         s.push_str(",gps");
     }
-    s.push_str(",clusters,ari");
+    s.push_str(",clusters,ari,accuracy_labels,accuracy_proportional");
     s.push('\n');
     let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.6}"));
     for r in &result.rounds {
@@ -179,7 +199,14 @@ pub fn rounds_csv(result: &RunResult) -> String {
         if hierarchical {
             let _ = write!(s, ",{}", u8::from(r.gps));
         }
-        let _ = write!(s, ",{},{}", r.clusters, opt(r.ari));
+        let _ = write!(
+            s,
+            ",{},{},{},{}",
+            r.clusters,
+            opt(r.ari),
+            opt(r.accuracy_labels),
+            opt(r.accuracy_proportional)
+        );
         s.push('\n');
     }
     s

@@ -391,6 +391,7 @@ impl Awaiting {
                     r.correct_per_label[i] += l.correct as usize;
                     r.total_per_label[i] += l.total as usize;
                     r.loss_per_label[i] += l.loss_sum;
+                    r.trained_per_label[i] += l.trained as usize;
                 }
                 r.correct = r.correct_per_label.iter().sum();
                 r.total = r.total_per_label.iter().sum();
@@ -799,12 +800,14 @@ mod tests {
                 correct: 8,
                 total: 10,
                 loss_sum: 1.0,
+                trained: 30,
             },
             LabelEval {
                 label: 4,
                 correct: 1,
                 total: 10,
                 loss_sum: 3.0,
+                trained: 10,
             },
         ];
         let Ok(Answer::Evaluation(r)) =
@@ -814,6 +817,9 @@ mod tests {
         };
         assert_eq!((r.correct, r.total), (9, 20));
         assert!((r.accuracy() - 0.45).abs() < 1e-12 && (r.loss() - 0.2).abs() < 1e-12);
+        // Proportional view: label 1 weighs 30 / 40, label 4 10 / 40: 0.75·0.8 + 0.25·0.1.
+        let p = r.proportional_accuracy().unwrap();
+        assert!((p - 0.625).abs() < 1e-12, "{p}");
         let mut aw = Awaiting::new(
             Phase::Evaluating(1),
             id("r").unwrap(),
@@ -826,6 +832,7 @@ mod tests {
             correct: 1,
             total: 1,
             loss_sum,
+            trained: 1,
         };
         for bad in [
             vec![entry(10, 0.0)],

@@ -168,6 +168,7 @@ fn body(rng: &mut Rng, expect: Expect) -> ToCoordinator {
                         },
                         total,
                         loss_sum: float(rng),
+                        trained: rng.pick(&[0u32, 1, 600, u32::MAX]),
                     }
                 })
                 .collect(),

@@ -574,6 +574,7 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
                             correct: r.correct_per_label[l] as u32,
                             total: r.total_per_label[l] as u32,
                             loss_sum: r.loss_per_label[l],
+                            trained: r.trained_per_label[l] as u32,
                         })
                         .collect(),
                 },

@@ -144,7 +144,7 @@ pub fn execute(
         Job::Evaluate { model } => {
             let test = data.test.ok_or(ClientError::NoData("no local test set"))?;
             let r: EvalReport = evaluate(model, test, EVAL_BATCH, device);
-            Answer::Evaluation(r)
+            Answer::Evaluation(Box::new(r.with_training_labels(&data.train.labels)))
         }
         Job::GramSignature { .. } | Job::Relevance { .. } => {
             return Err(ClientError::Stateful(job.name()));

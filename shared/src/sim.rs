@@ -254,7 +254,7 @@ impl ClientPool for SimPool {
             out.extend(
                 self.evaluate(&evals)
                     .into_iter()
-                    .map(|(c, r)| (c, Answer::Evaluation(r))),
+                    .map(|(c, r)| (c, Answer::Evaluation(Box::new(r)))),
             );
         }
         Ok(out)
@@ -301,7 +301,8 @@ impl SimPool {
                 report.merge(&evaluate(params, data, EVAL_BATCH, &device));
             }
             for &c in members {
-                out.push((c, report.restrict(&self.labels[c])));
+                let r = report.restrict(&self.labels[c]);
+                out.push((c, r.with_training_labels(&self.train[c].labels)));
             }
         }
         out.sort_by_key(|(c, _)| *c);

@@ -673,6 +673,53 @@ pub fn gradient(
     Ok(out)
 }
 
+/// Which local test set a client's accuracy is measured on.
+///
+/// Both are reported for every evaluation (`summary.json`); a run's `local_test` picks the one
+/// its headline accuracy, progress and plots show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum LocalTest {
+    /// Every test image of each label the client holds, each label weighted by its test images
+    /// (PACFL's "local view", which FedClust's tables use).
+    #[default]
+    Labels,
+    /// The same images weighted so that the labels count in the proportions of the client's
+    /// training labels: the view of benchmarks that split each client's own data into train and
+    /// test ([`EvalReport::proportional_accuracy`]).
+    Proportional,
+}
+
+impl LocalTest {
+    /// True for the default, [`LocalTest::Labels`].
+    pub fn is_labels(&self) -> bool {
+        *self == LocalTest::Labels
+    }
+}
+
+impl fmt::Display for LocalTest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LocalTest::Labels => "labels",
+            LocalTest::Proportional => "proportional",
+        })
+    }
+}
+
+impl FromStr for LocalTest {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "labels" => Ok(LocalTest::Labels),
+            "proportional" => Ok(LocalTest::Proportional),
+            _ => Err(format!(
+                "unknown local test view {s:?} (expected labels or proportional)"
+            )),
+        }
+    }
+}
+
 /// Loss and accuracy of a model on some samples, with per-label counts.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct EvalReport {
@@ -688,9 +735,53 @@ pub struct EvalReport {
     pub total_per_label: [usize; CLASSES],
     /// Summed cross-entropy per true label.
     pub loss_per_label: [f64; CLASSES],
+    /// The evaluated client's *training* samples per label: the weights of the proportional
+    /// view ([`EvalReport::proportional_accuracy`]). All zero where unknown.
+    #[serde(default)]
+    pub trained_per_label: [usize; CLASSES],
 }
 
 impl EvalReport {
+    /// Accuracy under a local test view: [`LocalTest::Labels`] is [`EvalReport::accuracy`],
+    /// [`LocalTest::Proportional`] is [`EvalReport::proportional_accuracy`].
+    pub fn accuracy_in(&self, view: LocalTest) -> Option<f64> {
+        match view {
+            LocalTest::Labels => Some(self.accuracy()),
+            LocalTest::Proportional => self.proportional_accuracy(),
+        }
+    }
+
+    /// The proportional view: the expected accuracy on a test set drawn from the test split in
+    /// the proportions of the client's training labels, `Σ_l w_l · correct_l / total_l` with
+    /// `w_l = trained_l / Σ_m trained_m` over the labels `l` that have test samples. Computed
+    /// exactly from the per-label counts of the labels view (every test image of each label the
+    /// client holds), so it carries no sampling noise. None when no label has both training and
+    /// test samples (e.g. the training counts are unknown).
+    pub fn proportional_accuracy(&self) -> Option<f64> {
+        let labels = || (0..CLASSES).filter(|&l| self.total_per_label[l] > 0);
+        let weight: usize = labels().map(|l| self.trained_per_label[l]).sum();
+        (weight > 0).then(|| {
+            labels()
+                .map(|l| {
+                    self.trained_per_label[l] as f64 * self.correct_per_label[l] as f64
+                        / self.total_per_label[l] as f64
+                })
+                .sum::<f64>()
+                / weight as f64
+        })
+    }
+
+    /// Sets [`EvalReport::trained_per_label`] from the training labels.
+    pub fn with_training_labels(mut self, labels: &[u8]) -> Self {
+        self.trained_per_label = [0; CLASSES];
+        for &l in labels {
+            if let Some(n) = self.trained_per_label.get_mut(usize::from(l)) {
+                *n += 1;
+            }
+        }
+        self
+    }
+
     /// Fraction correct (0 when empty).
     pub fn accuracy(&self) -> f64 {
         if self.total == 0 {
@@ -719,6 +810,7 @@ impl EvalReport {
             out.correct_per_label[l] = self.correct_per_label[l];
             out.total_per_label[l] = self.total_per_label[l];
             out.loss_per_label[l] = self.loss_per_label[l];
+            out.trained_per_label[l] = self.trained_per_label[l];
         }
         out.correct = out.correct_per_label.iter().sum();
         out.total = out.total_per_label.iter().sum();
@@ -726,7 +818,8 @@ impl EvalReport {
         out
     }
 
-    /// Adds another report's counts.
+    /// Adds another report's evaluation counts (not [`EvalReport::trained_per_label`]: both
+    /// reports describe the same client's test samples).
     pub fn merge(&mut self, other: &EvalReport) {
         self.loss_sum += other.loss_sum;
         self.correct += other.correct;
@@ -833,5 +926,73 @@ mod tests {
                 other => panic!("{b}: expected BackendMissing, got {other:?}"),
             }
         }
+    }
+
+    /// A report with `(label, correct, total, trained)` entries.
+    fn report(entries: &[(usize, usize, usize, usize)]) -> EvalReport {
+        let mut r = EvalReport::default();
+        for &(l, c, t, n) in entries {
+            r.correct_per_label[l] = c;
+            r.total_per_label[l] = t;
+            r.trained_per_label[l] = n;
+        }
+        r.correct = r.correct_per_label.iter().sum();
+        r.total = r.total_per_label.iter().sum();
+        r
+    }
+
+    #[test]
+    fn proportional_view_by_hand() {
+        // 1000 test images each of labels 2 and 5, 90 % and 50 % right: the labels view is 70 %.
+        // The client trained on 450 images of label 2 and 50 of label 5: 0.9·0.9 + 0.1·0.5.
+        let r = report(&[(2, 900, 1000, 450), (5, 500, 1000, 50)]);
+        assert!((r.accuracy() - 0.7).abs() < 1e-12);
+        let p = r.proportional_accuracy().unwrap();
+        assert!((p - 0.86).abs() < 1e-12, "{p}");
+        assert_eq!(r.accuracy_in(LocalTest::Labels), Some(r.accuracy()));
+        assert_eq!(r.accuracy_in(LocalTest::Proportional), Some(p));
+        // A label trained on but without test images does not count; one with test images but
+        // no training images weighs 0.
+        let r = report(&[(2, 900, 1000, 450), (5, 500, 1000, 0), (7, 0, 0, 50)]);
+        assert!((r.proportional_accuracy().unwrap() - 0.9).abs() < 1e-12);
+        // Unknown training counts: no proportional view.
+        assert_eq!(report(&[(2, 900, 1000, 0)]).proportional_accuracy(), None);
+    }
+
+    #[test]
+    fn proportional_equals_labels_when_training_follows_the_test_split() {
+        // Training counts proportional to the test images per label (here 3:1:2): both views
+        // weigh each label alike, whatever the per-label accuracies.
+        for (c1, c2, c3) in [(0, 0, 0), (600, 10, 300), (599, 97, 1), (600, 200, 400)] {
+            let r = report(&[(0, c1, 600, 30), (3, c2, 200, 10), (9, c3, 400, 20)]);
+            let p = r.proportional_accuracy().unwrap();
+            assert!((p - r.accuracy()).abs() < 1e-12, "{p} vs {}", r.accuracy());
+        }
+    }
+
+    #[test]
+    fn training_labels_are_counted_and_kept_by_restrict() {
+        let r = report(&[(1, 5, 10, 0), (4, 2, 10, 0)]).with_training_labels(&[1, 1, 1, 4, 200]);
+        assert_eq!(r.trained_per_label[1], 3);
+        assert_eq!(r.trained_per_label[4], 1);
+        assert_eq!(
+            r.trained_per_label.iter().sum::<usize>(),
+            4,
+            "label 200 is ignored"
+        );
+        let only = r.restrict(&[4]);
+        assert_eq!(only.trained_per_label[1], 0);
+        assert_eq!(only.trained_per_label[4], 1);
+        assert_eq!(only.proportional_accuracy(), Some(0.2));
+        assert_eq!(
+            "proportional".parse::<LocalTest>(),
+            Ok(LocalTest::Proportional)
+        );
+        assert!(
+            "draw"
+                .parse::<LocalTest>()
+                .unwrap_err()
+                .contains("labels or proportional")
+        );
     }
 }

@@ -43,7 +43,7 @@ fn assignment() -> LpsAssignment {
 #[test]
 fn golden_lps_messages() {
     // version 1, run "r" (len 1), GPS round 2
-    let head = [0x01, 0x01, b'r', 0x02];
+    let head = [0x02, 0x01, b'r', 0x02];
     let cat = |body: &[u8]| [&head[..], body].concat();
     let r = || id("r").unwrap();
     // ToGps::Common (variant 1): samples 300 (varint AC 02), Some(0.5), f32 tensor of one 1.0.

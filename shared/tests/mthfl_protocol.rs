@@ -22,7 +22,7 @@ fn env<B: serde::Serialize + serde::de::DeserializeOwned>(b: B) -> Envelope<B> {
 }
 
 /// version 1, run "r1", round 0
-const HEAD: [u8; 5] = [0x01, 0x02, b'r', b'1', 0x00];
+const HEAD: [u8; 5] = [0x02, 0x02, b'r', b'1', 0x00];
 
 fn cat(body: &[u8]) -> Vec<u8> {
     [&HEAD[..], body].concat()

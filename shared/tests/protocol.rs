@@ -55,7 +55,7 @@ fn job_bytes() -> Vec<u8> {
 #[test]
 fn golden_to_client() {
     // version 1, run "r1" (len 2), round 3
-    let head = [0x01, 0x02, b'r', b'1', 0x03];
+    let head = [0x02, 0x02, b'r', b'1', 0x03];
     let cat = |body: &[u8]| [&head[..], body].concat();
 
     let mut sig = vec![0x00];
@@ -113,17 +113,17 @@ fn golden_to_coordinator() {
     golden(
         blank(hello),
         &[
-            0x01, 0x00, 0x00, // version 1, run "", round 0
+            0x02, 0x00, 0x00, // version 2, run "", round 0
             0x00, 0xD8, 0x04, 0xD0, 0x0F, // Hello, 600, 2000
             0x04, b'f', b'l', b'e', b'x', // "flex"
             0x01, 0x03, b'i', b'i', b'd', 0x07, // Some(partition "iid", seed 7,
             0x02, 0x06, 0x01, 0x01, //           shard 2 of 6, Some(group 1))
         ],
     );
-    golden(blank(ToCoordinator::Gone), &[0x01, 0x00, 0x00, 0x05]);
-    golden(blank(ToCoordinator::Pong), &[0x01, 0x00, 0x00, 0x0C]);
+    golden(blank(ToCoordinator::Gone), &[0x02, 0x00, 0x00, 0x05]);
+    golden(blank(ToCoordinator::Pong), &[0x02, 0x00, 0x00, 0x0C]);
 
-    let head = [0x01, 0x01, b'x', 0x00];
+    let head = [0x02, 0x01, b'x', 0x00];
     let cat = |body: &[u8]| [&head[..], body].concat();
     golden(
         env(
@@ -151,7 +151,8 @@ fn golden_to_coordinator() {
         &cat(&update),
     );
     let mut evaluation = vec![0x03, 0x01, 0x07, 0x5A, 0x64];
-    evaluation.extend([0, 0, 0, 0, 0, 0, 0, 0x40]);
+    evaluation.extend([0, 0, 0, 0, 0, 0, 0, 0x40]); // loss_sum 2.0
+    evaluation.extend([0xAC, 0x02]); // trained 300
     golden(
         env(
             "x",
@@ -162,6 +163,7 @@ fn golden_to_coordinator() {
                     correct: 90,
                     total: 100,
                     loss_sum: 2.0,
+                    trained: 300,
                 }],
             },
         ),
@@ -186,7 +188,7 @@ fn golden_method_messages() {
     const QUARTER_F64: [u8; 8] = [0, 0, 0, 0, 0, 0, 0xD0, 0x3F];
     const ONE_F64: [u8; 8] = [0, 0, 0, 0, 0, 0, 0xF0, 0x3F];
     const ONE_F16: [u8; 4] = [0x01, 0x02, 0x00, 0x3C]; // f16 tensor [1.0]
-    let head = [0x01, 0x02, b'r', b'1', 0x03];
+    let head = [0x02, 0x02, b'r', b'1', 0x03];
     let cat = |parts: &[&[u8]]| [&head[..], &parts.concat()].concat();
     let one_f32 = Tensor::encode(&[1.0], Encoding::F32);
     let one_f32_bytes = [&[0x00, 0x04][..], &ONE_F32].concat();
@@ -343,16 +345,19 @@ fn lenet_in_f32_is_178_kb_and_f16_halves_it() {
 #[test]
 fn typed_errors() {
     let good = env("r1", 3, ToClient::Finish).to_bytes();
-    // Wrong version (2) is reported as such, whatever follows.
-    let mut v2 = good.clone();
-    v2[0] = 0x02;
-    assert_eq!(
-        Envelope::<ToClient>::from_bytes(&v2),
-        Err(ProtocolError::Version {
-            got: 2,
-            expected: VERSION
-        })
-    );
+    // Another version (1, before `LabelEval::trained`; 3, a future one) is reported as such,
+    // whatever follows.
+    for other in [1u8, 3] {
+        let mut bytes = good.clone();
+        bytes[0] = other;
+        assert_eq!(
+            Envelope::<ToClient>::from_bytes(&bytes),
+            Err(ProtocolError::Version {
+                got: u16::from(other),
+                expected: VERSION
+            })
+        );
+    }
     for cut in 0..good.len() {
         assert_eq!(
             Envelope::<ToClient>::from_bytes(&good[..cut]),
@@ -374,7 +379,7 @@ fn typed_errors() {
         Err(ProtocolError::Malformed(_))
     ));
     // A run id with a topic wildcard in it.
-    let wild = [0x01, 0x01, b'+', 0x00, 0x03];
+    let wild = [0x02, 0x01, b'+', 0x00, 0x03];
     assert!(matches!(
         Envelope::<ToClient>::from_bytes(&wild),
         Err(ProtocolError::BadId(_))

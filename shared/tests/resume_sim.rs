@@ -87,6 +87,7 @@ fn same(a: &RunResult, b: &RunResult) {
         bits(&a.final_client_accuracy),
         bits(&b.final_client_accuracy)
     );
+    assert_eq!(bits(&a.best_client_accuracy), bits(&b.best_client_accuracy));
 }
 
 fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) -> RunResult {

@@ -37,7 +37,7 @@ fn pooled_evaluation_matches_each_clients_own_test_set() {
         .unwrap()
         .into_iter()
         .map(|(c, a)| match a {
-            Answer::Evaluation(r) => (c, r),
+            Answer::Evaluation(r) => (c, *r),
             other => panic!("{} for an evaluation", other.name()),
         })
         .collect();

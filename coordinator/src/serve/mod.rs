@@ -288,6 +288,13 @@ pub fn run(
                 cfg.federation.hierarchical(),
                 "--lps remote needs a hierarchical run (--hierarchy, or --algorithm mthfl)"
             );
+            // The LPS processes score their clients in the labels view (their assignment does
+            // not carry a view).
+            anyhow::ensure!(
+                cfg.federation.local_test.is_labels(),
+                "--lps remote reports the labels view only (drop --local-test {})",
+                cfg.federation.local_test
+            );
             let link = Link::start(LinkOptions {
                 subscribe: Gps::subscriptions(&topics),
                 security: security.clone(),

@@ -394,7 +394,7 @@ impl MqttPool {
                         samples,
                         loss,
                     }),
-                    WireAnswer::Evaluation(r) => Answer::Evaluation(*r),
+                    WireAnswer::Evaluation(r) => Answer::Evaluation(r),
                     WireAnswer::Eigenpairs(s) => Answer::Eigenpairs(s),
                     WireAnswer::RelevanceRow(r) => Answer::Row(r),
                     WireAnswer::SignatureStats {

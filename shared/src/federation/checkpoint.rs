@@ -50,6 +50,9 @@ pub struct Checkpoint {
     pub rounds: Vec<RoundRecord>,
     /// Accuracy of each client at the last evaluation (`None`: never evaluated).
     pub final_client_accuracy: Vec<Option<f64>>,
+    /// Best accuracy of each client over the evaluations so far (`None`: never evaluated).
+    #[serde(default)]
+    pub best_client_accuracy: Vec<Option<f64>>,
     /// GPS rounds done.
     pub gps_rounds: usize,
     /// Newcomers placed so far.
@@ -123,7 +126,7 @@ impl Checkpoint {
         if n == 0 || self.assignment.len() != n || self.last_eval.len() != n {
             return bad("the per-client lists do not have one entry per client");
         }
-        if self.final_client_accuracy.len() > n {
+        if self.final_client_accuracy.len() > n || self.best_client_accuracy.len() > n {
             return bad("more accuracies than clients");
         }
         if self.model_versions.len() != k || self.assignment.iter().any(|&c| c >= k) {

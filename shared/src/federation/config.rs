@@ -10,7 +10,7 @@ use crate::cluster::hc::Linkage;
 use crate::hierarchy::CommonLayers;
 use crate::model::{LayerSet, ModelKind};
 use crate::protocol::Encoding;
-use crate::train::TrainConfig;
+use crate::train::{LocalTest, TrainConfig};
 
 /// Everything the round loop needs to know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,6 +95,10 @@ pub struct FederationConfig {
     /// equally.
     #[serde(default, skip_serializing_if = "Weighting::is_samples")]
     pub weighting: Weighting,
+    /// The local test view of the headline accuracy (`accuracy` per round, per cluster and per
+    /// client; progress and plots). Both views are recorded per round either way.
+    #[serde(default, skip_serializing_if = "LocalTest::is_labels")]
+    pub local_test: LocalTest,
     /// Largest accepted L2 norm of an update's change, ‖θ_client − θ_sent‖₂ (the model a client
     /// returns minus the model it was sent to train). An update above it is reported
     /// ([`super::Observer::update_dropped`], `dropped_updates` in `summary.json`) and dropped.
@@ -196,6 +200,7 @@ impl Default for FederationConfig {
             eps1: None,
             eps2: None,
             weighting: Weighting::Samples,
+            local_test: LocalTest::Labels,
             max_update_norm: None,
         }
     }

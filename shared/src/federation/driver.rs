@@ -17,7 +17,7 @@ use super::{
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::hierarchy::{self, CommonLayers};
 use crate::model::Params;
-use crate::train::EvalReport;
+use crate::train::{EvalReport, LocalTest};
 
 /// Runs the federation over `pool`. `ctx.truth` is only used to score the clustering and to
 /// report per-task accuracy.
@@ -165,6 +165,14 @@ fn run_inner(
             c.gps_rounds,
         )
     });
+    // Each client's best accuracy over the evaluations so far, in the run's view (NaN: never
+    // evaluated): the per-client maximum behind PACFL's "best clients average" figure.
+    let mut best_client_accuracy: Vec<f64> = resume.as_ref().map_or_else(Vec::new, |c| {
+        c.best_client_accuracy
+            .iter()
+            .map(|a| a.unwrap_or(f64::NAN))
+            .collect()
+    });
     let (init, ari, mut state, mut last_eval, mut rounds, mut final_client_accuracy) = match resume
     {
         None => {
@@ -255,6 +263,10 @@ fn run_inner(
                     last_eval: last_eval.clone(),
                     rounds: rounds.clone(),
                     final_client_accuracy: final_client_accuracy
+                        .iter()
+                        .map(|a: &f64| (!a.is_nan()).then_some(*a))
+                        .collect(),
+                    best_client_accuracy: best_client_accuracy
                         .iter()
                         .map(|a: &f64| (!a.is_nan()).then_some(*a))
                         .collect(),
@@ -383,7 +395,7 @@ fn run_inner(
         }
 
         let evaluate_now = round.is_multiple_of(cfg.eval_every) || round == cfg.rounds;
-        let (accuracy, cluster_accuracy, task_acc) = if evaluate_now {
+        let (views, cluster_accuracy, task_acc) = if evaluate_now {
             strategy.before_evaluation(&mut env!(), round, &mut state)?;
             let tag = |p: usize| {
                 let c = state.assignment()[p];
@@ -404,7 +416,7 @@ fn run_inner(
                 jobs.iter().map(|(p, _)| (*p, tag(*p))).collect();
             for (p, answer) in env!().run(round, jobs)? {
                 if let Answer::Evaluation(rep) = answer {
-                    last_eval[p] = Some((rep, tags[&p]));
+                    last_eval[p] = Some((*rep, tags[&p]));
                 }
             }
             let reports: Vec<Option<EvalReport>> = last_eval
@@ -413,10 +425,18 @@ fn run_inner(
                 .collect();
             // Means over the clients with an evaluation (on a fleet, a client that never
             // answered has none; in process every client has one).
-            let acc: Vec<Option<f64>> = reports
-                .iter()
-                .map(|e| e.as_ref().map(EvalReport::accuracy))
-                .collect();
+            let in_view = |view| -> Vec<Option<f64>> {
+                reports
+                    .iter()
+                    .map(|e| e.as_ref().and_then(|r| r.accuracy_in(view)))
+                    .collect()
+            };
+            let mean = |acc: &[Option<f64>]| {
+                let evaluated = acc.iter().flatten().count();
+                (evaluated > 0).then(|| acc.iter().flatten().sum::<f64>() / evaluated as f64)
+            };
+            let views = [LocalTest::Labels, LocalTest::Proportional].map(|v| mean(&in_view(v)));
+            let acc = in_view(cfg.local_test);
             let mut per_cluster = vec![(0.0, 0usize); state.len()];
             for (p, a) in acc.iter().enumerate() {
                 if let Some(a) = a {
@@ -424,11 +444,15 @@ fn run_inner(
                     per_cluster[state.assignment()[p]].1 += 1;
                 }
             }
-            let evaluated = acc.iter().flatten().count();
-            let mean = acc.iter().flatten().sum::<f64>() / evaluated.max(1) as f64;
+            best_client_accuracy.resize(acc.len(), f64::NAN);
+            for (best, a) in best_client_accuracy.iter_mut().zip(&acc) {
+                if let Some(a) = a {
+                    *best = best.max(*a); // NaN.max(a) is a
+                }
+            }
             final_client_accuracy = acc.into_iter().map(|a| a.unwrap_or(f64::NAN)).collect();
             (
-                Some(mean),
+                Some(views),
                 Some(
                     per_cluster
                         .into_iter()
@@ -440,12 +464,23 @@ fn run_inner(
         } else {
             (None, None, None)
         };
+        // The run's view; 0 when no client answered (as the labels view always was).
+        let accuracy = views.map(|[labels, proportional]| {
+            match cfg.local_test {
+                LocalTest::Labels => labels,
+                LocalTest::Proportional => proportional,
+            }
+            .unwrap_or(0.0)
+        });
+        let [accuracy_labels, accuracy_proportional] = views.unwrap_or_default();
         let record = RoundRecord {
             round,
             sampled: stats.sampled,
             received: stats.received,
             train_loss: stats.train_loss,
             accuracy,
+            accuracy_labels,
+            accuracy_proportional,
             cluster_accuracy,
             task_accuracy: task_acc,
             gps,
@@ -479,6 +514,7 @@ fn run_inner(
         gps_rounds,
         rounds,
         final_client_accuracy,
+        best_client_accuracy,
         models: state.models().to_vec(),
         newcomers,
         dropped_newcomers,

@@ -50,6 +50,7 @@ mod pool;
 mod result;
 
 pub use crate::algorithms::Algorithm;
+pub use crate::train::LocalTest;
 pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, from_exact_json, to_exact_json};
 pub(crate) use checkpoint::{bad_state, check_model, strategy_state};
 pub use config::{FederationConfig, Weighting, client_seed};

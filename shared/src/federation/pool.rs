@@ -248,7 +248,7 @@ pub enum Answer {
     /// To [`Job::Relevance`].
     Row(Vec<f64>),
     /// To [`Job::Evaluate`].
-    Evaluation(EvalReport),
+    Evaluation(Box<EvalReport>),
 }
 
 impl Answer {

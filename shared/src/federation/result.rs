@@ -169,9 +169,17 @@ pub struct RoundRecord {
     /// Mean training loss of the received updates' last epoch (NaN-free; 0 when none).
     pub train_loss: f64,
     /// Mean local test accuracy over the clients with an evaluation (None when not evaluated
-    /// this round).
+    /// this round), in the run's view ([`super::FederationConfig::local_test`]): one of the two
+    /// below.
     pub accuracy: Option<f64>,
-    /// Mean local test accuracy per cluster (same rounds as `accuracy`).
+    /// Mean accuracy in the `labels` view (every test image of each label a client holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_labels: Option<f64>,
+    /// Mean accuracy in the `proportional` view (labels weighted as in the client's training
+    /// data), over the clients that reported their training labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_proportional: Option<f64>,
+    /// Mean local test accuracy per cluster, in the run's view (same rounds as `accuracy`).
     pub cluster_accuracy: Option<Vec<f64>>,
     /// Per ground-truth task `t` (when the truth is known): the mean over the clients of task `t`
     /// of their cluster model's accuracy on the test samples of task `t`'s labels (on their whole
@@ -227,6 +235,9 @@ pub struct RunResult {
     pub rounds: Vec<RoundRecord>,
     /// Last evaluation: per-client accuracy (NaN for a client that never answered one).
     pub final_client_accuracy: Vec<f64>,
+    /// Each client's best accuracy over all evaluations of the run (NaN: never evaluated), in
+    /// the run's local test view.
+    pub best_client_accuracy: Vec<f64>,
     /// The cluster models at the end.
     #[serde(skip)]
     pub models: Vec<Params>,
@@ -287,6 +298,19 @@ impl RunResult {
     /// Mean local test accuracy after the last round.
     pub fn final_accuracy(&self) -> Option<f64> {
         self.rounds.iter().rev().find_map(|r| r.accuracy)
+    }
+
+    /// The mean over the evaluated clients of each one's best accuracy in the run (PACFL's
+    /// "Best Clients AVG Acc"): an optimistic figure, as each client is scored at its own best
+    /// round.
+    pub fn mean_best_client_accuracy(&self) -> Option<f64> {
+        let best: Vec<f64> = self
+            .best_client_accuracy
+            .iter()
+            .copied()
+            .filter(|a| !a.is_nan())
+            .collect();
+        (!best.is_empty()).then(|| best.iter().sum::<f64>() / best.len() as f64)
     }
 }
 

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use super::{Id, ProtocolError, id};
 
 /// Protocol version carried by every envelope. A peer with another version is refused.
-pub const VERSION: u16 = 1;
+///
+/// History: 1, the first; 2, `LabelEval` gained `trained` (the proportional test view).
+pub const VERSION: u16 = 2;
 
 /// Largest payload either side accepts: a LeNet-5 in f32 is 178 KB; this leaves room for larger
 /// models while refusing absurd sizes before decoding. MQTT packet limits are set to this plus

@@ -18,6 +18,10 @@ pub struct LabelEval {
     pub total: u32,
     /// Summed cross-entropy.
     pub loss_sum: f64,
+    /// The client's training samples of this label: the label's weight in the proportional
+    /// view (`LocalTest::Proportional`). This discloses the client's label histogram to the
+    /// coordinator, beside the label set that `label` already discloses.
+    pub trained: u32,
 }
 
 /// Where a testbed client's data came from: shard `index` of `of` of a seeded partition.
