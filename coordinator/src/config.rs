@@ -9,7 +9,7 @@ use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::algorithms::mthfl::{Estimate, Relevance};
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::partition::PartitionSpec;
-use edgecfl_shared::federation::{Algorithm, FederationConfig, LocalTest, Weighting};
+use edgecfl_shared::federation::{Algorithm, FederationConfig, LocalTest, Sampling, Weighting};
 use edgecfl_shared::model::{LayerSet, ModelKind};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::Backend;
@@ -202,6 +202,10 @@ pub struct RunFlags {
     /// recorded in summary.json and rounds.csv either way.
     #[arg(long)]
     pub local_test: Option<LocalTest>,
+    /// Which clients train each round: uniform (--frac of all clients; the default) |
+    /// per-cluster (--frac of each cluster's members, at least one per cluster).
+    #[arg(long)]
+    pub sampling: Option<Sampling>,
     /// Drop (and report) a trained model whose change ‖θ_client − θ_sent‖₂ from the model it was
     /// sent is above this bound (default: no bound).
     #[arg(long)]
@@ -295,6 +299,7 @@ impl RunFlags {
         }
         set!(weighting => f.weighting);
         set!(local_test => f.local_test);
+        set!(sampling => f.sampling);
         if self.max_update_norm.is_some() {
             f.max_update_norm = self.max_update_norm;
         }

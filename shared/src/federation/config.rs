@@ -99,6 +99,10 @@ pub struct FederationConfig {
     /// client; progress and plots). Both views are recorded per round either way.
     #[serde(default, skip_serializing_if = "LocalTest::is_labels")]
     pub local_test: LocalTest,
+    /// Which clients train in a round: `frac` of all clients, uniformly (the default), or
+    /// `frac` of each cluster's members (rounded, at least one per cluster).
+    #[serde(default, skip_serializing_if = "Sampling::is_uniform")]
+    pub sampling: Sampling,
     /// Largest accepted L2 norm of an update's change, ‖θ_client − θ_sent‖₂ (the model a client
     /// returns minus the model it was sent to train). An update above it is reported
     /// ([`super::Observer::update_dropped`], `dropped_updates` in `summary.json`) and dropped.
@@ -154,6 +158,51 @@ impl std::str::FromStr for Weighting {
     }
 }
 
+/// How a round's clients are sampled ([`FederationConfig::sampling`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Sampling {
+    /// `max(1, ⌊frac · n⌋)` of all `n` clients, uniformly without replacement (FedAvg's and
+    /// the papers' sampling).
+    #[default]
+    Uniform,
+    /// From every cluster `c`, `round(frac · |c|)` of its members but at least one, uniformly
+    /// without replacement: no cluster goes a round without an update, at the price of more
+    /// clients per round than `frac · n` when there are many small clusters (a choice of ours
+    /// for FedClust's many-cluster cuts; with one cluster per client it is full participation).
+    PerCluster,
+}
+
+impl Sampling {
+    /// True for the default, [`Sampling::Uniform`].
+    pub fn is_uniform(&self) -> bool {
+        *self == Sampling::Uniform
+    }
+}
+
+impl std::fmt::Display for Sampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sampling::Uniform => "uniform",
+            Sampling::PerCluster => "per-cluster",
+        })
+    }
+}
+
+impl std::str::FromStr for Sampling {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "uniform" => Ok(Sampling::Uniform),
+            "per-cluster" => Ok(Sampling::PerCluster),
+            _ => Err(format!(
+                "unknown sampling {s:?} (expected uniform or per-cluster)"
+            )),
+        }
+    }
+}
+
 fn default_lps_rounds() -> usize {
     1
 }
@@ -201,6 +250,7 @@ impl Default for FederationConfig {
             eps2: None,
             weighting: Weighting::Samples,
             local_test: LocalTest::Labels,
+            sampling: Sampling::Uniform,
             max_update_norm: None,
         }
     }

@@ -12,7 +12,7 @@ use super::result::task_accuracy;
 use super::{
     Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env,
     FederationConfig, FederationError, GpsLink, Init, Job, Newcomer, NewcomerError, Observer,
-    RoundRecord, RunContext, RunResult, Target, Traffic, Weighting, client_seed,
+    RoundRecord, RunContext, RunResult, Sampling, Target, Traffic, Weighting, client_seed,
 };
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::hierarchy::{self, CommonLayers};
@@ -373,10 +373,7 @@ fn run_inner(
             }
         }
         let n = clients.len();
-        let per_round = ((cfg.frac * n as f64) as usize).clamp(1, n);
-        let mut rng = ChaCha8Rng::seed_from_u64(client_seed(cfg.seed, round, usize::MAX));
-        let mut chosen: Vec<usize> = sample(&mut rng, n, per_round).into_vec();
-        chosen.sort_unstable();
+        let chosen = sample_round(cfg, round, state.assignment(), state.len());
         let stats = strategy.round(&mut env!(), round, &chosen, &mut state)?;
 
         // GPS: every `lps_rounds` rounds the LPSs share their common layers.
@@ -584,10 +581,71 @@ fn gps_step(
     }
 }
 
+/// The clients (positions) that train in `round`, sorted ([`FederationConfig::sampling`]).
+fn sample_round(
+    cfg: &FederationConfig,
+    round: usize,
+    assignment: &[usize],
+    clusters: usize,
+) -> Vec<usize> {
+    let n = assignment.len();
+    let mut chosen = match cfg.sampling {
+        Sampling::Uniform => {
+            let per_round = ((cfg.frac * n as f64) as usize).clamp(1, n);
+            let mut rng = ChaCha8Rng::seed_from_u64(client_seed(cfg.seed, round, usize::MAX));
+            sample(&mut rng, n, per_round).into_vec()
+        }
+        Sampling::PerCluster => {
+            let mut members = vec![Vec::new(); clusters];
+            for (p, &c) in assignment.iter().enumerate() {
+                members[c].push(p);
+            }
+            let mut chosen = Vec::new();
+            for (c, m) in members.iter().enumerate().filter(|(_, m)| !m.is_empty()) {
+                let k = ((cfg.frac * m.len() as f64).round() as usize).clamp(1, m.len());
+                let stream = usize::MAX - 1 - c;
+                let mut rng = ChaCha8Rng::seed_from_u64(client_seed(cfg.seed, round, stream));
+                chosen.extend(sample(&mut rng, m.len(), k).into_iter().map(|i| m[i]));
+            }
+            chosen
+        }
+    };
+    chosen.sort_unstable();
+    chosen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::ModelKind;
+
+    #[test]
+    fn per_cluster_sampling_takes_frac_of_each_cluster_and_at_least_one() {
+        // Clusters of 1, 2 and 43 members, interleaved; frac 0.1: 1 + max(1, round(0.2)) +
+        // round(4.3) = 6 clients, uniform sampling would take ⌊4.6⌋ = 4.
+        let assignment: Vec<usize> = (0..46)
+            .map(|p| match p {
+                7 => 0,
+                3 | 30 => 1,
+                _ => 2,
+            })
+            .collect();
+        let mut cfg = FederationConfig {
+            frac: 0.1,
+            ..FederationConfig::default()
+        };
+        assert_eq!(sample_round(&cfg, 1, &assignment, 3).len(), 4);
+        cfg.sampling = Sampling::PerCluster;
+        for round in 1..20 {
+            let chosen = sample_round(&cfg, round, &assignment, 3);
+            assert!(chosen.windows(2).all(|w| w[0] < w[1]), "sorted, distinct");
+            let per = |c| chosen.iter().filter(|&&p| assignment[p] == c).count();
+            assert_eq!((per(0), per(1), per(2)), (1, 1, 4), "round {round}");
+            assert_eq!(chosen, sample_round(&cfg, round, &assignment, 3));
+        }
+        // An empty cluster (every member moved away) is skipped.
+        assert_eq!(sample_round(&cfg, 1, &assignment, 4).len(), 6);
+    }
 
     /// The in-process GPS step weighs cluster 0 (one member declaring 100 samples, its model all
     /// 0) against cluster 1 (two members declaring 1 sample each, all 3): by samples the common

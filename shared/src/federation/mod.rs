@@ -53,7 +53,7 @@ pub use crate::algorithms::Algorithm;
 pub use crate::train::LocalTest;
 pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, from_exact_json, to_exact_json};
 pub(crate) use checkpoint::{bad_state, check_model, strategy_state};
-pub use config::{FederationConfig, Weighting, client_seed};
+pub use config::{FederationConfig, Sampling, Weighting, client_seed};
 pub use driver::{run, run_lps, run_resumable};
 pub use pool::{
     Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Prox, Training, Update,
