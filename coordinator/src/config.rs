@@ -78,10 +78,12 @@ impl RunConfig {
                 self.newcomers,
                 self.clients
             );
+            // With personalisation, rounds + 1 joins after the federation.
+            let last =
+                self.federation.rounds + usize::from(self.federation.personalize_epochs.is_some());
             anyhow::ensure!(
-                (1..=self.federation.rounds).contains(&self.join_round),
-                "join-round must be between 1 and rounds ({}), got {}",
-                self.federation.rounds,
+                (1..=last).contains(&self.join_round),
+                "join-round must be between 1 and {last} (rounds, + 1 with --personalize), got {}",
                 self.join_round
             );
         }
@@ -206,6 +208,11 @@ pub struct RunFlags {
     /// per-cluster (--frac of each cluster's members, at least one per cluster).
     #[arg(long)]
     pub sampling: Option<Sampling>,
+    /// Newcomer personalisation (FedClust's Table 6): after the last round each newcomer trains
+    /// its cluster's model for EPOCHS epochs and is evaluated on it. `simulate --join-round` may
+    /// then be rounds + 1 (join after the federation).
+    #[arg(long, value_name = "EPOCHS")]
+    pub personalize: Option<usize>,
     /// Drop (and report) a trained model whose change ‖θ_client − θ_sent‖₂ from the model it was
     /// sent is above this bound (default: no bound).
     #[arg(long)]
@@ -300,6 +307,9 @@ impl RunFlags {
         set!(weighting => f.weighting);
         set!(local_test => f.local_test);
         set!(sampling => f.sampling);
+        if self.personalize.is_some() {
+            f.personalize_epochs = self.personalize;
+        }
         if self.max_update_norm.is_some() {
             f.max_update_norm = self.max_update_norm;
         }

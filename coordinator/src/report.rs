@@ -98,6 +98,8 @@ pub fn summary(
         "client_best_accuracy": result.best_client_accuracy.iter()
             .map(|a| (!a.is_nan()).then_some(*a)).collect::<Vec<_>>(),
         "mean_client_best_accuracy": result.mean_best_client_accuracy(),
+        // FedClust's Table 6: the newcomers' mean accuracy after personalising.
+        "newcomers_personalized_accuracy": result.mean_personalized_accuracy(),
     });
     if let (Value::Object(views), Value::Object(map)) = (views, &mut v) {
         map.extend(views);
@@ -109,20 +111,26 @@ pub fn summary(
 }
 
 /// The clients placed after round 0: client index and id, join round, cluster, distance to the
-/// centroid (FedClust), and whether the cluster is its ground-truth group's (when known).
+/// centroid (FedClust), whether the cluster is its ground-truth group's (when known), and its
+/// accuracy after personalising (with `--personalize`).
 fn newcomers_json(result: &RunResult) -> Value {
     result
         .newcomers
         .iter()
         .map(|n| {
-            json!({
+            let mut v = json!({
                 "client": n.client.index,
                 "id": n.client.id,
                 "round": n.round,
                 "cluster": n.cluster,
                 "distance": n.distance,
                 "truth_match": n.truth_match,
-            })
+            });
+            // Only in runs that personalise (`--personalize`).
+            if let (Some(a), Value::Object(m)) = (n.personalized_accuracy, &mut v) {
+                m.insert("personalized_accuracy".into(), a.into());
+            }
+            v
         })
         .collect()
 }

@@ -259,3 +259,58 @@ fn other_algorithms_place_or_drop_newcomers() {
     assert!(pool.inner.hold_out(3, 1).is_err());
     assert!(pool.inner.hold_out(1, 0).is_err());
 }
+
+/// FedClust's Table 6: newcomers join after the federation (`join_round = rounds + 1`), take
+/// their cluster's model, personalise it for a few epochs and are scored on the result.
+#[test]
+fn newcomers_join_after_the_federation_and_personalise() {
+    let (mut pool, truth) = Recording::new(NEWCOMERS, 3, CLIENTS);
+    let mut cfg = config(Algorithm::FedClust, 2);
+    cfg.epochs = 3;
+    cfg.personalize_epochs = Some(5);
+    let (r, told) = run(&mut pool, &cfg, &truth);
+    let round_zero = CLIENTS - NEWCOMERS;
+    let newcomers: BTreeSet<usize> = (round_zero..CLIENTS).collect();
+    assert_eq!(told.placed, newcomers.iter().copied().collect::<Vec<_>>());
+    // Two recorded rounds, neither of which trained or evaluated a newcomer; the pass after
+    // them trained (personalised) and evaluated exactly the newcomers.
+    assert_eq!(r.rounds.len(), 2);
+    for round in 1..=2 {
+        assert!(Recording::in_round(&pool.trained, round).is_disjoint(&newcomers));
+        assert!(Recording::in_round(&pool.evaluated, round).is_disjoint(&newcomers));
+    }
+    assert_eq!(Recording::in_round(&pool.trained, 3), newcomers);
+    assert_eq!(Recording::in_round(&pool.evaluated, 3), newcomers);
+    for n in &r.newcomers {
+        assert_eq!((n.round, n.truth_match), (3, Some(true)));
+        // A group holds 2 to 4 labels: chance is at most 1/2; these models are well above it.
+        let a = n.personalized_accuracy.expect("personalised");
+        assert!(a > 0.75 && a <= 1.0, "newcomer {}: {a}", n.client.index);
+    }
+    let mean = r.mean_personalized_accuracy().unwrap();
+    assert!(mean > 0.75, "{mean}");
+    // One accuracy per client; the newcomers were never evaluated under the final clusters.
+    assert_eq!(r.final_client_accuracy.len(), CLIENTS);
+    assert!(
+        r.final_client_accuracy[round_zero..]
+            .iter()
+            .all(|a| a.is_nan())
+    );
+    // Without personalisation nobody gets a personalised figure.
+    let (mut pool, truth) = Recording::new(NEWCOMERS, 2, CLIENTS);
+    let (r, _) = run(&mut pool, &config(Algorithm::FedClust, 2), &truth);
+    assert!(
+        r.newcomers
+            .iter()
+            .all(|n| n.personalized_accuracy.is_none())
+    );
+    assert_eq!(r.mean_personalized_accuracy(), None);
+    assert!(
+        FederationConfig {
+            personalize_epochs: Some(0),
+            ..config(Algorithm::FedClust, 2)
+        }
+        .validate()
+        .is_err()
+    );
+}

@@ -103,6 +103,12 @@ pub struct FederationConfig {
     /// `frac` of each cluster's members (rounded, at least one per cluster).
     #[serde(default, skip_serializing_if = "Sampling::is_uniform")]
     pub sampling: Sampling,
+    /// Newcomer personalisation (FedClust's Table 6): after the last round, every client that
+    /// joined after round 0 trains its cluster's model for this many epochs and is evaluated on
+    /// the result ([`super::Newcomer::personalized_accuracy`]). Newcomers offered after the last
+    /// round are placed first. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personalize_epochs: Option<usize>,
     /// Largest accepted L2 norm of an update's change, ‖θ_client − θ_sent‖₂ (the model a client
     /// returns minus the model it was sent to train). An update above it is reported
     /// ([`super::Observer::update_dropped`], `dropped_updates` in `summary.json`) and dropped.
@@ -251,6 +257,7 @@ impl Default for FederationConfig {
             weighting: Weighting::Samples,
             local_test: LocalTest::Labels,
             sampling: Sampling::Uniform,
+            personalize_epochs: None,
             max_update_norm: None,
         }
     }
@@ -269,6 +276,9 @@ impl FederationConfig {
         }
         if self.eval_every == 0 {
             return bad("eval-every must be ≥ 1".into());
+        }
+        if self.personalize_epochs == Some(0) {
+            return bad("personalize must be ≥ 1 epoch".into());
         }
         if self.lps_rounds == 0 {
             return bad("lps-rounds must be ≥ 1".into());

@@ -12,7 +12,8 @@ use super::result::task_accuracy;
 use super::{
     Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env,
     FederationConfig, FederationError, GpsLink, Init, Job, Newcomer, NewcomerError, Observer,
-    RoundRecord, RunContext, RunResult, Sampling, Target, Traffic, Weighting, client_seed,
+    RoundRecord, RunContext, RunResult, Sampling, Target, Traffic, Training, Weighting,
+    client_seed, updates_of,
 };
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::hierarchy::{self, CommonLayers};
@@ -298,7 +299,10 @@ fn run_inner(
         None => checkpoint!(0),
     }
 
-    for round in done + 1..=cfg.rounds {
+    // With personalisation, one more pass after the last round places the newcomers offered
+    // then (FedClust's Table 6: they join after the federation).
+    let last_pass = cfg.rounds + usize::from(cfg.personalize_epochs.is_some());
+    for round in done + 1..=last_pass {
         let t0 = Instant::now();
         let offered = pool.newcomers(round);
         if !offered.is_empty() {
@@ -366,11 +370,15 @@ fn run_inner(
                         cluster,
                         distance: p.distance,
                         truth_match: None,
+                        personalized_accuracy: None,
                     };
                     observer.newcomer(&nc);
                     newcomers.push(nc);
                 }
             }
+        }
+        if round > cfg.rounds {
+            break; // the placement pass of personalisation
         }
         let n = clients.len();
         let chosen = sample_round(cfg, round, state.assignment(), state.len());
@@ -493,6 +501,23 @@ fn run_inner(
         rounds.push(record);
         checkpoint!(round);
     }
+    // Newcomers placed after the last evaluation have none.
+    final_client_accuracy.resize(clients.len(), f64::NAN);
+    best_client_accuracy.resize(clients.len(), f64::NAN);
+
+    if let Some(epochs) = cfg.personalize_epochs {
+        let round = last_pass;
+        let mut personalized =
+            personalize(&mut env!(), round, epochs, &newcomers, &position, &state)?;
+        for nc in &mut newcomers {
+            nc.personalized_accuracy = personalized
+                .remove(&position[&nc.client.index])
+                .and_then(|r| r.accuracy_in(cfg.local_test));
+        }
+        for d in &traffic.dropped[reported..] {
+            observer.update_dropped(d);
+        }
+    }
 
     let n_clusters = state.len();
     let mut result = RunResult {
@@ -579,6 +604,49 @@ fn gps_step(
         }
         None => Ok(false),
     }
+}
+
+/// Newcomer personalisation ([`FederationConfig::personalize_epochs`]): each newcomer trains its
+/// cluster's model for `epochs` epochs, then is evaluated on what it trained. The reports by
+/// position, for the newcomers whose answers came back.
+fn personalize(
+    env: &mut Env<'_>,
+    round: usize,
+    epochs: usize,
+    newcomers: &[Newcomer],
+    position: &HashMap<usize, usize>,
+    state: &Clusters,
+) -> Result<HashMap<usize, EvalReport>, FederationError> {
+    let jobs = newcomers
+        .iter()
+        .map(|nc| {
+            let p = position[&nc.client.index];
+            let mut cfg = env.train_config(round, p);
+            cfg.epochs = epochs;
+            let start = state.model_of(p);
+            (
+                p,
+                Job::Train(Training {
+                    start,
+                    cfg,
+                    prox: None,
+                }),
+            )
+        })
+        .collect();
+    let trained = updates_of(env.run(round, jobs)?);
+    let jobs = trained
+        .iter()
+        .map(|(p, u)| (*p, Job::Evaluate { model: &u.params }))
+        .collect();
+    Ok(env
+        .run(round, jobs)?
+        .into_iter()
+        .filter_map(|(p, a)| match a {
+            Answer::Evaluation(r) => Some((p, *r)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// The clients (positions) that train in `round`, sorted ([`FederationConfig::sampling`]).

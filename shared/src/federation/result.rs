@@ -93,6 +93,11 @@ pub struct Newcomer {
     /// Whether its ground-truth group is the most common group of the cluster's round-0 members
     /// (when the truth covers it; see [`RunResult::score_newcomers`]).
     pub truth_match: Option<bool>,
+    /// Its accuracy (the run's local test view) after training its cluster's final model for
+    /// [`super::FederationConfig::personalize_epochs`] epochs; None without personalisation or
+    /// when its answer did not come back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personalized_accuracy: Option<f64>,
 }
 
 /// Why a newcomer was turned away.
@@ -298,6 +303,17 @@ impl RunResult {
     /// Mean local test accuracy after the last round.
     pub fn final_accuracy(&self) -> Option<f64> {
         self.rounds.iter().rev().find_map(|r| r.accuracy)
+    }
+
+    /// The newcomers' mean accuracy after personalising ([`Newcomer::personalized_accuracy`]),
+    /// over those that have one.
+    pub fn mean_personalized_accuracy(&self) -> Option<f64> {
+        let a: Vec<f64> = self
+            .newcomers
+            .iter()
+            .filter_map(|n| n.personalized_accuracy)
+            .collect();
+        (!a.is_empty()).then(|| a.iter().sum::<f64>() / a.len() as f64)
     }
 
     /// The mean over the evaluated clients of each one's best accuracy in the run (PACFL's
