@@ -434,6 +434,50 @@ mod tests {
     }
 
     #[test]
+    fn view_sampling_and_personalisation_flags_and_keys() {
+        let c = RunFlags::default().resolve().unwrap();
+        assert_eq!(c.federation.local_test, LocalTest::Labels);
+        assert_eq!(c.federation.sampling, Sampling::Uniform);
+        assert_eq!(c.federation.personalize_epochs, None);
+        let flags = RunFlags {
+            local_test: Some("proportional".parse().unwrap()),
+            sampling: Some("per-cluster".parse().unwrap()),
+            personalize: Some(5),
+            newcomers: Some(2),
+            join_round: Some(11),
+            rounds: Some(10),
+            clients: Some(10),
+            ..Default::default()
+        };
+        let c = flags.resolve().unwrap();
+        // (resolve validates: join round 11 = rounds + 1 is allowed with --personalize)
+        assert_eq!(c.federation.local_test, LocalTest::Proportional);
+        assert_eq!(c.federation.sampling, Sampling::PerCluster);
+        assert_eq!(c.federation.personalize_epochs, Some(5));
+        let late = RunFlags {
+            personalize: None,
+            ..flags
+        };
+        let err = late.resolve().unwrap_err().to_string();
+        assert!(err.contains("between 1 and 10"), "{err}");
+        let text = DEFAULT_CONFIG.replace(
+            "[federation]",
+            "[federation]\nlocal_test = \"proportional\"\nsampling = \"per-cluster\"\npersonalize_epochs = 3",
+        );
+        let c = RunConfig::parse(&text, "t").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.federation.local_test, LocalTest::Proportional);
+        assert_eq!(c.federation.sampling, Sampling::PerCluster);
+        assert_eq!(c.federation.personalize_epochs, Some(3));
+        assert!(
+            "per_cluster"
+                .parse::<Sampling>()
+                .unwrap_err()
+                .contains("per-cluster")
+        );
+    }
+
+    #[test]
     fn weighting_and_norm_bound_flags_and_keys() {
         let c = RunFlags::default().resolve().unwrap();
         assert_eq!(c.federation.weighting, Weighting::Samples);
