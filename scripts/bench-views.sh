@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# BENCHMARKS.md §11: the two local test views, per-client best accuracy, per-cluster sampling and
+# newcomer personalisation, with FedClust's settings (100 clients, E = 10, B = 10, lr 0.01,
+# momentum 0.5, seed 0) on full Fashion-MNIST. Every run records both views.
+# Usage: scripts/bench-views.sh [RUN...]   (default: every run below; names as in the case)
+# Results: bench-results/views/<run>/{summary.json,rounds.csv,clusters.json,accuracy.svg}
+# Table:   python3 scripts/bench-views.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p coordinator
+paper="--clients 100 --batch 10 --lr 0.01 --momentum 0.5 --seed 0"
+fl="$paper --frac 0.1 --rounds 50 --epochs 10"
+runs=("$@")
+[ ${#runs[@]} -gt 0 ] || runs=(dir-0.1-fedavg dir-0.1-local dir-0.1-local-pacfl dir-0.1-fedclust
+  label-2-fedclust label-3-fedclust label-2-fedclust-per-cluster dir-0.1-fedclust-l0.6-per-cluster
+  table6-label-2-fedclust table6-label-2-local)
+for r in "${runs[@]}"; do
+  case $r in
+    dir-0.1-fedavg) a="--algorithm fedavg --partition dir:0.1 $fl" ;;
+    dir-0.1-local) a="--algorithm local --partition dir:0.1 $fl" ;;
+    # PACFL's Local script: every client trains every round, one epoch per round.
+    dir-0.1-local-pacfl) a="--algorithm local --partition dir:0.1 $paper --frac 1 --rounds 50 --epochs 1" ;;
+    dir-0.1-fedclust) a="--algorithm fedclust --partition dir:0.1 $fl" ;;
+    label-2-fedclust) a="--algorithm fedclust --partition label:2 $fl" ;;
+    label-3-fedclust) a="--algorithm fedclust --partition label:3 $fl" ;;
+    label-2-fedclust-per-cluster) a="--algorithm fedclust --partition label:2 $fl --sampling per-cluster" ;;
+    dir-0.1-fedclust-l0.6-per-cluster) a="--algorithm fedclust --partition dir:0.1 $fl --lambda 0.6 --sampling per-cluster" ;;
+    # FedClust's Table 6: 80 clients federate, 20 join after round 50 and personalise 5 epochs.
+    table6-label-2-*) a="--algorithm ${r##*-} --partition label:2 $fl --newcomers 20 --join-round 51 --personalize 5" ;;
+    *) echo "unknown run $r" >&2; exit 2 ;;
+  esac
+  echo "== $r"
+  # shellcheck disable=SC2086
+  target/release/coordinator simulate $a --out "bench-results/views/$r"
+done
