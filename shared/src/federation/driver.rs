@@ -168,12 +168,9 @@ fn run_inner(
     });
     // Each client's best accuracy over the evaluations so far, in the run's view (NaN: never
     // evaluated): the per-client maximum behind PACFL's "best clients average" figure.
-    let mut best_client_accuracy: Vec<f64> = resume.as_ref().map_or_else(Vec::new, |c| {
-        c.best_client_accuracy
-            .iter()
-            .map(|a| a.unwrap_or(f64::NAN))
-            .collect()
-    });
+    let mut best_client_accuracy: Vec<f64> = resume
+        .as_ref()
+        .map_or_else(Vec::new, |c| unknown_as_nan(&c.best_client_accuracy));
     let (init, ari, mut state, mut last_eval, mut rounds, mut final_client_accuracy) = match resume
     {
         None => {
@@ -236,10 +233,7 @@ fn run_inner(
                 c.clusters(),
                 c.last_eval.clone(),
                 c.rounds.clone(),
-                c.final_client_accuracy
-                    .iter()
-                    .map(|a| a.unwrap_or(f64::NAN))
-                    .collect(),
+                unknown_as_nan(&c.final_client_accuracy),
             )
         }
     };
@@ -263,14 +257,8 @@ fn run_inner(
                     next_version,
                     last_eval: last_eval.clone(),
                     rounds: rounds.clone(),
-                    final_client_accuracy: final_client_accuracy
-                        .iter()
-                        .map(|a: &f64| (!a.is_nan()).then_some(*a))
-                        .collect(),
-                    best_client_accuracy: best_client_accuracy
-                        .iter()
-                        .map(|a: &f64| (!a.is_nan()).then_some(*a))
-                        .collect(),
+                    final_client_accuracy: known(&final_client_accuracy),
+                    best_client_accuracy: known(&best_client_accuracy),
                     gps_rounds,
                     newcomers: newcomers.clone(),
                     dropped_newcomers: dropped_newcomers.clone(),
@@ -604,6 +592,16 @@ fn gps_step(
         }
         None => Ok(false),
     }
+}
+
+/// Per-client accuracies as checkpointed: NaN (never evaluated) becomes None.
+fn known(acc: &[f64]) -> Vec<Option<f64>> {
+    acc.iter().map(|a| (!a.is_nan()).then_some(*a)).collect()
+}
+
+/// The inverse of [`known`].
+fn unknown_as_nan(acc: &[Option<f64>]) -> Vec<f64> {
+    acc.iter().map(|a| a.unwrap_or(f64::NAN)).collect()
 }
 
 /// Newcomer personalisation ([`FederationConfig::personalize_epochs`]): each newcomer trains its
