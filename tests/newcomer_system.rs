@@ -18,7 +18,9 @@ const ROUND_ZERO: usize = 9;
 #[test]
 fn late_edge_client_joins_its_groups_cluster() {
     // Shard `i` is in group `i % 4`: shard 9 is in group 1 (not the first cluster) with 1 and 5.
-    late_joiner("newcomer", "groups:012-34-56-789", &[], 4, &[1, 5], 0);
+    // After the last round it personalises its cluster's model for one epoch (Table 6).
+    let extra = ["--personalize", "1"];
+    late_joiner("newcomer", "groups:012-34-56-789", &extra, 4, &[1, 5], 0);
 }
 
 #[test]
@@ -108,6 +110,19 @@ fn late_joiner(
     assert_eq!(twin["newcomers"][0]["cluster"], n["cluster"]);
     assert_eq!(twin["newcomers"][0]["round"], round);
     assert_eq!(twin["newcomers"][0]["truth_match"], true);
+    if extra.contains(&"--personalize") {
+        // Trained and scored over MQTT as in process.
+        let served = n["personalized_accuracy"].as_f64().expect("personalised");
+        let simulated = twin["newcomers"][0]["personalized_accuracy"]
+            .as_f64()
+            .unwrap();
+        assert!(served > 0.5, "{served}");
+        assert!(
+            (served - simulated).abs() <= 0.005,
+            "{served} vs {simulated}"
+        );
+        assert_eq!(s["newcomers_personalized_accuracy"].as_f64(), Some(served));
+    }
     let (a, b) = (accuracies(&s), accuracies(&twin));
     assert_eq!(a.len(), b.len());
     for (r, (x, y)) in a.iter().zip(&b).enumerate() {
