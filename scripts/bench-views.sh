@@ -12,7 +12,8 @@ paper="--clients 100 --batch 10 --lr 0.01 --momentum 0.5 --seed 0"
 fl="$paper --frac 0.1 --rounds 50 --epochs 10"
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(dir-0.1-fedavg dir-0.1-local dir-0.1-local-pacfl dir-0.1-fedclust
-  label-2-fedclust label-3-fedclust label-2-fedclust-per-cluster dir-0.1-fedclust-l0.6-per-cluster
+  label-2-fedclust label-3-fedclust label-2-fedclust-per-cluster label-3-fedclust-per-cluster
+  dir-0.1-fedclust-l0.6-per-cluster
   table6-label-2-fedclust table6-label-2-local)
 for r in "${runs[@]}"; do
   case $r in
@@ -24,6 +25,7 @@ for r in "${runs[@]}"; do
     label-2-fedclust) a="--algorithm fedclust --partition label:2 $fl" ;;
     label-3-fedclust) a="--algorithm fedclust --partition label:3 $fl" ;;
     label-2-fedclust-per-cluster) a="--algorithm fedclust --partition label:2 $fl --sampling per-cluster" ;;
+    label-3-fedclust-per-cluster) a="--algorithm fedclust --partition label:3 $fl --sampling per-cluster" ;;
     dir-0.1-fedclust-l0.6-per-cluster) a="--algorithm fedclust --partition dir:0.1 $fl --lambda 0.6 --sampling per-cluster" ;;
     # FedClust's Table 6: 80 clients federate, 20 join after round 50 and personalise 5 epochs.
     table6-label-2-*) a="--algorithm ${r##*-} --partition label:2 $fl --newcomers 20 --join-round 51 --personalize 5" ;;
