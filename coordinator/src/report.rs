@@ -95,8 +95,7 @@ pub fn summary(
         "final_accuracy_proportional":
             result.rounds.iter().rev().find_map(|r| r.accuracy_proportional),
         // Each client at its own best evaluation (the run's view): PACFL's optimistic figure.
-        "client_best_accuracy": result.best_client_accuracy.iter()
-            .map(|a| (!a.is_nan()).then_some(*a)).collect::<Vec<_>>(),
+        "client_best_accuracy": result.best_client_accuracy, // NaN (never evaluated) as null
         "mean_client_best_accuracy": result.mean_best_client_accuracy(),
         // FedClust's Table 6: the newcomers' mean accuracy after personalising.
         "newcomers_personalized_accuracy": result.mean_personalized_accuracy(),

@@ -8,7 +8,7 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
-use super::result::task_accuracy;
+use super::result::{mean_of, task_accuracy};
 use super::{
     Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env,
     FederationConfig, FederationError, GpsLink, Init, Job, Newcomer, NewcomerError, Observer,
@@ -418,18 +418,17 @@ fn run_inner(
                 .collect();
             // Means over the clients with an evaluation (on a fleet, a client that never
             // answered has none; in process every client has one).
-            let in_view = |view| -> Vec<Option<f64>> {
+            let [labels, proportional] = [LocalTest::Labels, LocalTest::Proportional].map(|v| {
                 reports
                     .iter()
-                    .map(|e| e.as_ref().and_then(|r| r.accuracy_in(view)))
-                    .collect()
+                    .map(|e| e.as_ref().and_then(|r| r.accuracy_in(v)))
+                    .collect::<Vec<Option<f64>>>()
+            });
+            let views = [&labels, &proportional].map(|a| mean_of(a.iter().flatten().copied()));
+            let acc = match cfg.local_test {
+                LocalTest::Labels => labels,
+                LocalTest::Proportional => proportional,
             };
-            let mean = |acc: &[Option<f64>]| {
-                let evaluated = acc.iter().flatten().count();
-                (evaluated > 0).then(|| acc.iter().flatten().sum::<f64>() / evaluated as f64)
-            };
-            let views = [LocalTest::Labels, LocalTest::Proportional].map(|v| mean(&in_view(v)));
-            let acc = in_view(cfg.local_test);
             let mut per_cluster = vec![(0.0, 0usize); state.len()];
             for (p, a) in acc.iter().enumerate() {
                 if let Some(a) = a {

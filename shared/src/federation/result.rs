@@ -308,26 +308,32 @@ impl RunResult {
     /// The newcomers' mean accuracy after personalising ([`Newcomer::personalized_accuracy`]),
     /// over those that have one.
     pub fn mean_personalized_accuracy(&self) -> Option<f64> {
-        let a: Vec<f64> = self
-            .newcomers
-            .iter()
-            .filter_map(|n| n.personalized_accuracy)
-            .collect();
-        (!a.is_empty()).then(|| a.iter().sum::<f64>() / a.len() as f64)
+        mean_of(
+            self.newcomers
+                .iter()
+                .filter_map(|n| n.personalized_accuracy),
+        )
     }
 
     /// The mean over the evaluated clients of each one's best accuracy in the run (PACFL's
     /// "Best Clients AVG Acc"): an optimistic figure, as each client is scored at its own best
     /// round.
     pub fn mean_best_client_accuracy(&self) -> Option<f64> {
-        let best: Vec<f64> = self
-            .best_client_accuracy
-            .iter()
-            .copied()
-            .filter(|a| !a.is_nan())
-            .collect();
-        (!best.is_empty()).then(|| best.iter().sum::<f64>() / best.len() as f64)
+        mean_of(
+            self.best_client_accuracy
+                .iter()
+                .copied()
+                .filter(|a| !a.is_nan()),
+        )
     }
+}
+
+/// The mean of `values` (None when there are none).
+pub(super) fn mean_of(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values
+        .into_iter()
+        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
 }
 
 /// Per-task accuracy of one evaluation (see [`RoundRecord::task_accuracy`]).
