@@ -1,5 +1,6 @@
 //! Crash and fault tolerance over real brokers (issue 11 §5): a failed run tells its fleet to
-//! finish; a stale or forged retained `Hello` never blocks a run.
+//! finish; a stale or forged retained `Hello` never blocks a run; clients killed in round 0 or
+//! mid-round are named and the run completes without them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,29 +113,47 @@ fn failed_join_tells_the_joined_client_to_finish() {
     assert!(text.contains("only 1 client(s) joined"), "{text}");
 }
 
-/// A client killed during round 0 fails the run (its signature is missing); the other clients
-/// are told to finish.
+/// A client killed during round 0 (before its signature is sent) is left out: FedClust
+/// clusters the other three, the run completes with them, and `summary.json` names it.
 #[test]
-fn failed_round_zero_tells_the_fleet_to_finish() {
+fn client_killed_in_round_zero_is_left_out_and_the_run_completes() {
     let partition = "groups:012-34-56-789";
-    let flags = run_flags(partition, 4, 1, 1.0, 12);
-    let (dir, port, prefix, coordinator) = start("fault-round0", &flags, &patient(4));
+    let flags = run_flags(partition, 4, 2, 1.0, 12);
+    let (dir, port, prefix, mut coordinator) = start("fault-round0", &flags, &patient(4));
     let topics = Topics::new(&prefix).unwrap();
     let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
     let mut clients = fleet(&dir, port, &prefix, partition, 4, 12);
     // The first round-0 job seen: its client is killed before it can answer.
-    let victim: usize = first_job(&link, &topics, |env| {
+    let victim = first_job(&link, &topics, |env| {
         matches!(env.body, ToClient::Signature { .. })
-    })
-    .trim_start_matches('c')
-    .parse()
-    .unwrap();
-    let (mut killed, _) = clients.remove(victim);
+    });
+    let v: usize = victim.trim_start_matches('c').parse().unwrap();
+    let (mut killed, _) = clients.remove(v);
     killed.child.kill().unwrap();
     killed.child.wait().unwrap();
-    assert_failed_and_fleet_finished(&dir, coordinator, clients);
-    let text = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
-    assert!(text.contains("telling its clients to finish"), "{text}");
+    let log = dir.join("coordinator.log");
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(30), &log);
+    }
+    let s = summary(&dir.join("out"));
+    assert_eq!(s["left_out"], serde_json::json!([victim]), "{s:#}");
+    assert_eq!(s["n_clients"], 3, "{s:#}");
+    let ids = s["client_ids"].as_array().unwrap();
+    assert!(!ids.iter().any(|i| i == victim.as_str()), "{s:#}");
+    assert_eq!(s["dropped_clients"][&victim]["round"], 0, "{s:#}");
+    // Both rounds trained the three that are left.
+    let csv = std::fs::read_to_string(dir.join("out/rounds.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 3, "{csv}");
+    for row in &rows[1..] {
+        assert_eq!(&row[1..3], &["3", "3"], "{csv}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(&format!("{victim} sent no round-0 upload")),
+        "{text}"
+    );
 }
 
 /// Retained `Hello`s of clients that are not there (a forged one under a fresh id, a stale one

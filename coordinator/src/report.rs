@@ -7,7 +7,8 @@ use anyhow::Context;
 use edgecfl_shared::algorithms::fedclust::Clustering;
 use edgecfl_shared::algorithms::mthfl::Relevance;
 use edgecfl_shared::federation::{
-    Algorithm, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord, RunResult,
+    Algorithm, ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord,
+    RunResult,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
@@ -75,16 +76,21 @@ pub fn summary(
         "bytes_down_per_client": 4 * result.floats_down / n.max(1) as u64,
         "newcomers": newcomers_json(result),
         "dropped_newcomers": dropped_json(result),
+        "config": cfg,
+    });
+    // What the run did not take (apart: one json! of every key exceeds the macro's recursion
+    // limit).
+    let faults = json!({
         "weighting": f.weighting.to_string(),
         "max_update_norm": f.max_update_norm,
         // Trained models dropped for claiming more samples than declared or for a change above
         // max_update_norm: each with client id, round and reason; and their count per client.
         "dropped_updates": result.dropped_updates,
         "dropped_updates_per_client": dropped_updates_per_client(result),
-        "config": cfg,
+        // Round-0 clients without a round-0 upload, left out of the run.
+        "left_out": result.left_out.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
     });
-    // Both local test views (`accuracy_per_round` is the one `local_test` names); apart, as
-    // one json! of every key exceeds the macro's recursion limit.
+    // Both local test views (`accuracy_per_round` is the one `local_test` names).
     let views = json!({
         "local_test": f.local_test.to_string(),
         "accuracy_labels_per_round":
@@ -100,11 +106,12 @@ pub fn summary(
         // FedClust's Table 6: the newcomers' mean accuracy after personalising.
         "newcomers_personalized_accuracy": result.mean_personalized_accuracy(),
     });
-    if let (Value::Object(views), Value::Object(map)) = (views, &mut v) {
-        map.extend(views);
-    }
-    if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut v) {
-        map.extend(extra);
+    if let Value::Object(map) = &mut v {
+        for part in [Some(faults), Some(views), extra].into_iter().flatten() {
+            if let Value::Object(part) = part {
+                map.extend(part);
+            }
+        }
     }
     v
 }
@@ -344,6 +351,15 @@ impl Observer for Progress {
             warn!(
                 "round {}: newcomer {} dropped: {}",
                 d.round, d.client.id, d.reason
+            )
+        });
+    }
+
+    fn left_out(&mut self, c: &ClientInfo) {
+        self.log(|| {
+            warn!(
+                "round 0: {} sent no round-0 upload; the run goes on without it",
+                c.id
             )
         });
     }

@@ -19,7 +19,7 @@ use clap::Args;
 use edgecfl_shared::algorithms::Algorithm;
 use edgecfl_shared::federation::{self, Observer, RunContext, RunResult};
 use edgecfl_shared::mqtt::{Link, LinkOptions, Security, SecurityArgs, fleet_backlog};
-use edgecfl_shared::protocol::{self, BrokerAddr, Encoding, Id, Topics};
+use edgecfl_shared::protocol::{self, BrokerAddr, Encoding, Topics};
 use serde_json::json;
 use tracing::{error, info};
 
@@ -381,7 +381,9 @@ pub fn run(
     }
     let mut extra = json!({
         "run_id": run.as_str(),
-        "client_ids": pool.client_ids().iter().map(Id::as_str).collect::<Vec<_>>(),
+        // The run's clients, in the order of the per-client arrays (round-0 clients left out
+        // and newcomers turned away are not among them).
+        "client_ids": result.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         "broker": broker.to_string(),
         "upload_encoding": net.upload.to_string(),
         "rejected": pool.tally,
@@ -403,7 +405,14 @@ pub fn run(
                 run: run.clone(),
                 federation: cfg.federation.clone(),
                 assignment: result.assignment.clone(),
-                clients: pool.client_ids(),
+                clients: {
+                    let ids = pool.client_ids();
+                    result
+                        .clients
+                        .iter()
+                        .map(|c| ids[c.index].clone())
+                        .collect()
+                },
                 samples: result.clients.iter().map(|c| c.samples).collect(),
                 upload: net.upload,
                 join_timeout: Duration::from_secs_f64(net.join_timeout),

@@ -49,9 +49,9 @@
 //! What is reported: `Init::distances` is the Euclidean distance matrix of all round-0 uploads
 //! (for plots). `Init::clustering` (a [`Clustering`], which holds one dendrogram) is set when the
 //! whole clustering is one tree: pre-clustering off, or a single pre-cluster; otherwise it is
-//! `None` (the pre-clusters' trees are separate). A missing or malformed round-0 answer (no
-//! statistics, a non-finite or negative entropy) fails round 0 with
-//! [`FederationError::TooFewSignatures`], as FedClust does.
+//! `None` (the pre-clusters' trees are separate). A client with a missing or malformed round-0
+//! answer (no statistics, a non-finite or negative entropy) is left out of the run
+//! ([`round0_uploads`]), as in FedClust.
 
 use std::collections::HashMap;
 
@@ -66,7 +66,7 @@ use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, LabelStats,
     NewcomerError, Placement, RoundStats, Strategy, Target, Training, bad_state, client_seed,
-    fedavg_round, strategy_state,
+    fedavg_round, round0_uploads, strategy_state,
 };
 use crate::model::{LayerSet, Params};
 
@@ -384,32 +384,28 @@ impl Strategy for AdaCfl {
         let n = env.clients.len();
         let stats = self.pre_cluster;
         let jobs = (0..n).map(|p| (p, upload_job(env, p, stats))).collect();
-        let mut uploads: Vec<(usize, Vec<f32>, Option<LabelStats>)> = env
+        // (position, (signature, statistics)) of each well-formed upload.
+        let uploads: Vec<_> = env
             .run(0, jobs)?
             .into_iter()
             .filter_map(|(p, a)| match a {
-                Answer::Signature { values, stats: s } => Some((p, values, s)),
+                Answer::Signature { values, stats: s } => Some((p, (values, s))),
                 _ => None,
             })
-            .filter(|(_, _, s)| !stats || s.as_ref().is_some_and(valid_stats))
+            .filter(|(_, (_, s))| !stats || s.as_ref().is_some_and(valid_stats))
             .collect();
-        uploads.sort_by_key(|(p, _, _)| *p);
-        if uploads.len() != n {
-            return Err(FederationError::TooFewSignatures {
-                expected: n,
-                got: uploads.len(),
-            });
-        }
+        let (uploads, absent) = round0_uploads(n, uploads)?;
         let pre = if stats {
-            let s: Vec<LabelStats> = uploads.iter().filter_map(|(_, _, s)| *s).collect();
+            let s: Vec<LabelStats> = uploads.iter().filter_map(|(_, s)| *s).collect();
             pre_cluster(&s)
         } else {
-            vec![0; n]
+            vec![0; uploads.len()]
         };
-        let vectors: Vec<Vec<f32>> = uploads.into_iter().map(|(_, v, _)| v).collect();
+        let vectors: Vec<Vec<f32>> = uploads.into_iter().map(|(v, _)| v).collect();
         let len = vectors[0].len();
         let c = adaptive_clustering(&vectors, &pre, env.cfg.linkage, env.cfg.threshold)?;
         let mut init = Init::plain(c.assignment.clone(), env.initial, true);
+        init.absent = absent;
         init.signature_len = len;
         // Floats in f32, plus L (u32) and s (f64) when asked.
         init.signature_bytes = len * 4 + if stats { 12 } else { 0 };

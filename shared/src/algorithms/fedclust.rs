@@ -23,7 +23,7 @@ use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, Training, client_seed, fedavg_round,
+    Placement, RoundStats, Strategy, Target, Training, client_seed, fedavg_round, round0_uploads,
 };
 
 /// Where to cut the dendrogram.
@@ -344,18 +344,11 @@ impl Strategy for FedClust {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let n = env.clients.len();
         let jobs = (0..n).map(|p| (p, signature_job(env, p))).collect();
-        let mut sigs = signatures(env.run(0, jobs)?);
-        sigs.sort_by_key(|(p, _)| *p);
-        if sigs.len() != n {
-            return Err(FederationError::TooFewSignatures {
-                expected: n,
-                got: sigs.len(),
-            });
-        }
-        let vectors: Vec<Vec<f32>> = sigs.into_iter().map(|(_, s)| s).collect();
+        let (vectors, absent) = round0_uploads(n, signatures(env.run(0, jobs)?))?;
         let len = vectors[0].len();
         let (c, d) = cluster(&vectors, env.cfg.linkage, env.cfg.threshold)?;
         let mut init = Init::plain(c.assignment.clone(), env.initial, true);
+        init.absent = absent;
         init.signature_len = len;
         init.signature_bytes = len * 4;
         init.distances = Some(d);

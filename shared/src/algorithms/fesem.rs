@@ -29,7 +29,8 @@ use rand_chacha::ChaCha8Rng;
 use crate::aggregate::{AggregateError, weighted_average};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, Prox, RoundStats, Strategy, Target, Training, Update, client_seed, updates_of,
+    Placement, Prox, RoundStats, Strategy, Target, Training, Update, client_seed, round0_uploads,
+    updates_of,
 };
 use crate::model::{LayerSet, ParamLayout, Params, Selection};
 
@@ -226,17 +227,10 @@ impl Strategy for FeSem {
         let n = env.clients.len();
         let initial = env.initial;
         let jobs = (0..n).map(|p| (p, warmup_job(env, p, initial))).collect();
-        let mut updates = updates_of(env.run(0, jobs)?);
-        updates.sort_by_key(|(p, _)| *p);
-        if updates.len() != n {
-            return Err(FederationError::TooFewSignatures {
-                expected: n,
-                got: updates.len(),
-            });
-        }
+        let (updates, absent) = round0_uploads(n, updates_of(env.run(0, jobs)?))?;
         let points: Vec<Vec<f32>> = updates
             .iter()
-            .map(|(_, u)| self.selection.extract(&u.params.values))
+            .map(|u| self.selection.extract(&u.params.values))
             .collect();
         let seed = client_seed(env.cfg.seed, 0, usize::MAX - 1);
         let (assignment, _) = kmeans(&points, self.k, RESTARTS, seed);
@@ -247,13 +241,14 @@ impl Strategy for FeSem {
                 .iter()
                 .zip(&assignment)
                 .filter(|(_, a)| **a == c)
-                .map(|((_, u), _)| &u.params)
+                .map(|(u, _)| &u.params)
                 .collect();
             models.push(mean(&members)?);
         }
         let len = self.selection.len();
         Ok(Init {
             assignment,
+            absent,
             models,
             clustering: None,
             distances: None,

@@ -81,7 +81,7 @@ use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, fedavg_round,
+    Placement, RoundStats, Strategy, Target, fedavg_round, round0_uploads,
 };
 use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
 use crate::train::{Device, LocalData, PIXELS, to_unit};
@@ -1129,14 +1129,7 @@ impl Strategy for MtHfl {
         let cfg = env.cfg;
         let n = env.clients.len();
         let jobs = (0..n).map(|p| (p, signature_job(cfg))).collect();
-        let sigs = signatures_of(env.run(0, jobs)?);
-        if sigs.len() != n {
-            return Err(FederationError::TooFewSignatures {
-                expected: n,
-                got: sigs.len(),
-            });
-        }
-        let sigs: Vec<Signature> = sigs.into_iter().map(|(_, s)| s).collect();
+        let (mut sigs, mut absent) = round0_uploads(n, signatures_of(env.run(0, jobs)?))?;
         let rows = match cfg.relevance {
             Relevance::Server => {
                 let device = env
@@ -1147,8 +1140,11 @@ impl Strategy for MtHfl {
                 server_rows(&sigs, cfg.estimate, &device)?
             }
             Relevance::Client => {
-                let jobs = (0..n)
-                    .map(|p| {
+                // Signature `j` is that of the j-th present client.
+                let present: Vec<usize> = (0..n).filter(|p| !absent.contains(p)).collect();
+                let jobs = present
+                    .iter()
+                    .map(|&p| {
                         (
                             p,
                             Job::Relevance {
@@ -1158,28 +1154,51 @@ impl Strategy for MtHfl {
                         )
                     })
                     .collect();
-                let mut rows: Vec<(usize, Vec<f64>)> = env
+                let got: Vec<(usize, Vec<f64>)> = env
                     .run(0, jobs)?
                     .into_iter()
                     .filter_map(|(p, a)| match a {
-                        Answer::Row(r) => Some((p, r)),
+                        Answer::Row(r) => present.binary_search(&p).ok().map(|j| (j, r)),
                         _ => None,
                     })
                     .collect();
-                rows.sort_by_key(|(p, _)| *p);
-                if rows.len() != n {
-                    return Err(FederationError::TooFewRows {
-                        expected: n,
-                        got: rows.len(),
-                    });
-                }
-                rows.into_iter().map(|(_, r)| r).collect()
+                let (rows, missing) = round0_uploads(present.len(), got).map_err(|e| match e {
+                    FederationError::TooFewSignatures { expected, got } => {
+                        FederationError::TooFewRows { expected, got }
+                    }
+                    e => e,
+                })?;
+                // A client without a row leaves too, with its column of the others' rows.
+                let keep = |j: &usize| !missing.contains(j);
+                let rows = if missing.is_empty() {
+                    rows
+                } else {
+                    rows.into_iter()
+                        .map(|r| {
+                            r.into_iter()
+                                .enumerate()
+                                .filter(|(j, _)| keep(j))
+                                .map(|(_, v)| v)
+                                .collect()
+                        })
+                        .collect()
+                };
+                sigs = sigs
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(j, _)| keep(j))
+                    .map(|(_, s)| s)
+                    .collect();
+                absent.extend(missing.iter().map(|&j| present[j]));
+                absent.sort_unstable();
+                rows
             }
         };
         let relevance = symmetrise(&rows)?;
         let (clustering, distances) = cluster(&relevance, cfg.linkage, cfg.threshold)?;
         let floats = sigs[0].k * sigs[0].d + sigs[0].k;
         let mut init = Init::plain(clustering.assignment.clone(), env.initial, true);
+        init.absent = absent;
         init.clustering = Some(clustering.clone());
         init.distances = Some(distances);
         init.relevance = Some(relevance);

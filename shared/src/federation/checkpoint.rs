@@ -59,6 +59,9 @@ pub struct Checkpoint {
     pub newcomers: Vec<Newcomer>,
     /// Newcomers turned away so far.
     pub dropped_newcomers: Vec<DroppedNewcomer>,
+    /// Round-0 clients left out of the run (no round-0 upload).
+    #[serde(default)]
+    pub left_out: Vec<ClientInfo>,
     /// Trained models dropped so far.
     pub dropped_updates: Vec<DroppedUpdate>,
     /// Floats sent down so far.

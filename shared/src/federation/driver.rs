@@ -124,13 +124,17 @@ fn run_inner(
         None
     };
     let mut strategy = cfg.algorithm.strategy(cfg)?;
-    // Position in `clients` of each pool index (round-0 clients: the same; newcomers may leave
-    // gaps where one was dropped).
+    // Position in `clients` of each pool index (round-0 clients: the same until one is left
+    // out; newcomers may leave gaps where one was dropped).
     let mut position: HashMap<usize, usize> = clients
         .iter()
         .enumerate()
         .map(|(p, c)| (c.index, p))
         .collect();
+    // Round-0 clients that sent no round-0 upload (left out of the run).
+    let mut left_out: Vec<ClientInfo> = resume
+        .as_ref()
+        .map_or_else(Vec::new, |c| c.left_out.clone());
     let mut traffic = Traffic::default();
     // Dropped updates already handed to the observer.
     let mut reported = 0;
@@ -176,11 +180,29 @@ fn run_inner(
         None => {
             let mut init = strategy.init(&mut env!())?;
             report_dropped!();
-            let ari = match &ctx.truth {
-                // The truth may cover clients that join later too (pool indices n..).
-                Some(t) if init.clusters_found && t.len() >= n => {
-                    Some(adjusted_rand_index(&init.assignment, &t[..n]))
+            // Round-0 clients without a round-0 upload leave the run.
+            if !init.absent.is_empty() {
+                for &p in &init.absent {
+                    observer.left_out(&clients[p]);
+                    left_out.push(clients[p].clone());
                 }
+                clients.retain(|c| !left_out.iter().any(|l| l.index == c.index));
+                position = clients
+                    .iter()
+                    .enumerate()
+                    .map(|(p, c)| (c.index, p))
+                    .collect();
+            }
+            if init.assignment.len() != clients.len() {
+                return Err(FederationError::Config(format!(
+                    "{} assigned {} of {} clients in round 0",
+                    cfg.algorithm,
+                    init.assignment.len(),
+                    clients.len()
+                )));
+            }
+            let ari = match &ctx.truth {
+                Some(t) if init.clusters_found => truth_ari(t, &clients, &init.assignment),
                 _ => None,
             };
             if let Some(c) = &init.clustering {
@@ -192,7 +214,7 @@ fn run_inner(
             );
             // Last evaluation of each client, with the (cluster, model version) it was made
             // under.
-            let last_eval: Vec<Option<(EvalReport, (usize, u64))>> = vec![None; n];
+            let last_eval: Vec<Option<(EvalReport, (usize, u64))>> = vec![None; clients.len()];
             (
                 init,
                 ari,
@@ -219,6 +241,7 @@ fn run_inner(
             };
             let init = Init {
                 assignment: Vec::new(),
+                absent: Vec::new(),
                 models: Vec::new(),
                 clustering: c.clustering.clone(),
                 distances,
@@ -262,6 +285,7 @@ fn run_inner(
                     gps_rounds,
                     newcomers: newcomers.clone(),
                     dropped_newcomers: dropped_newcomers.clone(),
+                    left_out: left_out.clone(),
                     dropped_updates: traffic.dropped.clone(),
                     floats_down: traffic.down,
                     floats_up: traffic.up,
@@ -527,6 +551,7 @@ fn run_inner(
         models: state.models().to_vec(),
         newcomers,
         dropped_newcomers,
+        left_out,
         dropped_updates: traffic.dropped,
         floats_down: traffic.down,
         floats_up: traffic.up,

@@ -282,11 +282,46 @@ macro_rules! stateless_resume {
     };
 }
 
+/// The round-0 uploads `got` of `n` clients (position, upload), in position order, and the
+/// positions with none. A one-shot method clusters the clients that answered and reports the
+/// others in [`Init::absent`]: on a fleet a client may die during round 0, and the run goes on
+/// without it (it is named in the summary, as a client lost in a later round is).
+///
+/// # Errors
+///
+/// [`FederationError::TooFewSignatures`] when fewer than two clients answered (one when the
+/// run has one client): there is nothing to cluster.
+pub fn round0_uploads<T>(
+    n: usize,
+    mut got: Vec<(usize, T)>,
+) -> Result<(Vec<T>, Vec<usize>), FederationError> {
+    got.sort_by_key(|(p, _)| *p);
+    got.dedup_by_key(|(p, _)| *p);
+    if got.len() < n.min(2) {
+        return Err(FederationError::TooFewSignatures {
+            expected: n,
+            got: got.len(),
+        });
+    }
+    let mut absent = Vec::new();
+    let mut next = 0;
+    for (p, _) in &got {
+        absent.extend(next..*p);
+        next = p + 1;
+    }
+    absent.extend(next..n);
+    Ok((got.into_iter().map(|(_, u)| u).collect(), absent))
+}
+
 /// What [`Strategy::init`] found.
 #[derive(Debug, Clone)]
 pub struct Init {
-    /// Cluster of each round-0 client (by position).
+    /// Cluster of each round-0 client that sent its round-0 upload, by position, leaving out
+    /// those in `absent`.
     pub assignment: Vec<usize>,
+    /// Positions of the round-0 clients that sent no round-0 upload (dropped out, timed out, or
+    /// sent a malformed one): the run goes on without them (see [`round0_uploads`]).
+    pub absent: Vec<usize>,
     /// One model per cluster.
     pub models: Vec<Params>,
     /// The one-shot clustering, when there is one (reported, plotted, scored).
@@ -309,6 +344,7 @@ impl Init {
         let k = assignment.iter().max().map_or(0, |m| m + 1);
         Init {
             assignment,
+            absent: Vec::new(),
             models: vec![initial.clone(); k],
             clustering: None,
             distances: None,
@@ -789,7 +825,25 @@ impl RoundStats {
 
 #[cfg(test)]
 mod tests {
-    use super::change_norm;
+    use super::{FederationError, change_norm, round0_uploads};
+
+    #[test]
+    fn round0_uploads_in_position_order_and_the_absent() {
+        let (got, absent) =
+            round0_uploads(6, vec![(3, 'd'), (0, 'a'), (2, 'c'), (3, 'x')]).unwrap();
+        assert_eq!(got, ['a', 'c', 'd']);
+        assert_eq!(absent, [1, 4, 5]);
+        let (got, absent) = round0_uploads(1, vec![(0, 'a')]).unwrap();
+        assert_eq!((got, absent), (vec!['a'], vec![]));
+        assert!(matches!(
+            round0_uploads(3, vec![(1, 'b')]),
+            Err(FederationError::TooFewSignatures {
+                expected: 3,
+                got: 1
+            })
+        ));
+        assert!(round0_uploads::<char>(0, vec![]).is_ok_and(|(g, a)| g.is_empty() && a.is_empty()));
+    }
 
     #[test]
     fn change_norm_is_the_l2_distance() {

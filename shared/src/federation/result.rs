@@ -19,6 +19,8 @@ pub trait Observer {
     fn newcomer(&mut self, _newcomer: &Newcomer) {}
     /// A client that joined after round 0 was turned away (the run goes on without it).
     fn newcomer_dropped(&mut self, _dropped: &DroppedNewcomer) {}
+    /// A round-0 client sent no round-0 upload and was left out of the run.
+    fn left_out(&mut self, _client: &ClientInfo) {}
     /// A trained model was dropped: it claimed more samples than its client declared, or its
     /// change is above `max_update_norm` (reported at the end of the round it came in).
     fn update_dropped(&mut self, _dropped: &DroppedUpdate) {}
@@ -212,7 +214,8 @@ pub struct RunResult {
     /// Clients.
     pub clients: Vec<ClientInfo>,
     /// Final cluster of each client, by position in `clients` (`clients[p].index` is the pool's
-    /// index: `p` itself unless a newcomer before it was dropped).
+    /// index: `p` itself unless a round-0 client before it was left out or a newcomer before it
+    /// was dropped).
     pub assignment: Vec<usize>,
     /// Number of clusters.
     pub n_clusters: usize,
@@ -251,6 +254,9 @@ pub struct RunResult {
     pub newcomers: Vec<Newcomer>,
     /// Clients that joined after round 0 and were turned away.
     pub dropped_newcomers: Vec<DroppedNewcomer>,
+    /// Round-0 clients that sent no round-0 upload and were left out of the run (in none of
+    /// `clients`, `assignment`, the accuracies).
+    pub left_out: Vec<ClientInfo>,
     /// Trained models dropped for claiming too many samples or for a too large change, in the
     /// order they came.
     pub dropped_updates: Vec<DroppedUpdate>,

@@ -1,0 +1,180 @@
+//! Clients lost in round 0 (issue 11 §5), in process on the bundled Fashion-MNIST subset: a
+//! one-shot method clusters the clients whose round-0 upload came back and the run goes on
+//! without the others, who are named (`RunResult::left_out`, the observer) and never asked
+//! again. Checked against the known groups and against the full run's relevance matrix.
+
+use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::algorithms::mthfl::Relevance;
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::partition::{PartitionSpec, partition};
+use edgecfl_shared::federation::{
+    self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, FederationError, Job,
+    Observer, PoolError, RunContext, RunResult,
+};
+use edgecfl_shared::model::ModelKind;
+use edgecfl_shared::sim::SimPool;
+use edgecfl_shared::train::Backend;
+
+/// A [`SimPool`] whose `silent` clients send nothing back in round 0 (only their relevance
+/// rows with `rows_only`), and which records every (round, client) it was asked to work.
+struct Silent {
+    inner: SimPool,
+    silent: Vec<usize>,
+    rows_only: bool,
+    asked: Vec<(usize, usize)>,
+}
+
+impl Silent {
+    fn new(spec: &str, clients: usize, silent: &[usize], rows_only: bool) -> (Self, RunContext) {
+        let data = FashionMnist::bundled().unwrap();
+        let spec: PartitionSpec = spec.parse().unwrap();
+        let part = partition(&spec, &data.train.labels, clients, 7).unwrap();
+        let pool = Silent {
+            inner: SimPool::new(&data, &part, Backend::Flex).unwrap(),
+            silent: silent.to_vec(),
+            rows_only,
+            asked: Vec::new(),
+        };
+        (pool, RunContext::of_partition(&part))
+    }
+}
+
+impl ClientPool for Silent {
+    fn clients(&self) -> Vec<ClientInfo> {
+        self.inner.clients()
+    }
+    fn run(
+        &mut self,
+        round: usize,
+        jobs: &[(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        self.asked.extend(jobs.iter().map(|(i, _)| (round, *i)));
+        let answers = self.inner.run(round, jobs)?;
+        Ok(answers
+            .into_iter()
+            .filter(|(i, a)| {
+                let lost = round == 0
+                    && self.silent.contains(i)
+                    && (!self.rows_only || matches!(a, Answer::Row(_)));
+                !lost
+            })
+            .collect())
+    }
+}
+
+/// The clients the observer was told were left out.
+#[derive(Default)]
+struct Told(Vec<usize>);
+impl Observer for Told {
+    fn left_out(&mut self, client: &ClientInfo) {
+        self.0.push(client.index);
+    }
+}
+
+fn config(algorithm: Algorithm) -> FederationConfig {
+    FederationConfig {
+        algorithm,
+        rounds: 2,
+        frac: 1.0,
+        epochs: 1,
+        warmup_epochs: 1,
+        clusters: (algorithm == Algorithm::FeSem).then_some(4),
+        seed: 7,
+        ..FederationConfig::default()
+    }
+}
+
+fn indices(clients: &[ClientInfo]) -> Vec<usize> {
+    clients.iter().map(|c| c.index).collect()
+}
+
+#[test]
+fn one_shot_methods_go_on_without_the_clients_silent_in_round_0() {
+    const N: usize = 12;
+    let silent = [2, 9];
+    for algorithm in [Algorithm::FedClust, Algorithm::AdaCfl, Algorithm::FeSem] {
+        let (mut pool, ctx) = Silent::new("groups:012-34-56-789", N, &silent, false);
+        let mut told = Told::default();
+        let r = federation::run(&config(algorithm), &mut pool, &ctx, &mut told).unwrap();
+        let present: Vec<usize> = (0..N).filter(|i| !silent.contains(i)).collect();
+        assert_eq!(indices(&r.left_out), silent, "{algorithm}");
+        assert_eq!(told.0, silent, "{algorithm}: the observer hears of each");
+        assert_eq!(indices(&r.clients), present, "{algorithm}");
+        assert_eq!(r.assignment.len(), N - 2, "{algorithm}");
+        assert_eq!(r.final_client_accuracy.len(), N - 2, "{algorithm}");
+        assert!(
+            r.final_client_accuracy.iter().all(|a| a.is_finite()),
+            "{algorithm}: every present client evaluated"
+        );
+        // Never asked again after round 0.
+        let later: Vec<_> = pool
+            .asked
+            .iter()
+            .filter(|(round, i)| *round > 0 && silent.contains(i))
+            .collect();
+        assert!(later.is_empty(), "{algorithm}: {later:?}");
+        for rec in &r.rounds {
+            assert_eq!((rec.sampled, rec.received), (N - 2, N - 2), "{algorithm}");
+        }
+        if algorithm == Algorithm::FedClust {
+            // The ten present clients' groups, found with the automatic cut.
+            assert_eq!(r.ari, Some(1.0), "{:?}", r.assignment);
+        }
+    }
+}
+
+/// MT-HFL with the relevance on the clients: a client that sent its signature but no relevance
+/// row leaves too, and the run's relevance matrix is the full run's without its row and column.
+#[test]
+fn mthfl_client_without_its_relevance_row_is_left_out() {
+    const N: usize = 10;
+    let cfg = FederationConfig {
+        model: ModelKind::Mlp,
+        relevance: Relevance::Client,
+        threshold: Threshold::Clusters(3),
+        batch_size: 10,
+        lr: 0.05,
+        rounds: 1,
+        ..config(Algorithm::MtHfl)
+    };
+    let run = |silent: &[usize]| -> RunResult {
+        let (mut pool, ctx) = Silent::new("tasks:fmnist3", N, silent, true);
+        federation::run(&cfg, &mut pool, &ctx, &mut Told::default()).unwrap()
+    };
+    let full = run(&[]);
+    let lost = 4;
+    let r = run(&[lost]);
+    assert_eq!(indices(&r.left_out), [lost]);
+    let (all, rel) = (full.relevance.unwrap(), r.relevance.unwrap());
+    let keep: Vec<usize> = (0..N).filter(|&i| i != lost).collect();
+    assert_eq!(rel.len(), N - 1);
+    for (a, &i) in keep.iter().enumerate() {
+        for (b, &j) in keep.iter().enumerate() {
+            assert_eq!(rel[a][b], all[i][j], "R({i}, {j})");
+        }
+    }
+    assert_eq!(r.ari, Some(1.0), "{:?}", r.assignment);
+}
+
+#[test]
+fn fewer_than_two_round_0_uploads_fail_the_run() {
+    const N: usize = 4;
+    let (mut pool, ctx) = Silent::new("groups:012-34-56-789", N, &[0, 1, 3], false);
+    let err = federation::run(
+        &config(Algorithm::FedClust),
+        &mut pool,
+        &ctx,
+        &mut Told::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FederationError::TooFewSignatures {
+                expected: N,
+                got: 1
+            }
+        ),
+        "{err}"
+    );
+}
