@@ -10,7 +10,7 @@
 use clap::Args;
 use edgecfl_shared::data::fmnist::FashionMnistLabels;
 use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::train::{Backend, LocalData, PIXELS, TrainConfig, train_local};
+use edgecfl_shared::train::{Backend, LocalData, TrainConfig, train_local};
 use serde::Serialize;
 
 use crate::shard::ShardArgs;
@@ -66,15 +66,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
     let (local, _shard) = if args.shard.partition.is_some() {
         let shard = args.shard.load()?;
         let n = args.samples.min(shard.train.len());
-        let first = LocalData {
-            pixels: shard.train.pixels[..n * PIXELS].to_vec(),
-            labels: shard.train.labels[..n].to_vec(),
-        };
+        // Read from the scratch file as training reads it when the shard was spilled.
+        let first = shard.train.first(n);
         info!(
-            "bench: first {n} of {} training samples ({} test) of {}",
+            "bench: first {n} of {} training samples ({} test) of {}{}",
             shard.train.len(),
             shard.test.len(),
-            shard.source
+            shard.source,
+            if first.is_spilled() {
+                ", images in a scratch file"
+            } else {
+                ""
+            }
         );
         (first, Some(shard))
     } else {

@@ -3,8 +3,9 @@
 //!
 //! The labels are read first; the partition is cut from them; then the image files are streamed
 //! once and only this client's images are kept ([`FashionMnistLabels`]), as bytes
-//! ([`LocalData`]). The client never holds the full dataset, and trains on exactly the images,
-//! in the order, that cutting the shard out of the fully loaded dataset gives.
+//! ([`LocalData`]), in memory or, above `--spill-above`, in a scratch file read back a batch at
+//! a time. The client never holds the full dataset, and trains on exactly the images, in the
+//! order, that cutting the shard out of the fully loaded dataset gives.
 
 use std::path::PathBuf;
 
@@ -12,8 +13,9 @@ use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::data::fmnist::FashionMnistLabels;
 use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
+use edgecfl_shared::data::spill::SpillFile;
 use edgecfl_shared::protocol::{ShardInfo, text};
-use edgecfl_shared::train::LocalData;
+use edgecfl_shared::train::{LocalData, PIXELS};
 
 /// Where the client's data come from.
 #[derive(Debug, Clone, Args)]
@@ -34,6 +36,55 @@ pub struct ShardArgs {
     /// Number of shards (clients) in the partition.
     #[arg(long, default_value_t = 1)]
     pub of: usize,
+    /// Training images above this many MiB are kept in a scratch file in --spill-dir and read
+    /// back a batch at a time, not held in memory (0: always; all of Fashion-MNIST is 45 MiB).
+    #[arg(long, default_value_t = 16.0, value_name = "MIB")]
+    pub spill_above: f64,
+    /// Directory of that scratch file (default: the system's temporary directory). The file
+    /// has no name while it is used (Linux), so nothing is left behind.
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+}
+
+impl ShardArgs {
+    /// The training samples at `indices`: in memory, or in a scratch file when their images are
+    /// above `--spill-above`.
+    fn training(
+        &self,
+        data: &FashionMnistLabels,
+        indices: &[usize],
+        rotation: u8,
+        shift: u8,
+    ) -> anyhow::Result<LocalData> {
+        anyhow::ensure!(
+            self.spill_above.is_finite() && self.spill_above >= 0.0,
+            "--spill-above must be a number of MiB ≥ 0, got {}",
+            self.spill_above
+        );
+        let bytes = (indices.len() * PIXELS) as f64;
+        if bytes <= self.spill_above * f64::from(1u32 << 20) {
+            return Ok(LocalData::from_owned(
+                data.select_train(indices)?,
+                rotation,
+                shift,
+            ));
+        }
+        let dir = self.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let file = SpillFile::create(&dir).with_context(|| {
+            format!(
+                "a scratch file for the training images in {}",
+                dir.display()
+            )
+        })?;
+        let selected = data.select_train_to(indices, &file)?;
+        tracing::info!(
+            "{} training images ({:.1} MiB) kept in a scratch file in {}",
+            indices.len(),
+            bytes / f64::from(1u32 << 20),
+            dir.display()
+        );
+        Ok(LocalData::spilled(file, selected.labels, rotation, shift))
+    }
 }
 
 /// A client's training data and local test set.
@@ -59,7 +110,7 @@ impl ShardArgs {
             let all: Vec<usize> = (0..data.train.len()).collect();
             let test: Vec<usize> = (0..data.test.len()).collect();
             return Ok(Shard {
-                train: LocalData::from_owned(data.select_train(&all)?, 0, 0),
+                train: self.training(&data, &all, 0, 0)?,
                 test: LocalData::from_owned(data.select_test(&test)?, 0, 0),
                 source,
                 info: None,
@@ -77,7 +128,7 @@ impl ShardArgs {
         let test = local_test_indices(shard, &data.test);
         let (rotation, shift) = (shard.rotation, shard.label_shift);
         Ok(Shard {
-            train: LocalData::from_owned(data.select_train(&shard.train)?, rotation, shift),
+            train: self.training(&data, &shard.train, rotation, shift)?,
             test: LocalData::from_owned(data.select_test(&test)?, rotation, shift),
             source: format!("{source}, {spec} shard {}/{}", self.index, self.of),
             info: Some(ShardInfo {

@@ -1,14 +1,18 @@
 //! The edge client's shard, loaded the streaming way (labels first, then only the shard's
 //! images, kept as bytes), equals the shard cut out of the fully loaded dataset the old way
 //! (`FashionMnist::load`, then `LocalData::from_dataset_shifted` of the partition's indices):
-//! the same images, labels and order, training and local test sets alike.
+//! the same images, labels and order, training and local test sets alike; and so does a shard
+//! whose training images went to a scratch file (`--spill-above`), which trains to the same
+//! model as the shard in memory.
 
 use std::path::{Path, PathBuf};
 
 use edge_client::shard::ShardArgs;
+use edgecfl_shared::algorithms::mthfl::signature_of;
 use edgecfl_shared::data::fmnist::{FashionMnist, SYSTEM_DIR};
 use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
-use edgecfl_shared::train::LocalData;
+use edgecfl_shared::model::{ModelKind, Params};
+use edgecfl_shared::train::{Backend, LocalData, TrainConfig, train_local};
 
 fn subset() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/fmnist-subset")
@@ -21,6 +25,8 @@ fn args(dir: &Path, spec: Option<&str>, seed: u64, index: usize, of: usize) -> S
         seed,
         index,
         of,
+        spill_above: 16.0,
+        spill_dir: None,
     }
 }
 
@@ -56,11 +62,14 @@ fn assert_same(data: &FashionMnist, a: &ShardArgs) {
     assert!(!shard.train.is_empty(), "{what}");
     assert_eq!(shard.train.labels, train.labels, "{what}: training labels");
     assert!(
-        shard.train.pixels == train.pixels,
+        shard.train.pixels().unwrap() == train.pixels().unwrap(),
         "{what}: training images"
     );
     assert_eq!(shard.test.labels, test.labels, "{what}: test labels");
-    assert!(shard.test.pixels == test.pixels, "{what}: test images");
+    assert!(
+        shard.test.pixels().unwrap() == test.pixels().unwrap(),
+        "{what}: test images"
+    );
 }
 
 /// (spec, seed, index, of): label skew, Dirichlet, rotations (a rotated client), label shifts,
@@ -98,6 +107,61 @@ fn streamed_shard_equals_old_way_on_debian_files() {
     for (spec, seed, index, of) in CASES {
         assert_same(&data, &args(dir, Some(spec), seed, index, of));
     }
+}
+
+/// With `--spill-above 0` the training images go to a scratch file (rotated and label-shifted
+/// shards included): the same bytes read back, the same model trained, nothing left in the
+/// directory; the test set stays in memory.
+#[test]
+fn spilled_shard_equals_the_shard_in_memory_and_trains_alike() {
+    let dir = subset();
+    let data = FashionMnist::load_dir(&dir).unwrap();
+    let scratch = std::env::temp_dir().join(format!("edgecfl-shard-spill-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let cfg = TrainConfig {
+        epochs: 1,
+        batch_size: 10,
+        lr: 0.05,
+        momentum: 0.5,
+        seed: 3,
+    };
+    let device = Backend::Flex.device().unwrap();
+    let params = Params::init(ModelKind::LeNet5, 0);
+    for (spec, seed, index, of) in [CASES[2], CASES[4], CASES[0]] {
+        let mut a = args(&dir, Some(spec), seed, index, of);
+        a.spill_above = 0.0;
+        a.spill_dir = Some(scratch.clone());
+        assert_same(&data, &a);
+        let spilled = a.load().unwrap();
+        assert!(
+            spilled.train.is_spilled() && !spilled.test.is_spilled(),
+            "{spec}"
+        );
+        assert_eq!(spilled.train.bytes_in_memory(), 0);
+        let memory = args(&dir, Some(spec), seed, index, of).load().unwrap();
+        assert!(!memory.train.is_spilled());
+        let (m, _) = train_local(&params, &memory.train.first(200), &cfg, &device).unwrap();
+        let (f, _) = train_local(&params, &spilled.train.first(200), &cfg, &device).unwrap();
+        assert_eq!(m.values, f.values, "{spec}: same model from the file");
+        // MT-HFL's upload reads the file a block at a time: the same eigenvectors.
+        assert_eq!(
+            signature_of(&spilled.train, 2).unwrap(),
+            signature_of(&memory.train, 2).unwrap(),
+            "{spec}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&scratch).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+    std::fs::remove_dir(&scratch).unwrap();
+    // A directory that is not there is a clear error.
+    let mut a = args(&dir, Some("iid"), 0, 0, 2);
+    a.spill_above = 0.0;
+    a.spill_dir = Some(PathBuf::from("/nonexistent/edgecfl"));
+    let err = a.load().err().unwrap();
+    assert!(format!("{err:#}").contains("scratch file"), "{err:#}");
 }
 
 /// A wrong --index is refused before any image is read; a missing directory is an error.

@@ -130,10 +130,10 @@ fn run_device(
         momentum: 0.5,
         seed: 0,
     };
-    let before = evaluate(&init, local, 100, &device);
+    let before = evaluate(&init, local, 100, &device)?;
     let (params, rep) = train_local(&init, local, &cfg, &device)?;
     let (_, warm) = train_local(&init, local, &cfg, &device)?;
-    let after = evaluate(&params, local, 100, &device);
+    let after = evaluate(&params, local, 100, &device)?;
     if after.loss().partial_cmp(&before.loss()) != Some(std::cmp::Ordering::Less) {
         return Err(format!(
             "{backend}: the training loss did not fall ({:.4} -> {:.4})",

@@ -70,9 +70,13 @@ fn train_one(t: &Training<'_>, data: &LocalData, device: &Device) -> Result<Upda
 }
 
 /// Mean cross-entropy of `params` on `data`.
-pub fn mean_loss(params: &Params, data: &LocalData, device: &Device) -> f64 {
-    let r = evaluate(params, data, EVAL_BATCH, device);
-    r.loss_sum / r.total.max(1) as f64
+///
+/// # Errors
+///
+/// As [`evaluate`].
+pub fn mean_loss(params: &Params, data: &LocalData, device: &Device) -> Result<f64, TrainError> {
+    let r = evaluate(params, data, EVAL_BATCH, device)?;
+    Ok(r.loss_sum / r.total.max(1) as f64)
 }
 
 /// Does `job` on `data` (see the module docs for the jobs done elsewhere).
@@ -114,7 +118,7 @@ pub fn execute(
             let losses: Vec<f64> = candidates
                 .iter()
                 .map(|c| mean_loss(c, data.train, device))
-                .collect();
+                .collect::<Result<_, _>>()?;
             let mut choice = 0;
             for (k, l) in losses.iter().enumerate() {
                 if *l < losses[choice] {
@@ -143,7 +147,7 @@ pub fn execute(
         }
         Job::Evaluate { model } => {
             let test = data.test.ok_or(ClientError::NoData("no local test set"))?;
-            let r: EvalReport = evaluate(model, test, EVAL_BATCH, device);
+            let r: EvalReport = evaluate(model, test, EVAL_BATCH, device)?;
             Answer::Evaluation(Box::new(r.with_training_labels(&data.train.labels)))
         }
         Job::GramSignature { .. } | Job::Relevance { .. } => {

@@ -252,7 +252,7 @@ impl ClientPool for SimPool {
             .collect();
         if !evals.is_empty() {
             out.extend(
-                self.evaluate(&evals)
+                self.evaluate(&evals)?
                     .into_iter()
                     .map(|(c, r)| (c, Answer::Evaluation(Box::new(r)))),
             );
@@ -275,7 +275,10 @@ fn set_client(answer: &mut Answer, c: usize) {
 
 impl SimPool {
     /// Each `(client, model)`'s report on the client's local test set, by client.
-    fn evaluate(&mut self, jobs: &[(usize, &Params)]) -> Vec<(usize, EvalReport)> {
+    fn evaluate(
+        &mut self,
+        jobs: &[(usize, &Params)],
+    ) -> Result<Vec<(usize, EvalReport)>, PoolError> {
         // Group clients by (model, rotation, label shift); evaluate each group once on the union
         // of its labels. (model, rotation, shift) → (model, labels needed, clients)
         type Group<'a> = (&'a Params, [bool; CLASSES], Vec<usize>);
@@ -298,7 +301,12 @@ impl SimPool {
             for label in (0..CLASSES as u8).filter(|&l| needed[usize::from(l)]) {
                 let device = self.device.clone();
                 let data = self.test_data(key.1, key.2, label);
-                report.merge(&evaluate(params, data, EVAL_BATCH, &device));
+                let r =
+                    evaluate(params, data, EVAL_BATCH, &device).map_err(|e| PoolError::Client {
+                        client: members[0],
+                        reason: e.to_string(),
+                    })?;
+                report.merge(&r);
             }
             for &c in members {
                 let r = report.restrict(&self.labels[c]);
@@ -306,6 +314,6 @@ impl SimPool {
             }
         }
         out.sort_by_key(|(c, _)| *c);
-        out
+        Ok(out)
     }
 }

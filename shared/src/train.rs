@@ -5,8 +5,11 @@
 //! batch (PyTorch's `drop_last=False`, as NIID-Bench does). Momentum follows PyTorch's SGD
 //! (`v ← μ·v + g`, no dampening).
 
+use std::borrow::Cow;
 use std::fmt;
+use std::io;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -24,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::fmnist::Dataset;
 use crate::data::partition::{rotate_image, shift_label};
+use crate::data::spill::SpillFile;
 use crate::model::{ModelError, ModelKind, Net, ParamLayout, Params};
 
 /// Pixels per image (28×28).
@@ -315,6 +319,9 @@ pub enum TrainError {
     /// No samples where some are needed (a gradient over empty data).
     #[error("no local samples")]
     NoData,
+    /// The local images could not be read (their scratch file).
+    #[error("reading the local images: {0}")]
+    Data(String),
 }
 
 /// Hyper-parameters of one local training call.
@@ -359,14 +366,43 @@ impl TrainConfig {
 /// The pixels stay `u8` (one byte a pixel, a quarter of `f32`): a batch is scaled to `[0, 1]` as
 /// it is built ([`to_unit`], `p / 255` in `f32`), and [`Gram`](crate::algorithms::mthfl::Gram)
 /// scales the same way, so training sees exactly the floats a stored `f32` copy would give.
+/// The images are in memory, or in a scratch file ([`LocalData::spilled`]) read back a batch at
+/// a time: the same bytes, so training on either gives the same model.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LocalData {
-    /// `len() * 784` grey levels (0 = background), image after image, each 28 × 28 row-major,
-    /// rotation applied. [`to_unit`] gives the value training sees.
-    pub pixels: Vec<u8>,
+    pixels: Pixels,
     /// One label per sample.
     pub labels: Vec<u8>,
 }
+
+/// Where a [`LocalData`]'s images are: `len() * 784` grey levels (0 = background), image after
+/// image, each 28 × 28 row-major.
+#[derive(Debug, Clone)]
+enum Pixels {
+    /// In memory, rotation applied.
+    Memory(Vec<u8>),
+    /// In a scratch file, rotated by this many quarter turns as they are read.
+    Spilled(Arc<SpillFile>, u8),
+}
+
+impl Default for Pixels {
+    fn default() -> Self {
+        Pixels::Memory(Vec::new())
+    }
+}
+
+/// Images in memory equal by content; a scratch file equals only itself.
+impl PartialEq for Pixels {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Pixels::Memory(a), Pixels::Memory(b)) => a == b,
+            (Pixels::Spilled(a, r), Pixels::Spilled(b, q)) => Arc::ptr_eq(a, b) && r == q,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Pixels {}
 
 /// A grey level scaled to `[0, 1]`, as training and the Gram matrix see it: `p / 255` in `f32`.
 #[inline]
@@ -375,6 +411,30 @@ pub fn to_unit(p: u8) -> f32 {
 }
 
 impl LocalData {
+    /// Samples from their pixels (`labels.len() * 784` grey levels, image after image, rotation
+    /// applied) and labels.
+    pub fn new(pixels: Vec<u8>, labels: Vec<u8>) -> Self {
+        LocalData {
+            pixels: Pixels::Memory(pixels),
+            labels,
+        }
+    }
+
+    /// Samples whose images are in `file` (`labels.len() * 784` grey levels from byte 0, as
+    /// [`decode_images_selected_to`](crate::data::idx::decode_images_selected_to) writes them),
+    /// rotated by `quarter_turns` × 90° as they are read, every label `y` replaced by
+    /// `(y + label_shift) mod 10`: the samples [`from_owned`](Self::from_owned) makes of the
+    /// same images in memory.
+    pub fn spilled(file: SpillFile, labels: Vec<u8>, quarter_turns: u8, label_shift: u8) -> Self {
+        LocalData {
+            pixels: Pixels::Spilled(Arc::new(file), quarter_turns % 4),
+            labels: labels
+                .into_iter()
+                .map(|l| shift_label(l, label_shift))
+                .collect(),
+        }
+    }
+
     /// Takes `indices` of `data`, rotated by `quarter_turns` × 90°.
     pub fn from_dataset(data: &Dataset, indices: &[usize], quarter_turns: u8) -> Self {
         Self::from_dataset_shifted(data, indices, quarter_turns, 0)
@@ -401,7 +461,7 @@ impl LocalData {
             }
             labels.push(shift_label(data.labels[i], label_shift));
         }
-        LocalData { pixels, labels }
+        LocalData::new(pixels, labels)
     }
 
     /// All of `data`, in order, rotated and label-shifted as [`from_dataset_shifted`]
@@ -424,7 +484,7 @@ impl LocalData {
         for l in &mut labels {
             *l = shift_label(*l, label_shift);
         }
-        LocalData { pixels, labels }
+        LocalData::new(pixels, labels)
     }
 
     /// Number of samples.
@@ -437,16 +497,102 @@ impl LocalData {
         self.labels.is_empty()
     }
 
-    fn images(&self, idx: &[usize], device: &Device) -> Tensor<4> {
-        let mut px = Vec::with_capacity(idx.len() * PIXELS);
-        for &i in idx {
-            px.extend(
-                self.pixels[i * PIXELS..(i + 1) * PIXELS]
-                    .iter()
-                    .map(|&p| to_unit(p)),
-            );
+    /// The first `n` samples (all when there are fewer), where these are: copied when in
+    /// memory, the same scratch file when spilled.
+    pub fn first(&self, n: usize) -> LocalData {
+        let n = n.min(self.len());
+        let pixels = match &self.pixels {
+            Pixels::Memory(p) => Pixels::Memory(p[..(n * PIXELS).min(p.len())].to_vec()),
+            Pixels::Spilled(file, turns) => Pixels::Spilled(Arc::clone(file), *turns),
+        };
+        LocalData {
+            pixels,
+            labels: self.labels[..n].to_vec(),
         }
-        Tensor::<4>::from_data(TensorData::new(px, [idx.len(), 1, 28, 28]), device)
+    }
+
+    /// Whether the images are in a scratch file rather than in memory.
+    pub fn is_spilled(&self) -> bool {
+        matches!(self.pixels, Pixels::Spilled(..))
+    }
+
+    /// Bytes of images held in memory (0 when they are in a scratch file).
+    pub fn bytes_in_memory(&self) -> usize {
+        match &self.pixels {
+            Pixels::Memory(p) => p.len(),
+            Pixels::Spilled(..) => 0,
+        }
+    }
+
+    /// Appends the pixels of samples `start..start + count` (rotation applied) to `out`.
+    ///
+    /// # Errors
+    ///
+    /// Reading the scratch file failed, or the range is past the end.
+    pub fn read_images(&self, start: usize, count: usize, out: &mut Vec<u8>) -> io::Result<()> {
+        if start + count > self.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("samples {start}..{} of {}", start + count, self.len()),
+            ));
+        }
+        match &self.pixels {
+            Pixels::Memory(p) => {
+                let range = start * PIXELS..(start + count) * PIXELS;
+                out.extend_from_slice(p.get(range).ok_or(io::ErrorKind::UnexpectedEof)?);
+            }
+            Pixels::Spilled(file, turns) => {
+                let at = out.len();
+                out.resize(at + count * PIXELS, 0);
+                file.read_at(&mut out[at..], (start * PIXELS) as u64)?;
+                if *turns != 0 {
+                    for img in out[at..].chunks_exact_mut(PIXELS) {
+                        let r = rotate_image(img, *turns);
+                        img.copy_from_slice(&r);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// All the pixels, `len() * 784` bytes (borrowed when in memory).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_images`](Self::read_images).
+    pub fn pixels(&self) -> io::Result<Cow<'_, [u8]>> {
+        match &self.pixels {
+            Pixels::Memory(p) => Ok(Cow::Borrowed(p)),
+            Pixels::Spilled(..) => {
+                let mut out = Vec::with_capacity(self.len() * PIXELS);
+                self.read_images(0, self.len(), &mut out)?;
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+
+    /// The batch of samples `idx`, scaled to `[0, 1]`.
+    fn images(&self, idx: &[usize], device: &Device) -> Result<Tensor<4>, TrainError> {
+        let mut px = Vec::with_capacity(idx.len() * PIXELS);
+        let mut one = Vec::with_capacity(PIXELS);
+        for &i in idx {
+            let img = match &self.pixels {
+                Pixels::Memory(p) => p.get(i * PIXELS..(i + 1) * PIXELS),
+                Pixels::Spilled(..) => {
+                    one.clear();
+                    self.read_images(i, 1, &mut one)
+                        .map_err(|e| TrainError::Data(e.to_string()))?;
+                    Some(&one[..])
+                }
+            };
+            let img = img.ok_or_else(|| TrainError::Data(format!("no image {i}")))?;
+            px.extend(img.iter().map(|&p| to_unit(p)));
+        }
+        Ok(Tensor::<4>::from_data(
+            TensorData::new(px, [idx.len(), 1, 28, 28]),
+            device,
+        ))
     }
 
     fn targets(&self, idx: &[usize], device: &Device) -> Tensor<1, Int> {
@@ -586,7 +732,7 @@ pub fn train_local_prox(
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0;
         for chunk in order.chunks(cfg.batch_size) {
-            let logits = net.forward(data.images(chunk, &ad));
+            let logits = net.forward(data.images(chunk, &ad)?);
             let loss = loss_fn.forward(logits, data.targets(chunk, &ad));
             loss_sum += f64::from(loss.clone().into_scalar::<f32>()) * chunk.len() as f64;
             let objective = match &anchor {
@@ -658,7 +804,7 @@ pub fn gradient(
     let mut acc = vec![0.0f64; params.values.len()];
     let idx: Vec<usize> = (0..data.len()).collect();
     for chunk in idx.chunks(batch_size) {
-        let logits = net.forward(data.images(chunk, &ad));
+        let logits = net.forward(data.images(chunk, &ad)?);
         let loss = loss_fn.forward(logits, data.targets(chunk, &ad));
         let g = net.flat_grads(&loss.backward());
         let w = chunk.len() as f64 / n;
@@ -833,17 +979,21 @@ impl EvalReport {
 }
 
 /// Evaluates `params` on `data` in batches of `batch_size`.
+///
+/// # Errors
+///
+/// [`TrainError::Data`] when images in a scratch file cannot be read.
 pub fn evaluate(
     params: &Params,
     data: &LocalData,
     batch_size: usize,
     device: &Device,
-) -> EvalReport {
+) -> Result<EvalReport, TrainError> {
     let net = Net::from_params(params, device);
     let mut rep = EvalReport::default();
     let idx: Vec<usize> = (0..data.len()).collect();
     for chunk in idx.chunks(batch_size.max(1)) {
-        let logits = net.forward(data.images(chunk, device));
+        let logits = net.forward(data.images(chunk, device)?);
         let logp = burn::tensor::activation::log_softmax(logits.clone(), 1);
         let pred = logits.argmax(1).into_data();
         let logp = logp.into_data();
@@ -861,7 +1011,7 @@ pub fn evaluate(
             }
         }
     }
-    rep
+    Ok(rep)
 }
 
 #[cfg(test)]

@@ -1351,14 +1351,14 @@ fn shift_groups_are_iid_with_shifted_labels() {
         // LocalData (training and sim): same pixels as unshifted, shifted labels.
         let shifted = LocalData::from_dataset_shifted(&data.train, &c.train, 0, s);
         let unshifted = LocalData::from_dataset(&data.train, &c.train, 0);
-        assert_eq!(shifted.pixels, unshifted.pixels);
+        assert_eq!(shifted.pixels().unwrap(), unshifted.pixels().unwrap());
         assert_eq!(shifted.labels, train.labels);
     }
     // With shift 0 the shifted constructor is the plain one.
     let c = &p.clients[0];
     let a = LocalData::from_dataset_shifted(&data.train, &c.train, 1, 0);
     let b = LocalData::from_dataset(&data.train, &c.train, 1);
-    assert_eq!((a.pixels, a.labels), (b.pixels, b.labels));
+    assert_eq!(a, b);
     // Other schemes never shift.
     for s in [
         "iid",

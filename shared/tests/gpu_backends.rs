@@ -41,9 +41,9 @@ fn trains_close_to_cpu(backend: Backend, device: &Device) {
         momentum: 0.5,
         seed: 0,
     };
-    let before = evaluate(&init, &local, 60, device);
+    let before = evaluate(&init, &local, 60, device).unwrap();
     let (trained, rep) = train_local(&init, &local, &cfg, device).unwrap();
-    let after = evaluate(&trained, &local, 60, device);
+    let after = evaluate(&trained, &local, 60, device).unwrap();
     assert_eq!(rep.steps, 12);
     assert!(
         after.loss() < before.loss(),
@@ -54,7 +54,7 @@ fn trains_close_to_cpu(backend: Backend, device: &Device) {
 
     let cpu = Device::flex();
     let (reference, _) = train_local(&init, &local, &cfg, &cpu).unwrap();
-    let cpu_after = evaluate(&reference, &local, 60, &cpu);
+    let cpu_after = evaluate(&reference, &local, 60, &cpu).unwrap();
     let num: f64 = trained
         .values
         .iter()

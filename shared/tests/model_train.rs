@@ -90,7 +90,7 @@ fn training_lowers_loss_and_is_deterministic() {
     let local = LocalData::from_dataset(&data.train, &idx, 0);
     let device = Device::flex();
     let p0 = Params::init(ModelKind::LeNet5, 0);
-    let before = evaluate(&p0, &local, 100, &device);
+    let before = evaluate(&p0, &local, 100, &device).unwrap();
     let cfg = TrainConfig {
         epochs: 2,
         batch_size: 10,
@@ -101,7 +101,7 @@ fn training_lowers_loss_and_is_deterministic() {
     let (p1, rep) = train_local(&p0, &local, &cfg, &device).unwrap();
     assert_eq!(rep.steps, 100);
     assert_eq!(rep.samples, 1000);
-    let after = evaluate(&p1, &local, 100, &device);
+    let after = evaluate(&p1, &local, 100, &device).unwrap();
     assert!(
         after.loss() < before.loss(),
         "{} → {}",

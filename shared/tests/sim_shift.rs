@@ -50,7 +50,7 @@ fn pooled_evaluation_matches_each_clients_own_test_set() {
         let all: Vec<usize> = (0..test.len()).collect();
         // `client_datasets` has rotated and shifted the test set already.
         let local = LocalData::from_dataset(&test, &all, 0);
-        let direct = evaluate(&models[(c / 4) % 2], &local, 250, &device);
+        let direct = evaluate(&models[(c / 4) % 2], &local, 250, &device).unwrap();
         assert_eq!(report.total, direct.total, "client {c}");
         assert_eq!(report.correct, direct.correct, "client {c}");
         assert_eq!(report.total_per_label, direct.total_per_label, "client {c}");

@@ -118,8 +118,9 @@ fn mean_loss(model: ModelKind, v: &[f64], data: &LocalData) -> f64 {
         layout: ParamLayout::of(model),
     };
     let mut sum = 0.0;
+    let pixels = data.pixels().unwrap();
     for (i, &label) in data.labels.iter().enumerate() {
-        let img: Vec<f64> = data.pixels[i * PIXELS..(i + 1) * PIXELS]
+        let img: Vec<f64> = pixels[i * PIXELS..(i + 1) * PIXELS]
             .iter()
             .map(|&x| f64::from(to_unit(x)))
             .collect();
@@ -143,7 +144,7 @@ fn gradient_matches_finite_differences() {
         let v: Vec<f64> = params.values.iter().map(|&x| f64::from(x)).collect();
         // The hand-written forward is the model burn runs.
         let reference = mean_loss(kind, &v, &data);
-        let eval = evaluate(&params, &data, 8, &device);
+        let eval = evaluate(&params, &data, 8, &device).unwrap();
         let burn_loss = eval.loss_sum / eval.total as f64;
         assert!(
             (reference - burn_loss).abs() < 1e-5,

@@ -123,6 +123,9 @@ pub enum MtHflError {
         /// Position in the buffer.
         index: usize,
     },
+    /// The local images could not be read (their scratch file).
+    #[error("reading the local images: {0}")]
+    Data(String),
     /// A hand-made Gram matrix is not square, not symmetric or not finite.
     #[error("not a symmetric finite d × d matrix: {0}")]
     BadGram(String),
@@ -253,16 +256,21 @@ impl Gram {
     /// As [`Gram::from_features`] (an empty client is [`MtHflError::BadFeatures`]).
     pub fn from_local_data(data: &LocalData) -> Result<Gram, MtHflError> {
         // The floats training sees (`to_unit`), converted a block at a time: no f32 copy of
-        // the client's data is held, and the sums are those `from_features` makes on them.
-        if data.is_empty() || data.pixels.len() != data.len() * PIXELS {
-            return Err(MtHflError::BadFeatures {
-                len: data.pixels.len(),
-                d: PIXELS,
-            });
+        // the client's data is held (nor, for images in a scratch file, more than a block of
+        // them), and the sums are those `from_features` makes on them.
+        let n = data.len();
+        if n == 0 {
+            return Err(MtHflError::BadFeatures { len: 0, d: PIXELS });
         }
-        Ok(Gram::accumulate(&data.pixels, PIXELS, |p| {
-            f64::from(to_unit(p))
-        }))
+        let mut g = DMatrix::<f64>::zeros(PIXELS, PIXELS);
+        let mut block = Vec::with_capacity(GRAM_BLOCK.min(n) * PIXELS);
+        for start in (0..n).step_by(GRAM_BLOCK) {
+            block.clear();
+            data.read_images(start, GRAM_BLOCK.min(n - start), &mut block)
+                .map_err(|e| MtHflError::Data(e.to_string()))?;
+            Gram::add_block(&mut g, &block, PIXELS, n, |p| f64::from(to_unit(p)));
+        }
+        Ok(Gram::finish(g, n))
     }
 
     /// (1/n) XᵀX over `values` (n rows of `d`, checked by the callers), each value as `f`
@@ -271,12 +279,28 @@ impl Gram {
         let n = values.len() / d;
         let mut g = DMatrix::<f64>::zeros(d, d);
         for block in values.chunks(GRAM_BLOCK * d) {
-            let rows = block.len() / d;
-            // Column-major d × rows: column s is sample s, i.e. this is Xᵀ of the block.
-            let xt = DMatrix::<f64>::from_iterator(d, rows, block.iter().map(|&v| f(v)));
-            let x = xt.transpose();
-            g.gemm(1.0 / n as f64, &xt, &x, 1.0);
+            Gram::add_block(&mut g, block, d, n, &f);
         }
+        Gram::finish(g, n)
+    }
+
+    /// Adds (1/n) BᵀB of the block `block` (whole rows of `d`) to `g`.
+    fn add_block<T: Copy>(
+        g: &mut DMatrix<f64>,
+        block: &[T],
+        d: usize,
+        n: usize,
+        f: impl Fn(T) -> f64,
+    ) {
+        let rows = block.len() / d;
+        // Column-major d × rows: column s is sample s, i.e. this is Xᵀ of the block.
+        let xt = DMatrix::<f64>::from_iterator(d, rows, block.iter().map(|&v| f(v)));
+        let x = xt.transpose();
+        g.gemm(1.0 / n as f64, &xt, &x, 1.0);
+    }
+
+    /// The Gram matrix of `n` samples from the sum `g`.
+    fn finish(g: DMatrix<f64>, n: usize) -> Gram {
         // The product is symmetric up to rounding; make it exactly so.
         let g = (&g + g.transpose()) * 0.5;
         Gram {

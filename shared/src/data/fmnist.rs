@@ -28,6 +28,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::idx::{self, IdxError};
+use super::spill::SpillFile;
 
 /// Rows of a Fashion-MNIST image.
 pub const IMAGE_ROWS: usize = 28;
@@ -366,7 +367,22 @@ impl FashionMnistLabels {
     /// ([`IdxError::IndexOutOfRange`]), [`DataError::WrongImageSize`] /
     /// [`DataError::CountMismatch`] as for [`FashionMnist::load`].
     pub fn select_train(&self, indices: &[usize]) -> Result<Dataset, DataError> {
-        self.select(0, &self.train, indices)
+        self.select(0, &self.train, indices, None)
+    }
+
+    /// [`select_train`](Self::select_train), writing the images to `file` instead of memory
+    /// (image `p` of `indices` at byte `p × 784`, see
+    /// [`idx::decode_images_selected_to`]): the returned dataset has the labels and no images.
+    ///
+    /// # Errors
+    ///
+    /// As for [`select_train`](Self::select_train); a failed write is [`DataError::Idx`].
+    pub fn select_train_to(
+        &self,
+        indices: &[usize],
+        file: &SpillFile,
+    ) -> Result<Dataset, DataError> {
+        self.select(0, &self.train, indices, Some(file))
     }
 
     /// The test samples at `indices`, in that order; as [`select_train`](Self::select_train).
@@ -375,10 +391,16 @@ impl FashionMnistLabels {
     ///
     /// As for [`select_train`](Self::select_train).
     pub fn select_test(&self, indices: &[usize]) -> Result<Dataset, DataError> {
-        self.select(1, &self.test, indices)
+        self.select(1, &self.test, indices, None)
     }
 
-    fn select(&self, split: usize, labels: &[u8], indices: &[usize]) -> Result<Dataset, DataError> {
+    fn select(
+        &self,
+        split: usize,
+        labels: &[u8],
+        indices: &[usize],
+        to: Option<&SpillFile>,
+    ) -> Result<Dataset, DataError> {
         let (img, path) = match &self.images {
             Some(paths) => {
                 let path = &paths[split];
@@ -393,12 +415,21 @@ impl FashionMnistLabels {
                     path,
                     &self.label_path(split),
                 )?;
-                (idx::read_images_selected(path, indices)?, path.clone())
+                let img = match to {
+                    None => idx::read_images_selected(path, indices)?,
+                    Some(file) => idx::read_images_selected_to(path, indices, file)?,
+                };
+                (img, path.clone())
             }
             None => {
                 let name = [TRAIN_IMAGES, TEST_IMAGES][split];
                 let path = bundled_path(name);
-                let img = idx::decode_images_selected(bundled::file(name)?, &path, indices)?;
+                let img = match to {
+                    None => idx::decode_images_selected(bundled::file(name)?, &path, indices)?,
+                    Some(file) => {
+                        idx::decode_images_selected_to(bundled::file(name)?, &path, indices, file)?
+                    }
+                };
                 (img, path)
             }
         };

@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 
 use flate2::read::MultiGzDecoder;
 
+use super::spill::SpillFile;
+
 /// Magic number of an IDX file of unsigned-byte images (three dimensions).
 pub const IMAGES_MAGIC: u32 = 0x0000_0803;
 /// Magic number of an IDX file of unsigned-byte labels (one dimension).
@@ -369,6 +371,19 @@ pub fn read_images_selected(path: &Path, indices: &[usize]) -> Result<IdxSelecti
     decode_images_selected(file, path, indices)
 }
 
+/// [`read_images_selected`] into a scratch file ([`decode_images_selected_to`]).
+///
+/// # Errors
+///
+/// As for [`decode_images_selected_to`], and [`IdxError::NotFound`].
+pub fn read_images_selected_to(
+    path: &Path,
+    indices: &[usize],
+    file: &SpillFile,
+) -> Result<IdxSelection, IdxError> {
+    decode_images_selected_to(open(path)?, path, indices, file)
+}
+
 /// [`read_images_selected`] from a reader, e.g. a byte slice embedded in the binary.
 ///
 /// `path` is used only to name the source in errors.
@@ -393,41 +408,15 @@ fn select_plain(
     path: &Path,
     indices: &[usize],
 ) -> Result<IdxSelection, IdxError> {
-    let header = read_header(reader, path, IMAGES_MAGIC)?;
-    let [count, rows, cols] = [0, 1, 2].map(|i| header.dims[i] as usize);
-    // read_header checked that rows × cols fits.
-    let size = rows * cols;
-    if let Some(&index) = indices.iter().find(|&&i| i >= count) {
-        return Err(IdxError::IndexOutOfRange {
-            path: path.to_path_buf(),
-            index,
-            count,
-        });
-    }
-    // The distinct wanted indices in file order; kept images go into `kept` in that order.
-    let mut wanted = indices.to_vec();
-    wanted.sort_unstable();
-    wanted.dedup();
-    let mut kept = Vec::with_capacity(wanted.len().saturating_mul(size).min(MAX_RESERVE));
-    let mut buf = vec![0u8; size];
-    let mut next = wanted.iter().copied().peekable();
-    if size > 0 {
-        for i in 0..count {
-            let n = read_up_to(reader, &mut buf).map_err(io_error(path))?;
-            if n < size {
-                return Err(IdxError::Truncated {
-                    path: path.to_path_buf(),
-                    expected: header.total(),
-                    found: (header.header_len + i * size + n) as u64,
-                });
-            }
-            if next.peek() == Some(&i) {
-                next.next();
-                kept.extend_from_slice(&buf);
-            }
+    let mut kept = Vec::new();
+    let (count, rows, cols, wanted) = scan(reader, path, indices, |wanted, size, k, image| {
+        if k == 0 {
+            kept.reserve(wanted.len().saturating_mul(size).min(MAX_RESERVE));
         }
-    }
-    expect_end(reader, path, &header)?;
+        kept.extend_from_slice(image);
+        Ok(())
+    })?;
+    let size = rows * cols;
     let pixels = if wanted.len() == indices.len() {
         // No repeats: `kept` holds exactly the images asked for, in file order; put them in the
         // order asked in place (a shard is often shuffled), without a second copy of them.
@@ -454,6 +443,87 @@ fn select_plain(
         cols,
         pixels,
     })
+}
+
+/// [`decode_images_selected`], writing the selected images to `file` instead of memory: image
+/// `p` of `indices` at byte `p × rows × cols`, exactly the bytes
+/// [`IdxSelection::pixels`] would hold. Memory: one image. Returns the selection with no
+/// pixels.
+///
+/// # Errors
+///
+/// As for [`read_images_selected`], and [`IdxError::Io`] (naming `path`) if writing fails.
+pub fn decode_images_selected_to(
+    reader: impl Read,
+    path: &Path,
+    indices: &[usize],
+    file: &SpillFile,
+) -> Result<IdxSelection, IdxError> {
+    // Positions of each index in `indices`, in index order.
+    let mut at: Vec<(usize, usize)> = indices.iter().enumerate().map(|(p, &i)| (i, p)).collect();
+    at.sort_unstable();
+    let (count, rows, cols, _) = with_stream(reader, path, |r| {
+        scan(r, path, indices, |wanted, size, k, image| {
+            let i = wanted[k];
+            let first = at.partition_point(|&(j, _)| j < i);
+            for &(_, p) in at[first..].iter().take_while(|&&(j, _)| j == i) {
+                file.write_at(image, (p * size) as u64)?;
+            }
+            Ok(())
+        })
+    })?;
+    Ok(IdxSelection {
+        count,
+        rows,
+        cols,
+        pixels: Vec::new(),
+    })
+}
+
+/// Reads an image file's header and every image, checking it as [`read_images`] does, and
+/// hands `keep(wanted, size, k, image)` the `k`-th of the distinct `wanted` indices (sorted)
+/// as it passes. Returns `(count, rows, cols, wanted)`.
+fn scan(
+    reader: &mut dyn Read,
+    path: &Path,
+    indices: &[usize],
+    mut keep: impl FnMut(&[usize], usize, usize, &[u8]) -> std::io::Result<()>,
+) -> Result<(usize, usize, usize, Vec<usize>), IdxError> {
+    let header = read_header(reader, path, IMAGES_MAGIC)?;
+    let [count, rows, cols] = [0, 1, 2].map(|i| header.dims[i] as usize);
+    // read_header checked that rows × cols fits.
+    let size = rows * cols;
+    if let Some(&index) = indices.iter().find(|&&i| i >= count) {
+        return Err(IdxError::IndexOutOfRange {
+            path: path.to_path_buf(),
+            index,
+            count,
+        });
+    }
+    // The distinct wanted indices in file order.
+    let mut wanted = indices.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut buf = vec![0u8; size];
+    let mut k = 0;
+    if size > 0 {
+        for i in 0..count {
+            let n = read_up_to(reader, &mut buf).map_err(io_error(path))?;
+            if n < size {
+                return Err(IdxError::Truncated {
+                    path: path.to_path_buf(),
+                    expected: header.total(),
+                    found: (header.header_len + i * size + n) as u64,
+                });
+            }
+            if wanted.get(k) == Some(&i) {
+                keep(&wanted, size, k, &buf).map_err(io_error(path))?;
+                k += 1;
+            }
+        }
+    }
+    expect_end(reader, path, &header)?;
+    Ok((count, rows, cols, wanted))
 }
 
 /// Reorders the `size`-byte blocks of `data` in place so that block `p` becomes the old block
@@ -597,6 +667,13 @@ mod tests {
                 let sel = decode_images_selected(&file[..], p, indices).unwrap();
                 assert_eq!((sel.count, sel.rows, sel.cols), (9, 2, 3));
                 assert_eq!(sel.pixels, reference(&full, indices), "{indices:?}");
+                // The same bytes, written to a scratch file instead.
+                let spill = SpillFile::create(&std::env::temp_dir()).unwrap();
+                let to = decode_images_selected_to(&file[..], p, indices, &spill).unwrap();
+                assert_eq!((to.count, to.rows, to.cols), (9, 2, 3));
+                let mut back = vec![0u8; sel.pixels.len()];
+                spill.read_at(&mut back, 0).unwrap();
+                assert_eq!(back, sel.pixels, "{indices:?} via a file");
             }
         }
     }

@@ -4,6 +4,7 @@
 //! | --- | --- |
 //! | [`idx`] | reading IDX files (plain or gzip'd) with exact magic and length checks; [`idx::read_images_selected`] streams an image file keeping only chosen images |
 //! | [`fmnist`] | [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class); [`FashionMnistLabels`]: the labels first, then only the images a client keeps |
+//! | [`spill`] | [`SpillFile`](spill::SpillFile): an anonymous scratch file that holds a client's training images when they are too many to keep in memory |
 //! | [`partition`](mod@partition) | [`PartitionSpec`] (`iid`, `label:K`, `dir:BETA`, `groups:…`, `rotate:G`, `shift:G`, `rotate:R*BASE`, `dominant:ALPHA`, `pairs`, `tasks:fmnist3`), [`partition()`](partition::partition), local test sets, image rotation, label shifts |
 //!
 //! A typical use:
@@ -24,6 +25,7 @@
 pub mod fmnist;
 pub mod idx;
 pub mod partition;
+pub mod spill;
 
 pub use fmnist::{CLASS_NAMES, DataError, DataSource, Dataset, FashionMnist, FashionMnistLabels};
 pub use idx::IdxError;
