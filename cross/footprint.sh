@@ -281,15 +281,20 @@ for t, e in result["targets"].items():
 if any("bench_partition" in e for e in result["targets"].values()):
     L += ["", "One client's shard of a partition of the full Fashion-MNIST, loaded as `edge-client run "
           "--partition` loads it (labels first, then only the shard's images, held as bytes for the "
-          "whole run) and trained on for its first 600 samples. `iid` of 1 is one client holding "
-          "all 60 000 + 10 000 images: the memory of `edge-client run` without `--partition` on "
-          "the full dataset.", "",
+          "whole run: in memory, or, for training images above `--spill-above` (default 16 MiB), in "
+          "an anonymous scratch file read back a batch at a time) and trained on for its first 600 "
+          "samples. `iid` of 1 is one client holding all 60 000 + 10 000 images: the memory of "
+          "`edge-client run` without `--partition` on the full dataset.", "",
           "| target | partition (seed 0) | training images held | local test images held | max RSS | bench wall s |",
           "| --- | --- | --- | --- | --- | --- |"]
     for t, e in result["targets"].items():
         for name, r in e.get("bench_partition", {}).items():
             shard = r.get("shard", name).split(", ", 1)[-1]
-            L.append(f"| {t} | {shard} | {r.get('train_held', '?')} | {r.get('test_held', '?')} "
+            held = r.get('train_held', '?')
+            spill = ", images in a scratch file"
+            if shard.endswith(spill):
+                shard, held = shard[:-len(spill)], f"{held} (scratch file)"
+            L.append(f"| {t} | {shard} | {held} | {r.get('test_held', '?')} "
                      f"| {r['max_rss_kib'] / 1024:.1f} MiB | {r['wall_s']:.1f} |")
 L += ["", "Commands (from the checkout):", ""]
 for t, e in result["targets"].items():
