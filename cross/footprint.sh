@@ -153,8 +153,9 @@ run() {
     env -u EDGECFL_FMNIST_DIR "${envs[@]}" /usr/bin/time -v -o "$OUT/raw/$name.time" \
         $r "$bin" "$@" >"$OUT/raw/$name.stdout" 2>"$OUT/raw/$name.stderr" \
         || die "$name failed, see $OUT/raw/$name.stderr"
-    # Recorded relative to the checkout, so the file holds no path of this machine.
+    # Recorded relative to the checkout, so the files hold no path of this machine.
     printf '%s\n' "${envs[*]:-} /usr/bin/time -v $r $bin $*" | sed "s#$ROOT/##g" >"$OUT/raw/$name.cmd"
+    sed -i "s#$ROOT/##g" "$OUT/raw/$name.time" "$OUT/raw/$name.stderr" "$OUT/raw/$name.stdout"
 }
 
 bench=(bench --model lenet5 --backends flex --batches "$BATCH" --samples "$SAMPLES" --repeats "$REPEATS")

@@ -360,18 +360,32 @@ fn comparable(mut s: serde_json::Value) -> serde_json::Value {
 /// `kill -9` of the coordinator (and with it its embedded broker) at a random round, then
 /// `serve --resume`: the clients reconnect to the new broker on the same port, answer its ping,
 /// and the run goes on from the last checkpoint to the same final `summary.json` as an
-/// uninterrupted run with the same seed (timings aside).
+/// uninterrupted run with the same seed (timings aside). FedClust (the default method).
 #[test]
 fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
+    killed_and_resumed("fault-resume", 1.0, &[]);
+}
+
+/// The same with StoCFL, whose checkpoint holds the most state (the global model ω, the merged
+/// clusters and which clients were seen).
+#[test]
+fn stocfl_coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
+    killed_and_resumed("fault-resume-stocfl", 0.5, &["--algorithm", "stocfl"]);
+}
+
+/// Runs `name` with `method` flags and `frac` uninterrupted, then killed at a random round and
+/// resumed, and compares the two summaries.
+fn killed_and_resumed(name: &str, frac: f64, method: &[&str]) {
     const N: usize = 4;
     const ROUNDS: u32 = 4;
     let partition = "groups:01234-56789";
-    let flags = run_flags(partition, N, ROUNDS as usize, 1.0, 16);
+    let mut flags = run_flags(partition, N, ROUNDS as usize, frac, 16);
+    flags.extend(method.iter().map(|f| f.to_string()));
     let mut extra = patient(N);
     extra.extend(["--run-id".to_string(), "resumed".to_string()]);
 
     // The uninterrupted run.
-    let (clean, port, prefix, mut coordinator) = start("fault-resume-clean", &flags, &extra);
+    let (clean, port, prefix, mut coordinator) = start(&format!("{name}-clean"), &flags, &extra);
     let clients = fleet(&clean, port, &prefix, partition, N, 16);
     coordinator.wait_ok(Duration::from_secs(600), &clean.join("coordinator.log"));
     for (mut p, log) in clients {
@@ -385,13 +399,13 @@ fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
         .unwrap()
         .subsec_nanos();
     let k = 1 + nanos % (ROUNDS - 1);
-    eprintln!("killing the coordinator in round {k}");
-    let (dir, port, prefix, mut coordinator) = start("fault-resume", &flags, &extra);
+    eprintln!("{name}: killing the coordinator in round {k}");
+    let (dir, port, prefix, mut coordinator) = start(name, &flags, &extra);
     let topics = Topics::new(&prefix).unwrap();
     let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
     let clients = fleet(&dir, port, &prefix, partition, N, 16);
     first_job(&link, &topics, |env| {
-        matches!(env.body, ToClient::Train(_)) && env.round == k
+        matches!(env.body, ToClient::Train(_) | ToClient::TrainPair { .. }) && env.round == k
     });
     coordinator.child.kill().unwrap(); // SIGKILL
     coordinator.child.wait().unwrap();
