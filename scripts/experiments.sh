@@ -5,9 +5,9 @@
 # summary.json already has every round are skipped, so the script resumes. Then
 # `python3 scripts/experiments-report.py` prints the tables and draws the per-grid plots.
 #
-# Usage: [ROUNDS=50] [SEED=0] [TAUS="0.5 0.7"] scripts/experiments.sh [GRID...]
+# Usage: [ROUNDS=50] [SEED=0] [TAUS="0.5 0.7"] [FRACS="0.1 1"] scripts/experiments.sh [GRID...]
 #   grids: adacfl (AdaCFL Table 2/3: dominant:0.5/0.8/1, pairs; AdaCFL vs FedAvg, CFL, IFCA)
-#          stocfl (rotate:4, shift:4 at 10 % and 100 % sampling; StoCFL vs FedAvg, FedProx, IFCA)
+#          stocfl (rotate:4, shift:4 at 10 % and 100 % sampling, or FRACS; StoCFL vs FedAvg, FedProx, IFCA)
 #          tau    (StoCFL's τ sweep on the 2 rotations × 4 label groups product)
 #          fesem  (dir:0.5: FeSEM K = 2, 3, 4 vs FedAvg and FedProx μ = 0.1)
 #          all    (every method on label:2, label:3, dir:0.1 with FedClust's settings)
@@ -52,7 +52,7 @@ for grid in "${grids[@]}"; do
       done ;;
     stocfl)
       for p in rotate:4 shift:4; do
-        for f in 0.1 1; do
+        for f in ${FRACS:-0.1 1}; do
           n="${p/:/-}-f$f"
           s=(--frac "$f" --epochs 5 --batch 10 --lr 0.01 --momentum 0.5 --partition "$p")
           run stocfl "$n-stocfl" --algorithm stocfl --tau 0.5 --mu 0.05 "${s[@]}"

@@ -1195,26 +1195,15 @@ impl Strategy for MtHfl {
                     e => e,
                 })?;
                 // A client without a row leaves too, with its column of the others' rows.
-                let keep = |j: &usize| !missing.contains(j);
-                let rows = if missing.is_empty() {
-                    rows
-                } else {
-                    rows.into_iter()
-                        .map(|r| {
-                            r.into_iter()
-                                .enumerate()
-                                .filter(|(j, _)| keep(j))
-                                .map(|(_, v)| v)
-                                .collect()
-                        })
+                fn kept<T>(v: Vec<T>, missing: &[usize]) -> Vec<T> {
+                    v.into_iter()
+                        .enumerate()
+                        .filter(|(j, _)| !missing.contains(j))
+                        .map(|(_, x)| x)
                         .collect()
-                };
-                sigs = sigs
-                    .into_iter()
-                    .enumerate()
-                    .filter(|(j, _)| keep(j))
-                    .map(|(_, s)| s)
-                    .collect();
+                }
+                let rows = rows.into_iter().map(|r| kept(r, &missing)).collect();
+                sigs = kept(sigs, &missing);
                 absent.extend(missing.iter().map(|&j| present[j]));
                 absent.sort_unstable();
                 rows
