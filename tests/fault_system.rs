@@ -114,7 +114,8 @@ fn failed_join_tells_the_joined_client_to_finish() {
 }
 
 /// A client killed during round 0 (before its signature is sent) is left out: FedClust
-/// clusters the other three, the run completes with them, and `summary.json` names it.
+/// clusters the other three, offers it once more in round 1 (turned away: it is gone), the run
+/// completes with the three, and `summary.json` names it.
 #[test]
 fn client_killed_in_round_zero_is_left_out_and_the_run_completes() {
     let partition = "groups:012-34-56-789";
@@ -142,6 +143,9 @@ fn client_killed_in_round_zero_is_left_out_and_the_run_completes() {
     let ids = s["client_ids"].as_array().unwrap();
     assert!(!ids.iter().any(|i| i == victim.as_str()), "{s:#}");
     assert_eq!(s["dropped_clients"][&victim]["round"], 0, "{s:#}");
+    // Offered once more as a newcomer of round 1, and turned away: it is gone.
+    assert_eq!(s["dropped_newcomers"][0]["id"], victim.as_str(), "{s:#}");
+    assert_eq!(s["dropped_newcomers"][0]["round"], 1, "{s:#}");
     // Both rounds trained the three that are left.
     let csv = std::fs::read_to_string(dir.join("out/rounds.csv")).unwrap();
     let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();

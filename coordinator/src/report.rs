@@ -87,7 +87,8 @@ pub fn summary(
         // max_update_norm: each with client id, round and reason; and their count per client.
         "dropped_updates": result.dropped_updates,
         "dropped_updates_per_client": dropped_updates_per_client(result),
-        // Round-0 clients without a round-0 upload, left out of the run.
+        // Round-0 clients without a round-0 upload, left out of round 0 (offered again as
+        // newcomers of round 1: see newcomers and dropped_newcomers).
         "left_out": result.left_out.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
     });
     // Both local test views (`accuracy_per_round` is the one `local_test` names).
@@ -358,7 +359,7 @@ impl Observer for Progress {
     fn left_out(&mut self, c: &ClientInfo) {
         self.log(|| {
             warn!(
-                "round 0: {} sent no round-0 upload; the run goes on without it",
+                "round 0: {} sent no round-0 upload; left out, offered again in round 1",
                 c.id
             )
         });

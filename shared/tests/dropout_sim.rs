@@ -15,13 +15,16 @@ use edgecfl_shared::model::ModelKind;
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
-/// A [`SimPool`] whose `silent` clients send nothing back in round 0 (only their relevance
-/// rows with `rows_only`), and which records every (round, client) it was asked to work.
+/// A [`SimPool`] whose `silent` clients send nothing back (only their relevance rows with
+/// `rows_only`): for good, or only their first answer with `comes_back` (a board that died in
+/// round 0 and was restarted); records every (round, client, job) it was asked.
 struct Silent {
     inner: SimPool,
     silent: Vec<usize>,
     rows_only: bool,
-    asked: Vec<(usize, usize)>,
+    comes_back: bool,
+    lost: Vec<usize>,
+    asked: Vec<(usize, usize, &'static str)>,
 }
 
 impl Silent {
@@ -33,6 +36,8 @@ impl Silent {
             inner: SimPool::new(&data, &part, Backend::Flex).unwrap(),
             silent: silent.to_vec(),
             rows_only,
+            comes_back: false,
+            lost: Vec::new(),
             asked: Vec::new(),
         };
         (pool, RunContext::of_partition(&part))
@@ -48,17 +53,20 @@ impl ClientPool for Silent {
         round: usize,
         jobs: &[(usize, Job<'_>)],
     ) -> Result<Vec<(usize, Answer)>, PoolError> {
-        self.asked.extend(jobs.iter().map(|(i, _)| (round, *i)));
-        let answers = self.inner.run(round, jobs)?;
-        Ok(answers
-            .into_iter()
-            .filter(|(i, a)| {
-                let lost = round == 0
-                    && self.silent.contains(i)
-                    && (!self.rows_only || matches!(a, Answer::Row(_)));
-                !lost
-            })
-            .collect())
+        self.asked
+            .extend(jobs.iter().map(|(i, j)| (round, *i, j.name())));
+        let mut out = Vec::new();
+        for (i, a) in self.inner.run(round, jobs)? {
+            let silent = self.silent.contains(&i)
+                && (!self.rows_only || matches!(a, Answer::Row(_)))
+                && !(self.comes_back && self.lost.contains(&i));
+            if silent {
+                self.lost.push(i);
+            } else {
+                out.push((i, a));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -88,6 +96,9 @@ fn indices(clients: &[ClientInfo]) -> Vec<usize> {
     clients.iter().map(|c| c.index).collect()
 }
 
+/// Clients 2 and 9 never answer: FedClust, AdaCFL and FeSEM cluster the other ten, offer the
+/// two once more as newcomers of round 1 (turned away: no signature), and never give them
+/// training or evaluation.
 #[test]
 fn one_shot_methods_go_on_without_the_clients_silent_in_round_0() {
     const N: usize = 12;
@@ -106,13 +117,20 @@ fn one_shot_methods_go_on_without_the_clients_silent_in_round_0() {
             r.final_client_accuracy.iter().all(|a| a.is_finite()),
             "{algorithm}: every present client evaluated"
         );
-        // Never asked again after round 0.
-        let later: Vec<_> = pool
+        let turned_away: Vec<(usize, usize)> = r
+            .dropped_newcomers
+            .iter()
+            .map(|d| (d.client.index, d.round))
+            .collect();
+        assert_eq!(turned_away, [(2, 1), (9, 1)], "{algorithm}");
+        assert!(r.newcomers.is_empty(), "{algorithm}");
+        // Only their round-0 job and the newcomer's second chance, nothing else.
+        let asked: Vec<_> = pool
             .asked
             .iter()
-            .filter(|(round, i)| *round > 0 && silent.contains(i))
+            .filter(|(_, i, _)| silent.contains(i))
             .collect();
-        assert!(later.is_empty(), "{algorithm}: {later:?}");
+        assert_eq!(asked.len(), 4, "{algorithm}: {asked:?}");
         for rec in &r.rounds {
             assert_eq!((rec.sampled, rec.received), (N - 2, N - 2), "{algorithm}");
         }
@@ -121,6 +139,35 @@ fn one_shot_methods_go_on_without_the_clients_silent_in_round_0() {
             assert_eq!(r.ari, Some(1.0), "{:?}", r.assignment);
         }
     }
+}
+
+/// Clients 2 and 9 miss round 0 and answer again by round 1 (restarted): FedClust clusters the
+/// other ten, then places the two as newcomers of round 1, each in its own group's cluster, and
+/// they train and are evaluated from then on.
+#[test]
+fn clients_back_after_round_0_join_as_newcomers_of_round_1() {
+    const N: usize = 12;
+    let silent = [2, 9];
+    let (mut pool, ctx) = Silent::new("groups:012-34-56-789", N, &silent, false);
+    pool.comes_back = true;
+    let r = federation::run(
+        &config(Algorithm::FedClust),
+        &mut pool,
+        &ctx,
+        &mut Told::default(),
+    )
+    .unwrap();
+    assert_eq!(indices(&r.left_out), silent);
+    assert!(r.dropped_newcomers.is_empty(), "{:?}", r.dropped_newcomers);
+    let placed: Vec<(usize, usize, Option<bool>)> = r
+        .newcomers
+        .iter()
+        .map(|n| (n.client.index, n.round, n.truth_match))
+        .collect();
+    assert_eq!(placed, [(2, 1, Some(true)), (9, 1, Some(true))]);
+    assert_eq!(r.clients.len(), N);
+    assert!(r.final_client_accuracy.iter().all(|a| a.is_finite()));
+    assert_eq!((r.rounds[0].sampled, r.rounds[0].received), (N, N));
 }
 
 /// MT-HFL with the relevance on the clients: a client that sent its signature but no relevance

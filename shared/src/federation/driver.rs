@@ -316,7 +316,13 @@ fn run_inner(
     let last_pass = cfg.rounds + usize::from(cfg.personalize_epochs.is_some());
     for round in done + 1..=last_pass {
         let t0 = Instant::now();
-        let offered = pool.newcomers(round);
+        let mut offered = pool.newcomers(round);
+        if round == 1 {
+            // Round-0 clients that were left out get one more chance, as newcomers of round 1:
+            // one that came back (a board restarted by its service) is placed by the method's
+            // newcomer rule; one still gone is turned away.
+            offered.splice(0..0, left_out.iter().cloned());
+        }
         if !offered.is_empty() {
             // Turn away indices the run already has; the others take the next positions while
             // the method places them.

@@ -19,7 +19,8 @@ pub trait Observer {
     fn newcomer(&mut self, _newcomer: &Newcomer) {}
     /// A client that joined after round 0 was turned away (the run goes on without it).
     fn newcomer_dropped(&mut self, _dropped: &DroppedNewcomer) {}
-    /// A round-0 client sent no round-0 upload and was left out of the run.
+    /// A round-0 client sent no round-0 upload and was left out of round 0 (it is offered again
+    /// as a newcomer of round 1).
     fn left_out(&mut self, _client: &ClientInfo) {}
     /// A trained model was dropped: it claimed more samples than its client declared, or its
     /// change is above `max_update_norm` (reported at the end of the round it came in).
@@ -254,8 +255,9 @@ pub struct RunResult {
     pub newcomers: Vec<Newcomer>,
     /// Clients that joined after round 0 and were turned away.
     pub dropped_newcomers: Vec<DroppedNewcomer>,
-    /// Round-0 clients that sent no round-0 upload and were left out of the run (in none of
-    /// `clients`, `assignment`, the accuracies).
+    /// Round-0 clients that sent no round-0 upload and were left out of round 0. Each was
+    /// offered again as a newcomer of round 1: it is then in `newcomers` (and `clients`), or in
+    /// `dropped_newcomers`.
     pub left_out: Vec<ClientInfo>,
     /// Trained models dropped for claiming too many samples or for a too large change, in the
     /// order they came.
