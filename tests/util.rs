@@ -214,6 +214,9 @@ pub fn fleet(
 }
 
 /// Starts edge clients `c{i}` holding shards `i ∈ shards` of `partition` into `of` clients.
+/// Odd-numbered clients keep their training images in a scratch file in `dir`
+/// (`--spill-above 0`), so every run that must equal `simulate` also checks that training from
+/// the file gives the same models as from memory.
 pub fn fleet_of(
     dir: &Path,
     broker_port: u16,
@@ -238,6 +241,9 @@ pub fn fleet_of(
             .args(["--of", &of.to_string()])
             .arg("--data")
             .arg(bundled_data());
+            if i % 2 == 1 {
+                cmd.args(["--spill-above", "0", "--spill-dir"]).arg(dir);
+            }
             (Proc::spawn(cmd, &id, &log), log)
         })
         .collect()
