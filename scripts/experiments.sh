@@ -5,8 +5,8 @@
 # summary.json already has every round are skipped, so the script resumes. Then
 # `python3 scripts/experiments-report.py` prints the tables and draws the per-grid plots.
 #
-# Usage: [ROUNDS=50] [SEED=0] [TAUS="0.5 0.7"] [FRACS="0.1 1"] scripts/experiments.sh [GRID...]
-#   grids: adacfl (AdaCFL Table 2/3: dominant:0.5/0.8/1, pairs; AdaCFL vs FedAvg, CFL, IFCA)
+# Usage: [ROUNDS=50] [SEED=0] [TAUS="0.5 0.7"] [FRACS="0.1 1"] [PARTS="pairs"] scripts/experiments.sh [GRID...]
+#   grids: adacfl (AdaCFL Table 2/3: dominant:0.5/0.8/1, pairs, or PARTS; AdaCFL vs FedAvg, CFL, IFCA)
 #          stocfl (rotate:4, shift:4 at 10 % and 100 % sampling, or FRACS; StoCFL vs FedAvg, FedProx, IFCA)
 #          tau    (StoCFL's τ sweep on the 2 rotations × 4 label groups product)
 #          fesem  (dir:0.5: FeSEM K = 2, 3, 4 vs FedAvg and FedProx μ = 0.1)
@@ -42,7 +42,7 @@ adacfl_settings=(--frac 1 --epochs 1 --batch 150 --lr 0.01 --momentum 0)
 for grid in "${grids[@]}"; do
   case $grid in
     adacfl)
-      for p in dominant:0.5 dominant:0.8 dominant:1 pairs; do
+      for p in ${PARTS:-dominant:0.5 dominant:0.8 dominant:1 pairs}; do
         k=5; [ "$p" = pairs ] && k=10
         n=${p/:/-}
         run adacfl "$n-adacfl" --algorithm adacfl --partition "$p" --lambda 1.4 --epsilon 1.8 "${adacfl_settings[@]}"
