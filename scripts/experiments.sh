@@ -46,6 +46,8 @@ for grid in "${grids[@]}"; do
         k=5; [ "$p" = pairs ] && k=10
         n=${p/:/-}
         run adacfl "$n-adacfl" --algorithm adacfl --partition "$p" --lambda 1.4 --epsilon 1.8 "${adacfl_settings[@]}"
+        # The paper's λ against the automatic cut on the same round-0 uploads.
+        run adacfl "$n-adacfl-auto" --algorithm adacfl --partition "$p" --lambda auto --epsilon 1.8 "${adacfl_settings[@]}"
         run adacfl "$n-fedavg" --algorithm fedavg --partition "$p" "${adacfl_settings[@]}"
         run adacfl "$n-cfl" --algorithm cfl --partition "$p" "${adacfl_settings[@]}"
         run adacfl "$n-ifca" --algorithm ifca --clusters "$k" --partition "$p" "${adacfl_settings[@]}"
