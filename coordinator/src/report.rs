@@ -75,14 +75,14 @@ pub fn summary(
         "bytes_up_per_client": 4 * result.floats_up / n.max(1) as u64,
         "bytes_down_per_client": 4 * result.floats_down / n.max(1) as u64,
         "newcomers": newcomers_json(result),
-        "dropped_newcomers": dropped_json(result),
-        "config": cfg,
-    });
-    // What the run did not take (apart: one json! of every key exceeds the macro's recursion
-    // limit).
-    let faults = json!({
         "weighting": f.weighting.to_string(),
         "max_update_norm": f.max_update_norm,
+        "config": cfg,
+    });
+    // Who and what the run did not take (apart: one json! of every key exceeds the macro's
+    // recursion limit).
+    let faults = json!({
+        "dropped_newcomers": dropped_json(result),
         // Trained models dropped for claiming more samples than declared or for a change above
         // max_update_norm: each with client id, round and reason; and their count per client.
         "dropped_updates": result.dropped_updates,

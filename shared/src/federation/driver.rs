@@ -126,11 +126,7 @@ fn run_inner(
     let mut strategy = cfg.algorithm.strategy(cfg)?;
     // Position in `clients` of each pool index (round-0 clients: the same until one is left
     // out; newcomers may leave gaps where one was dropped).
-    let mut position: HashMap<usize, usize> = clients
-        .iter()
-        .enumerate()
-        .map(|(p, c)| (c.index, p))
-        .collect();
+    let mut position = positions(&clients);
     // Round-0 clients that sent no round-0 upload (left out of the run).
     let mut left_out: Vec<ClientInfo> = resume
         .as_ref()
@@ -187,11 +183,7 @@ fn run_inner(
                     left_out.push(clients[p].clone());
                 }
                 clients.retain(|c| !left_out.iter().any(|l| l.index == c.index));
-                position = clients
-                    .iter()
-                    .enumerate()
-                    .map(|(p, c)| (c.index, p))
-                    .collect();
+                position = positions(&clients);
             }
             if init.assignment.len() != clients.len() {
                 return Err(FederationError::Config(format!(
@@ -622,6 +614,15 @@ fn gps_step(
         }
         None => Ok(false),
     }
+}
+
+/// Position in `clients` of each pool index.
+fn positions(clients: &[ClientInfo]) -> HashMap<usize, usize> {
+    clients
+        .iter()
+        .enumerate()
+        .map(|(p, c)| (c.index, p))
+        .collect()
 }
 
 /// Per-client accuracies as checkpointed: NaN (never evaluated) becomes None.
