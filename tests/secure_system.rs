@@ -512,6 +512,117 @@ fn mosquitto_tls_logins_and_acl_from_generated_files() {
     secure_run(Broker::Mosquitto, "secure-mosquitto", 12);
 }
 
+/// A credentialed client floods the topics its ACL lets it write and the coordinator reads (its
+/// own `up` and `status`): the gate takes payloads up to the run's bounds (the largest upload of
+/// the run; `MAX_STATUS_PAYLOAD`) and closes the connection of anything larger, so the embedded
+/// broker's memory stays bounded (issue 11 §4: 1.26 GB of 4 MiB messages on these topics grew
+/// the coordinator by 684 MB before the bounds).
+#[test]
+fn embedded_broker_bounds_the_payloads_a_client_may_flood() {
+    use edgecfl_shared::federation::FederationConfig;
+    use edgecfl_shared::protocol::{MAX_PAYLOAD, MAX_STATUS_PAYLOAD, upload_limit};
+    const FLOOD: usize = 100;
+    let name = "secure-flood";
+    let dir = scratch(name);
+    let prefix = format!("edgecfl/t-{name}");
+    let topics = Topics::new(&prefix).unwrap();
+    let (port, _, creds, _) = brokers(&Broker::Embedded, &dir, &prefix, &[]);
+    let broker: BrokerAddr = format!("mqtts://127.0.0.1:{port}").parse().unwrap();
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(flags(0))
+        .args(["--prefix", &prefix, "--min-clients", "4"])
+        .args(["--join-timeout", "300", "--out"])
+        .arg(dir.join("out"))
+        .env_remove("EDGECFL_PASSWORD");
+    coordinator_broker(&mut cmd, &Broker::Embedded, port, &broker, &creds);
+    let log = dir.join("coordinator.log");
+    let coordinator = Proc::spawn(cmd, "coordinator serve", &log);
+    wait_listening(port, Duration::from_secs(60));
+    let pid = coordinator.child.id();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = peak_rss_kb(pid).expect("coordinator running");
+
+    // The run's bounds: FedClust with LeNet-5 (the flags' defaults) and the 4 clients.
+    let upload = upload_limit(FederationConfig::default().largest_upload_floats(CLIENTS));
+    // Each flood on a connection of its own (one MQTT client id each, `<n>@mallory`).
+    let links = std::cell::Cell::new(0);
+    let flood = |topic: &str, size: usize, count: usize| {
+        links.set(links.get() + 1);
+        let id = format!("{}@mallory", links.get());
+        let m = link_as(&broker, &creds, "mallory", &id, vec![]);
+        m.wait_connected(&broker, Duration::from_secs(10)).unwrap();
+        for _ in 0..count {
+            m.publish(topic, vec![0x5A; size], false).unwrap();
+        }
+        m
+    };
+    // At the bounds: taken (the connection stays open).
+    let at_bound = [
+        flood(&topics.up("mallory"), upload, FLOOD),
+        flood(&topics.status("mallory"), MAX_STATUS_PAYLOAD, FLOOD),
+    ];
+    // Over them: each closes its connection, the flood before it taken in order.
+    for (topic, bound, size) in [
+        (topics.up("mallory"), upload, upload + 1),
+        (topics.up("mallory"), upload, MAX_PAYLOAD),
+        (
+            topics.status("mallory"),
+            MAX_STATUS_PAYLOAD,
+            MAX_STATUS_PAYLOAD + 1,
+        ),
+    ] {
+        let m = flood(&topic, bound, FLOOD / 3);
+        m.publish(&topic, vec![0x5A; size], false).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            match m.recv_until(deadline) {
+                Some(Inbound::Disconnected(_)) => break,
+                Some(_) => {}
+                None => panic!("a payload of {size} bytes on {topic} did not close the connection"),
+            }
+        }
+        let want = format!("a payload of {size} bytes on \"{topic}\"");
+        let logged = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&log).unwrap().contains(&want) {
+            assert!(
+                Instant::now() < logged,
+                "not logged: {want}:\n{}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    for m in &at_bound {
+        while let Some(ev) = m.recv_until(Instant::now() + Duration::from_millis(500)) {
+            assert!(
+                !matches!(ev, Inbound::Disconnected(_)),
+                "a payload at the bound closed the connection: {ev:?}"
+            );
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let after = peak_rss_kb(pid).expect("coordinator still running");
+    let grown_mb = after.saturating_sub(before) as f64 / 1024.0;
+    let flooded_mb = ((FLOOD + 2 * FLOOD / 3) * upload + 2 * FLOOD * MAX_STATUS_PAYLOAD) as f64
+        / 1e6
+        + (upload + 1 + MAX_PAYLOAD) as f64 / 1e6;
+    eprintln!(
+        "coordinator peak RSS {:.1} MB before, {:.1} MB after {flooded_mb:.0} MB of floods",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0
+    );
+    // The bound (hardware.md): the two fleet logs (16 MiB backlog each: 3 segments of 8 MiB plus
+    // a message), rumqttd's 100 unacknowledged messages of `upload` bytes, the coordinator's
+    // 16 MiB of unread messages, and the gate's and TLS buffers.
+    let bound_mb =
+        (2.0 * 3.0 * (8.0 * 1048576.0 + upload as f64) + 100.0 * upload as f64) / 1e6 + 16.8 + 16.0;
+    assert!(
+        grown_mb < bound_mb,
+        "the coordinator grew by {grown_mb:.0} MB under a {flooded_mb:.0} MB flood (bound {bound_mb:.0} MB)"
+    );
+}
+
 #[test]
 fn unreachable_broker_logs_each_attempt_and_gives_up() {
     let dir = scratch("connect-retries");

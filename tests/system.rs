@@ -258,15 +258,6 @@ fn killed_client_does_not_stop_the_round() {
     assert_eq!(s["n_clusters"], 4);
 }
 
-/// Peak resident memory (`VmHWM`, kB) of a running process, `None` once it is gone.
-fn peak_rss_kb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// Samples a process's peak RSS until it exits; returns the last (largest) value seen.
 fn watch_peak_rss(pid: u32) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
@@ -389,7 +380,7 @@ fn flooded_client_keeps_one_pending_command_and_its_memory_bound() {
 /// clients), on topics nobody reads: one somebody subscribed to and left, one nobody ever
 /// subscribed to, and a client's `down` topic. rumqttd keeps every topic's messages in a log
 /// trimmed by size only; with the limits edgecfl used before (64 MiB × 10 per log) these floods
-/// grew the coordinator by 377 MB. Now (`coordinator::broker::Retention`) a topic holds at most
+/// grew the coordinator by 377 MB. Now (`coordinator::broker::Limits`) a topic holds at most
 /// 3 × (64 KiB + 4 MiB) ≈ 12.8 MB whatever is published. (Floods of topics the coordinator reads
 /// are bounded differently: see the README, Security.)
 #[test]

@@ -320,3 +320,12 @@ pub fn first_training_command(link: &Link, topics: &Topics) -> (Id, String) {
     }
     panic!("no training command within 300 s");
 }
+
+/// Peak resident memory (`VmHWM`, kB) of a running process, `None` once it is gone.
+pub fn peak_rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}

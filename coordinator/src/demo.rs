@@ -155,7 +155,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         },
         ..NetFlags::default()
     };
-    let broker = serve::broker_for(&net, cfg.clients)?;
+    let broker = serve::broker_for(&net, &cfg)?;
     let logs = cfg.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let fleet = spawn_fleet(

@@ -72,7 +72,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args).map(|s| final_line(&s.result, &s.out)),
         Command::Serve(args) => args.run.resolve().and_then(|cfg| {
-            let broker = serve::broker_for(&args.net, cfg.clients + cfg.newcomers)?;
+            let broker = serve::broker_for(&args.net, &cfg)?;
             let s = serve::run(&cfg, &args.net, &broker, None)?;
             for p in &s.plots {
                 info!("plot: {}", p.display());

@@ -499,3 +499,181 @@ proptest! {
         prop_assert_eq!(Tensor::encode(&v, Encoding::F32).decode(Some(v.len())).unwrap(), v);
     }
 }
+
+/// The broker-side limits (the embedded broker's gate refuses larger publishes): every status
+/// message fits [`MAX_STATUS_PAYLOAD`], and every upload of a run fits
+/// `upload_limit(largest_upload_floats)`, each message at its largest (longest texts and ids,
+/// largest integers, every label, as many IFCA losses as clusters).
+#[test]
+fn largest_messages_fit_the_broker_limits() {
+    use edgecfl_shared::federation::FederationConfig;
+    use edgecfl_shared::model::ParamLayout;
+    use edgecfl_shared::protocol::{Eigenpairs, LpsDone, MAX_STATUS_PAYLOAD, ToGps, upload_limit};
+    let run = "r".repeat(edgecfl_shared::protocol::MAX_ID_LEN);
+    let long = "x".repeat(64);
+    let at_most = |limit: usize, what: &str, len: usize| {
+        assert!(len <= limit, "{what}: {len} bytes > {limit}");
+    };
+    let hello = Hello {
+        samples: u64::MAX,
+        test_samples: u64::MAX,
+        backend: text(&long),
+        shard: Some(ShardInfo {
+            partition: text(&long),
+            seed: u64::MAX,
+            index: u32::MAX,
+            of: u32::MAX,
+            group: Some(u32::MAX),
+        }),
+    };
+    for (what, len) in [
+        (
+            "Hello",
+            env(&run, u32::MAX, ToCoordinator::Hello(hello))
+                .to_bytes()
+                .len(),
+        ),
+        (
+            "Gone",
+            env(&run, u32::MAX, ToCoordinator::Gone).to_bytes().len(),
+        ),
+        (
+            "LPS Hello",
+            env(&run, u32::MAX, ToGps::Hello).to_bytes().len(),
+        ),
+        (
+            "LPS Gone",
+            env(&run, u32::MAX, ToGps::Gone).to_bytes().len(),
+        ),
+    ] {
+        at_most(MAX_STATUS_PAYLOAD, what, len);
+    }
+    for (model, clients, k, clusters) in [
+        (ModelKind::LeNet5, 100, 1, 4),
+        (ModelKind::Mlp, 1000, 5, 1000),
+        (ModelKind::LeNet5, 10_000, 2, 10_000),
+    ] {
+        let cfg = FederationConfig {
+            model,
+            eigenvectors: k,
+            clusters: Some(clusters),
+            ..FederationConfig::default()
+        };
+        let limit = upload_limit(cfg.largest_upload_floats(clients));
+        let p = vec![0.5f32; ParamLayout::of(model).len()];
+        let t = |n: usize| Tensor::encode(&vec![0.5f32; n], Encoding::F32);
+        let up = |b: ToCoordinator| env(&run, u32::MAX, b).to_bytes().len();
+        let lps = |b: ToGps| env(&run, u32::MAX, b).to_bytes().len();
+        let per_label: Vec<LabelEval> = (0..=255u8)
+            .map(|label| LabelEval {
+                label,
+                correct: u32::MAX,
+                total: u32::MAX,
+                loss_sum: f64::MAX,
+                trained: u32::MAX,
+            })
+            .collect();
+        let pixels = edgecfl_shared::train::PIXELS;
+        for (what, len) in [
+            (
+                "Update",
+                up(ToCoordinator::Update {
+                    model,
+                    params: t(p.len()),
+                    samples: u64::MAX,
+                    loss: 1.0,
+                }),
+            ),
+            (
+                "Pair",
+                up(ToCoordinator::Pair {
+                    model,
+                    global: t(p.len()),
+                    cluster: t(p.len()),
+                    samples: u64::MAX,
+                    global_loss: 1.0,
+                    cluster_loss: 1.0,
+                }),
+            ),
+            (
+                "Picked",
+                up(ToCoordinator::Picked {
+                    choice: u32::MAX,
+                    losses: vec![1.0; clusters],
+                    model,
+                    params: t(p.len()),
+                    samples: u64::MAX,
+                    loss: 1.0,
+                }),
+            ),
+            (
+                "Gradient",
+                up(ToCoordinator::Gradient { values: t(p.len()) }),
+            ),
+            (
+                "Signature",
+                up(ToCoordinator::Signature { values: t(p.len()) }),
+            ),
+            (
+                "SignatureStats",
+                up(ToCoordinator::SignatureStats {
+                    values: t(p.len()),
+                    classes: u32::MAX,
+                    entropy: 1.0,
+                }),
+            ),
+            ("Evaluation", up(ToCoordinator::Evaluation { per_label })),
+            (
+                "Failed",
+                up(ToCoordinator::Failed {
+                    reason: text(&long),
+                }),
+            ),
+            (
+                "Eigenpairs",
+                up(ToCoordinator::Eigenpairs(Eigenpairs::encode(
+                    k,
+                    pixels,
+                    &vec![1.0; k],
+                    &vec![0.5; k * pixels],
+                    Encoding::F32,
+                ))),
+            ),
+            (
+                "RelevanceRow",
+                up(ToCoordinator::RelevanceRow { row: t(clients) }),
+            ),
+            ("Pong", up(ToCoordinator::Pong)),
+            (
+                "LPS Common",
+                lps(ToGps::Common {
+                    samples: u64::MAX,
+                    accuracy: Some(1.0),
+                    values: t(p.len()),
+                }),
+            ),
+            (
+                "LPS Done",
+                lps(ToGps::Done(LpsDone {
+                    rounds: u32::MAX,
+                    gps_rounds: u32::MAX,
+                    evaluated: u32::MAX,
+                    final_accuracy: Some(1.0),
+                    wall_seconds: 1.0,
+                })),
+            ),
+            (
+                "LPS Failed",
+                lps(ToGps::Failed {
+                    reason: text(&long),
+                }),
+            ),
+        ] {
+            at_most(
+                limit,
+                &format!("{what} ({model:?}, {clients} clients)"),
+                len,
+            );
+        }
+    }
+}

@@ -223,6 +223,15 @@ impl Acl {
     }
 }
 
+/// Does MQTT filter `filter` match topic name `topic`?
+pub fn filter_matches(filter: &str, topic: &str) -> bool {
+    !topic.contains(['+', '#'])
+        && covers(
+            &filter.split('/').collect::<Vec<_>>(),
+            &topic.split('/').collect::<Vec<_>>(),
+        )
+}
+
 /// Does rule filter `r` match every topic that filter (or topic) `f` matches?
 fn covers(r: &[&str], f: &[&str]) -> bool {
     // Wildcards in the first level never match `$SYS`-like topics.

@@ -37,7 +37,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
-use super::acl::Acl;
+use super::acl::{self, Acl};
 use super::passwd::PasswordDb;
 
 /// Time a new connection has for the TLS handshake and its CONNECT packet.
@@ -51,6 +51,9 @@ pub struct GateConfig {
     pub passwords: Option<PasswordDb>,
     /// Topic access; `None`: every admitted client may publish and subscribe anywhere.
     pub acl: Option<Acl>,
+    /// Payload bounds: a PUBLISH on a topic matching a filter here may carry at most that many
+    /// bytes (the first matching filter counts; other topics up to [`MAX_PACKET`]).
+    pub payload_limits: Vec<(String, usize)>,
 }
 
 /// The gate: its settings, rumqttd's loopback address and the secret that opens it.
@@ -263,35 +266,45 @@ impl Gate {
 
     /// Checks one packet from an admitted client.
     fn check(&self, frame: &[u8], user: Option<&str>, client_id: &str) -> Result<(), String> {
-        let Some(acl) = &self.cfg.acl else {
-            return match frame[0] >> 4 {
-                1 => Err("a second CONNECT".into()),
-                _ => Ok(()),
-            };
-        };
         match frame[0] >> 4 {
             1 => Err("a second CONNECT".into()),
             3 => {
-                let topic = publish_topic(frame).ok_or("malformed PUBLISH")?;
-                if acl.may_publish(user, client_id, topic) {
-                    Ok(())
-                } else {
-                    Err(format!("may not publish on {topic:?}"))
+                let (topic, payload) = publish_parts(frame).ok_or("malformed PUBLISH")?;
+                if let Some(acl) = &self.cfg.acl
+                    && !acl.may_publish(user, client_id, topic)
+                {
+                    return Err(format!("may not publish on {topic:?}"));
+                }
+                match self
+                    .cfg
+                    .payload_limits
+                    .iter()
+                    .find(|(f, _)| acl::filter_matches(f, topic))
+                {
+                    Some((_, max)) if payload > *max => Err(format!(
+                        "a payload of {payload} bytes on {topic:?} (at most {max} there)"
+                    )),
+                    _ => Ok(()),
                 }
             }
-            8 => match Packet::read(&mut BytesMut::from(frame), MAX_PACKET) {
-                Ok(Packet::Subscribe(s)) => {
-                    match s
-                        .filters
-                        .iter()
-                        .find(|f| !acl.may_subscribe(user, client_id, &f.path))
-                    {
-                        Some(f) => Err(format!("may not subscribe to {:?}", f.path)),
-                        None => Ok(()),
+            8 => {
+                let Some(acl) = &self.cfg.acl else {
+                    return Ok(());
+                };
+                match Packet::read(&mut BytesMut::from(frame), MAX_PACKET) {
+                    Ok(Packet::Subscribe(s)) => {
+                        match s
+                            .filters
+                            .iter()
+                            .find(|f| !acl.may_subscribe(user, client_id, &f.path))
+                        {
+                            Some(f) => Err(format!("may not subscribe to {:?}", f.path)),
+                            None => Ok(()),
+                        }
                     }
+                    _ => Err("malformed SUBSCRIBE".into()),
                 }
-                _ => Err("malformed SUBSCRIBE".into()),
-            },
+            }
             _ => Ok(()),
         }
     }
@@ -349,8 +362,9 @@ async fn read_frame<R: AsyncRead + Unpin>(
     }
 }
 
-/// The topic of a PUBLISH packet (whole frame).
-pub fn publish_topic(frame: &[u8]) -> Option<&str> {
+/// The topic and the payload's length of a PUBLISH packet (whole frame, MQTT 3.1.1: the packet
+/// id follows the topic at QoS 1 and 2).
+pub fn publish_parts(frame: &[u8]) -> Option<(&str, usize)> {
     let mut i = 1;
     while frame.get(i)? & 0x80 != 0 {
         i += 1;
@@ -360,7 +374,10 @@ pub fn publish_topic(frame: &[u8]) -> Option<&str> {
         return None;
     }
     let n = rest.get_u16() as usize;
-    std::str::from_utf8(rest.get(..n)?).ok()
+    let topic = std::str::from_utf8(rest.get(..n)?).ok()?;
+    let pkid = if frame[0] & 0b0110 != 0 { 2 } else { 0 };
+    let payload = rest.len().checked_sub(n + pkid)?;
+    Some((topic, payload))
 }
 
 #[cfg(test)]
@@ -382,6 +399,7 @@ mod tests {
                 tls: None,
                 passwords,
                 acl: Some(Acl::parse(acl).unwrap()),
+                payload_limits: vec![("f/clients/+/status".into(), 10)],
             },
             "127.0.0.1:1".parse().unwrap(),
             "s".into(),
@@ -485,7 +503,7 @@ mod tests {
         for n in [0, 100, 200_000] {
             let own = publish("f/clients/c1/up", n);
             assert_eq!(frame_len(&own), Ok(Some(own.len())));
-            assert_eq!(publish_topic(&own), Some("f/clients/c1/up"));
+            assert_eq!(publish_parts(&own), Some(("f/clients/c1/up", n)));
             assert!(g.check(&own, Some("c1"), "c1").is_ok());
             let forged = publish("f/clients/c2/up", n);
             assert!(
@@ -493,6 +511,20 @@ mod tests {
                     .unwrap_err()
                     .contains("c2")
             );
+        }
+        // Within the ACL but over the status topics' payload bound (10 bytes here), at either QoS.
+        for qos in [QoS::AtMostOnce, QoS::AtLeastOnce] {
+            let mut p = Publish::new("f/clients/c1/status", qos, vec![7u8; 10]);
+            p.pkid = u16::from(qos != QoS::AtMostOnce);
+            assert!(
+                g.check(&encode(Packet::Publish(p.clone())), Some("c1"), "c1")
+                    .is_ok()
+            );
+            p.payload = vec![7u8; 11].into();
+            let e = g
+                .check(&encode(Packet::Publish(p)), Some("c1"), "c1")
+                .unwrap_err();
+            assert!(e.contains("11 bytes") && e.contains("at most 10"), "{e}");
         }
         let sub = |f: &str| {
             let mut s = rumqttc::Subscribe::new(f, QoS::AtLeastOnce);
@@ -526,6 +558,7 @@ mod tests {
         // Remaining length 2^28 - 1 (0xff ff ff 7f) is over MAX_PACKET; five length bytes are malformed.
         assert!(frame_len(&[0x30, 0xff, 0xff, 0xff, 0x7f]).is_err());
         assert!(frame_len(&[0x30, 0xff, 0xff, 0xff, 0xff, 0x01]).is_err());
-        assert_eq!(publish_topic(&[0x30, 0x01, 0x00]), None);
+        assert_eq!(publish_parts(&[0x30, 0x01, 0x00]), None);
+        assert_eq!(publish_parts(&p), Some(("a/b", 300)));
     }
 }

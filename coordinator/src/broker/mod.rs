@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::mqtt::{Login, MAX_PACKET, Security, fleet_backlog};
-use edgecfl_shared::protocol::{BrokerAddr, Topics};
+use edgecfl_shared::protocol::{BrokerAddr, MAX_STATUS_PAYLOAD, Topics};
 use ring::rand::SecureRandom;
 use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, SegmentConfig, ServerSettings};
 use rustls::pki_types::pem::PemObject;
@@ -34,14 +34,16 @@ use self::gate::{Gate, GateConfig};
 use self::passwd::PasswordDb;
 use tracing::{error, warn};
 
-/// How much the embedded broker keeps in memory.
+/// How much the embedded broker keeps in memory, and how large a message it takes where.
 ///
 /// rumqttd keeps the messages of each subscription filter (and of each topic published to before
 /// anyone subscribed to it) in an in-memory log that it trims by size only: a log keeps its newest
 /// `count + 1` segments, and a segment is closed once it holds `size` bytes (so it may exceed
 /// `size` by its last message). A reader that falls further behind than that skips ahead (its
-/// messages are lost); a log nobody reads any more stays at its bound. Nothing else bounds the
-/// broker's memory, so these are the bounds (rumqttd 0.20's defaults, 64 MiB × 10 per log, made
+/// messages are lost); a log nobody reads any more stays at its bound. Besides the logs, rumqttd
+/// holds up to 100 messages per reading connection that it sent and the reader has not yet
+/// acknowledged (`MAX_INFLIGHT`, a constant of rumqttd 0.20). Nothing else bounds the broker's
+/// memory, so these are the bounds (rumqttd 0.20's defaults, 64 MiB × 10 per log, made
 /// `coordinator serve` on the embedded broker grow by every model it ever sent: 798 MB after 10
 /// rounds of 200 simulated clients).
 ///
@@ -56,45 +58,68 @@ use tracing::{error, warn};
 ///   [`fleet_backlog`]`(clients)` bytes (512 KiB per client, at least 16 MiB; the coordinator's
 ///   link holds as much before it pauses reading), so that every client of the fleet answering
 ///   at once is never skipped.
+/// * Behind the [`gate`] (any security setting on), the payloads the coordinator reads are
+///   bounded by what the run can send: [`MAX_STATUS_PAYLOAD`] on the status topics, `upload` on
+///   the `up` topics (the run's largest upload,
+///   [`upload_limit`](edgecfl_shared::protocol::upload_limit)); a larger one closes the
+///   publisher's connection. So the unacknowledged messages rumqttd holds for the coordinator are
+///   at most 100 × `upload` (LeNet-5: 100 × 372 KB) instead of 100 × [`MAX_PACKET`] (~420 MB).
 #[derive(Debug, Clone)]
-pub struct Retention {
-    /// The fleet-wide filters (from [`Retention::fleet`]).
-    pub fleet_filters: Vec<String>,
+pub struct Limits {
+    /// The status filters (clients' and LPSs').
+    pub status_filters: Vec<String>,
+    /// The upload filters (clients' and LPSs').
+    pub up_filters: Vec<String>,
     /// Clients of the fleet (sizes the backlog of the fleet-wide filters).
     pub clients: usize,
+    /// Largest upload payload in bytes.
+    pub upload: usize,
 }
 
-/// Segment size of an ordinary topic's log (see [`Retention`]).
+/// Segment size of an ordinary topic's log (see [`Limits`]).
 pub const TOPIC_SEGMENT_BYTES: usize = 64 << 10;
 /// Closed segments an ordinary topic's log keeps besides the one being written.
 pub const TOPIC_SEGMENTS: usize = 2;
 /// Segment size of a fleet-wide filter's log.
 pub const FLEET_SEGMENT_BYTES: usize = 8 << 20;
 
-impl Retention {
-    /// The coordinator's fleet-wide filters under `topics`, for `clients` clients.
-    pub fn fleet(topics: &Topics, clients: usize) -> Self {
+impl Limits {
+    /// The limits of a run of `clients` clients (newcomers included) under `topics` whose largest
+    /// upload is `upload` bytes.
+    pub fn fleet(topics: &Topics, clients: usize, upload: usize) -> Self {
         Self {
-            fleet_filters: vec![
-                topics.all_status(),
-                topics.all_up(),
-                topics.all_lps_status(),
-                topics.all_lps_up(),
-            ],
+            status_filters: vec![topics.all_status(), topics.all_lps_status()],
+            up_filters: vec![topics.all_up(), topics.all_lps_up()],
             clients,
+            upload,
         }
+    }
+
+    /// The coordinator's fleet-wide filters.
+    fn fleet_filters(&self) -> impl Iterator<Item = &String> {
+        self.status_filters.iter().chain(&self.up_filters)
     }
 
     /// Closed segments a fleet-wide filter's log keeps besides the one being written.
     fn fleet_segments(&self) -> usize {
         fleet_backlog(self.clients).div_ceil(FLEET_SEGMENT_BYTES)
     }
+
+    /// The gate's payload bounds.
+    fn payload_limits(&self) -> Vec<(String, usize)> {
+        let status = self
+            .status_filters
+            .iter()
+            .map(|f| (f.clone(), MAX_STATUS_PAYLOAD));
+        let up = self.up_filters.iter().map(|f| (f.clone(), self.upload));
+        status.chain(up).collect()
+    }
 }
 
 /// rumqttd's settings for an edgecfl fleet: packets up to [`MAX_PACKET`] (a LeNet-5 in f32 is
 /// 178 KB; rumqttd's default limit is 20 KB), up to 10 000 connections, logs bounded as
-/// [`Retention`] says.
-pub fn config(listen: SocketAddr, retention: &Retention) -> Config {
+/// [`Limits`] says.
+pub fn config(listen: SocketAddr, limits: &Limits) -> Config {
     let connections = ConnectionSettings {
         connection_timeout_ms: 60_000,
         max_payload_size: MAX_PACKET,
@@ -112,7 +137,7 @@ pub fn config(listen: SocketAddr, retention: &Retention) -> Config {
     };
     let fleet = SegmentConfig {
         max_segment_size: FLEET_SEGMENT_BYTES,
-        max_segment_count: retention.fleet_segments(),
+        max_segment_count: limits.fleet_segments(),
     };
     Config {
         id: 0,
@@ -122,9 +147,8 @@ pub fn config(listen: SocketAddr, retention: &Retention) -> Config {
             max_segment_size: TOPIC_SEGMENT_BYTES,
             max_segment_count: TOPIC_SEGMENTS,
             custom_segment: Some(
-                retention
-                    .fleet_filters
-                    .iter()
+                limits
+                    .fleet_filters()
                     .map(|f| (f.clone(), fleet.clone()))
                     .collect(),
             ),
@@ -221,7 +245,7 @@ impl BrokerSecurity {
         self.tls_cert.is_some()
     }
 
-    fn gate_config(&self) -> anyhow::Result<GateConfig> {
+    fn gate_config(&self, payload_limits: Vec<(String, usize)>) -> anyhow::Result<GateConfig> {
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(c), Some(k)) => Some(Arc::new(server_tls(
                 c,
@@ -244,6 +268,7 @@ impl BrokerSecurity {
             tls,
             passwords,
             acl,
+            payload_limits,
         })
     }
 }
@@ -354,7 +379,7 @@ pub fn start(
     ip: IpAddr,
     port: u16,
     security: &BrokerSecurity,
-    retention: &Retention,
+    limits: &Limits,
 ) -> anyhow::Result<BrokerAddr> {
     let listen = SocketAddr::new(ip, port);
     // Refuse a taken port up front (rumqttd would only log it from its thread).
@@ -372,11 +397,11 @@ pub fn start(
     };
     if !security.is_on() {
         drop(listener);
-        spawn_rumqttd(config(listen, retention))?;
+        spawn_rumqttd(config(listen, limits))?;
         wait_accepting(SocketAddr::new(probe_ip, port), listen)?;
         return Ok(public);
     }
-    let gate_cfg = security.gate_config()?;
+    let gate_cfg = security.gate_config(limits.payload_limits())?;
     if gate_cfg.passwords.is_some() && gate_cfg.tls.is_none() && !probe_ip.is_loopback() {
         warn!(
             "embedded broker: passwords without TLS cross the network in clear text (--tls-cert/--tls-key)"
@@ -393,7 +418,7 @@ pub fn start(
     let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
     let inner_port = free_loopback_port()?;
     let inner = SocketAddr::new([127, 0, 0, 1].into(), inner_port);
-    let mut cfg = config(inner, retention);
+    let mut cfg = config(inner, limits);
     if let Some(servers) = cfg.v4.as_mut() {
         for s in servers.values_mut() {
             let expected = secret.clone();

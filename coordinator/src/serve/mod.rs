@@ -19,7 +19,7 @@ use clap::Args;
 use edgecfl_shared::algorithms::Algorithm;
 use edgecfl_shared::federation::{self, Observer, RunContext, RunResult};
 use edgecfl_shared::mqtt::{Link, LinkOptions, Security, SecurityArgs, fleet_backlog};
-use edgecfl_shared::protocol::{self, BrokerAddr, Encoding, Topics};
+use edgecfl_shared::protocol::{self, BrokerAddr, Encoding, Topics, upload_limit};
 use serde_json::json;
 use tracing::{error, info};
 
@@ -188,9 +188,9 @@ fn clock_run_id() -> String {
     format!("run-{}", String::from_utf8_lossy(&s))
 }
 
-/// The broker to use: the external one, or the embedded one started now, its memory sized for
-/// `clients` clients ([`broker::Retention`]).
-pub fn broker_for(net: &NetFlags, clients: usize) -> anyhow::Result<BrokerAddr> {
+/// The broker to use: the external one, or the embedded one started now, its memory and message
+/// sizes bounded for `cfg`'s fleet ([`broker::Limits`]).
+pub fn broker_for(net: &NetFlags, cfg: &RunConfig) -> anyhow::Result<BrokerAddr> {
     Ok(match &net.broker {
         Some(b) => {
             anyhow::ensure!(
@@ -206,8 +206,10 @@ pub fn broker_for(net: &NetFlags, clients: usize) -> anyhow::Result<BrokerAddr> 
             } else {
                 BrokerAddr::MQTT_PORT
             });
-            let retention = broker::Retention::fleet(&Topics::new(&net.prefix)?, clients);
-            let addr = broker::start(net.listen, port, &security, &retention)?;
+            let clients = cfg.clients + cfg.newcomers;
+            let upload = upload_limit(cfg.federation.largest_upload_floats(clients));
+            let limits = broker::Limits::fleet(&Topics::new(&net.prefix)?, clients, upload);
+            let addr = broker::start(net.listen, port, &security, &limits)?;
             info!(
                 "embedded broker (rumqttd) listening on {}:{port}{}",
                 net.listen,

@@ -16,6 +16,24 @@ pub const VERSION: u16 = 2;
 /// headroom for the topic.
 pub const MAX_PAYLOAD: usize = 4 << 20;
 
+/// Largest payload on a `status` topic: a client's or an LPS's `Hello` or `Gone` (a `Hello` is
+/// at most ~250 bytes: four 64-byte texts and a few integers). A broker may refuse more.
+pub const MAX_STATUS_PAYLOAD: usize = 1 << 10;
+
+/// Room an upload needs besides its floats: the envelope, the message's other fields, an
+/// evaluation's per-label counts (at most 256 labels of ≤ 26 bytes).
+pub const UPLOAD_OVERHEAD: usize = 16 << 10;
+
+/// Largest payload of an upload (a client's or an LPS's `up` topic) that carries at most `floats`
+/// values (f32, 4 bytes each; f16 halves that), capped at [`MAX_PAYLOAD`]. A broker may refuse
+/// more (the embedded broker's gate does).
+pub fn upload_limit(floats: usize) -> usize {
+    floats
+        .saturating_mul(4)
+        .saturating_add(UPLOAD_OVERHEAD)
+        .min(MAX_PAYLOAD)
+}
+
 /// What every payload carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope<B> {

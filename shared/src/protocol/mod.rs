@@ -85,7 +85,9 @@ mod to_client;
 mod to_coordinator;
 mod topics;
 
-pub use envelope::{Envelope, MAX_PAYLOAD, VERSION};
+pub use envelope::{
+    Envelope, MAX_PAYLOAD, MAX_STATUS_PAYLOAD, UPLOAD_OVERHEAD, VERSION, upload_limit,
+};
 pub use error::ProtocolError;
 pub use hierarchy::{LpsAssignment, LpsDone, LpsMessageError, ToGps, ToLps};
 pub use ids::{Id, MAX_ID_LEN, Text, id, text};
