@@ -14,7 +14,8 @@ runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(dir-0.1-fedavg dir-0.1-local dir-0.1-local-pacfl dir-0.1-fedclust
   label-2-fedclust label-3-fedclust label-2-fedclust-per-cluster label-3-fedclust-per-cluster
   dir-0.1-fedclust-l0.6-per-cluster
-  table6-label-2-fedclust table6-label-2-local)
+  table6-label-2-fedclust table6-label-2-local
+  label-3-fedclust-l0.58 label-3-fedclust-l0.65 label-3-fedclust-l0.73)
 for r in "${runs[@]}"; do
   case $r in
     dir-0.1-fedavg) a="--algorithm fedavg --partition dir:0.1 $fl" ;;
@@ -24,6 +25,9 @@ for r in "${runs[@]}"; do
     dir-0.1-fedclust) a="--algorithm fedclust --partition dir:0.1 $fl" ;;
     label-2-fedclust) a="--algorithm fedclust --partition label:2 $fl" ;;
     label-3-fedclust) a="--algorithm fedclust --partition label:3 $fl" ;;
+    # The λ sweep of FedClust's Fig. 4 on label:3 (the automatic cut keeps the 66 label sets;
+    # λ = 0.58, 0.65, 0.73 leave 40, 20 and 10 clusters of seed 0's round-0 uploads).
+    label-3-fedclust-l*) a="--algorithm fedclust --partition label:3 $fl --lambda ${r##*-l}" ;;
     label-2-fedclust-per-cluster) a="--algorithm fedclust --partition label:2 $fl --sampling per-cluster" ;;
     label-3-fedclust-per-cluster) a="--algorithm fedclust --partition label:3 $fl --sampling per-cluster" ;;
     dir-0.1-fedclust-l0.6-per-cluster) a="--algorithm fedclust --partition dir:0.1 $fl --lambda 0.6 --sampling per-cluster" ;;

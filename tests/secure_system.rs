@@ -514,14 +514,18 @@ fn mosquitto_tls_logins_and_acl_from_generated_files() {
 
 /// A credentialed client floods the topics its ACL lets it write and the coordinator reads (its
 /// own `up` and `status`): the gate takes payloads up to the run's bounds (the largest upload of
-/// the run; `MAX_STATUS_PAYLOAD`) and closes the connection of anything larger, so the embedded
-/// broker's memory stays bounded (issue 11 §4: 1.26 GB of 4 MiB messages on these topics grew
-/// the coordinator by 684 MB before the bounds).
+/// the run; `MAX_STATUS_PAYLOAD`) and closes the connection of anything larger, and it paces each
+/// user's publishes there (2 largest uploads a second, 4 at once: `broker::UPLOADS_PER_SECOND`,
+/// `BURST_UPLOADS`) over all its connections, so the embedded broker's memory stays bounded and a
+/// flood cannot outrun the coordinator (issue 11 §4: 1.26 GB of 4 MiB messages on these topics
+/// grew the coordinator by 684 MB before the bounds).
 #[test]
-fn embedded_broker_bounds_the_payloads_a_client_may_flood() {
+fn embedded_broker_bounds_and_paces_what_a_client_may_flood() {
     use edgecfl_shared::federation::FederationConfig;
     use edgecfl_shared::protocol::{MAX_PAYLOAD, MAX_STATUS_PAYLOAD, upload_limit};
-    const FLOOD: usize = 100;
+    const PER_SECOND: f64 = 2.0;
+    const BURST: f64 = 4.0;
+    const EACH: usize = 8;
     let name = "secure-flood";
     let dir = scratch(name);
     let prefix = format!("edgecfl/t-{name}");
@@ -545,9 +549,12 @@ fn embedded_broker_bounds_the_payloads_a_client_may_flood() {
 
     // The run's bounds: FedClust with LeNet-5 (the flags' defaults) and the 4 clients.
     let upload = upload_limit(FederationConfig::default().largest_upload_floats(CLIENTS));
-    // Each flood on a connection of its own (one MQTT client id each, `<n>@mallory`).
+    let up = topics.up("mallory");
+    let status = topics.status("mallory");
+    // Each flood on a connection of its own (one MQTT client id each, `<n>@mallory`): `count`
+    // payloads of `size` bytes, then one of `last` bytes.
     let links = std::cell::Cell::new(0);
-    let flood = |topic: &str, size: usize, count: usize| {
+    let flood = |topic: &str, size: usize, count: usize, last: usize| {
         links.set(links.get() + 1);
         let id = format!("{}@mallory", links.get());
         let m = link_as(&broker, &creds, "mallory", &id, vec![]);
@@ -555,25 +562,12 @@ fn embedded_broker_bounds_the_payloads_a_client_may_flood() {
         for _ in 0..count {
             m.publish(topic, vec![0x5A; size], false).unwrap();
         }
+        m.publish(topic, vec![0x5A; last], false).unwrap();
         m
     };
-    // At the bounds: taken (the connection stays open).
-    let at_bound = [
-        flood(&topics.up("mallory"), upload, FLOOD),
-        flood(&topics.status("mallory"), MAX_STATUS_PAYLOAD, FLOOD),
-    ];
-    // Over them: each closes its connection, the flood before it taken in order.
-    for (topic, bound, size) in [
-        (topics.up("mallory"), upload, upload + 1),
-        (topics.up("mallory"), upload, MAX_PAYLOAD),
-        (
-            topics.status("mallory"),
-            MAX_STATUS_PAYLOAD,
-            MAX_STATUS_PAYLOAD + 1,
-        ),
-    ] {
-        let m = flood(&topic, bound, FLOOD / 3);
-        m.publish(&topic, vec![0x5A; size], false).unwrap();
+    // The gate closes a connection at its first payload over the bound, after forwarding the
+    // ones before it: a connection's end marks its flood as taken.
+    let closed = |m: &Link, topic: &str, size: usize| {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             match m.recv_until(deadline) {
@@ -592,34 +586,53 @@ fn embedded_broker_bounds_the_payloads_a_client_may_flood() {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    };
+
+    // Two connections of one user, each EACH uploads at the bound and one over it: one bucket.
+    let start = Instant::now();
+    let paced = [
+        flood(&up, upload, EACH, upload + 1),
+        flood(&up, upload, EACH, upload + 1),
+    ];
+    for m in &paced {
+        closed(m, &up, upload + 1);
     }
-    for m in &at_bound {
-        while let Some(ev) = m.recv_until(Instant::now() + Duration::from_millis(500)) {
-            assert!(
-                !matches!(ev, Inbound::Disconnected(_)),
-                "a payload at the bound closed the connection: {ev:?}"
-            );
-        }
+    let took = start.elapsed().as_secs_f64();
+    let pace = (2.0 * EACH as f64 - BURST) / PER_SECOND;
+    assert!(
+        took >= 0.95 * pace,
+        "{} uploads of {upload} bytes by one user went through in {took:.1} s (paced: ≥ {pace:.1} s)",
+        2 * EACH
+    );
+    // 4 MiB on its own upload topic, and a status message over 1 KiB after 50 at the bound.
+    closed(&flood(&up, upload, 0, MAX_PAYLOAD), &up, MAX_PAYLOAD);
+    let s = flood(&status, MAX_STATUS_PAYLOAD, 50, MAX_STATUS_PAYLOAD + 1);
+    closed(&s, &status, MAX_STATUS_PAYLOAD + 1);
+    let text = std::fs::read_to_string(&log).unwrap();
+    for at_bound in [upload, MAX_STATUS_PAYLOAD] {
+        assert!(
+            !text.contains(&format!("a payload of {at_bound} bytes")),
+            "a payload at the bound closed a connection:\n{text}"
+        );
     }
+
     std::thread::sleep(Duration::from_secs(2));
     let after = peak_rss_kb(pid).expect("coordinator still running");
     let grown_mb = after.saturating_sub(before) as f64 / 1024.0;
-    let flooded_mb = ((FLOOD + 2 * FLOOD / 3) * upload + 2 * FLOOD * MAX_STATUS_PAYLOAD) as f64
-        / 1e6
-        + (upload + 1 + MAX_PAYLOAD) as f64 / 1e6;
     eprintln!(
-        "coordinator peak RSS {:.1} MB before, {:.1} MB after {flooded_mb:.0} MB of floods",
+        "{} paced uploads in {took:.1} s; coordinator peak RSS {:.1} MB before, {:.1} MB after",
+        2 * EACH,
         before as f64 / 1024.0,
         after as f64 / 1024.0
     );
-    // The bound (hardware.md): the two fleet logs (16 MiB backlog each: 3 segments of 8 MiB plus
-    // a message), rumqttd's 100 unacknowledged messages of `upload` bytes, the coordinator's
+    // The bound (README, Security): the two fleet logs (16 MiB backlog each: 3 segments of 8 MiB
+    // plus a message), rumqttd's 100 unacknowledged messages of `upload` bytes, the coordinator's
     // 16 MiB of unread messages, and the gate's and TLS buffers.
     let bound_mb =
         (2.0 * 3.0 * (8.0 * 1048576.0 + upload as f64) + 100.0 * upload as f64) / 1e6 + 16.8 + 16.0;
     assert!(
         grown_mb < bound_mb,
-        "the coordinator grew by {grown_mb:.0} MB under a {flooded_mb:.0} MB flood (bound {bound_mb:.0} MB)"
+        "the coordinator grew by {grown_mb:.0} MB (bound {bound_mb:.0} MB)"
     );
 }
 

@@ -26,9 +26,10 @@
 //! mosquitto, for comparison, drops a forbidden publish silently and answers a forbidden
 //! subscription with a failure code; closing is stricter and visible in both logs.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use edgecfl_shared::mqtt::MAX_PACKET;
@@ -54,6 +55,47 @@ pub struct GateConfig {
     /// Payload bounds: a PUBLISH on a topic matching a filter here may carry at most that many
     /// bytes (the first matching filter counts; other topics up to [`MAX_PACKET`]).
     pub payload_limits: Vec<(String, usize)>,
+    /// The pace of the publishes on those topics: per user (per connection when anonymous).
+    pub rate: Option<Rate>,
+}
+
+/// A token bucket's settings: `bytes_per_second` sustained, up to `burst` bytes at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    /// Sustained rate.
+    pub bytes_per_second: f64,
+    /// Bytes that may go at once after a quiet spell.
+    pub burst: f64,
+}
+
+/// A token bucket: its tokens (negative: owed) as of `at`.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(rate: Rate) -> Self {
+        Bucket {
+            tokens: rate.burst,
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes `bytes` at `now`; returns how long the taker must wait before it may go on (zero
+    /// while the bucket holds enough). Debts add up, so concurrent takers queue behind each
+    /// other.
+    fn take(&mut self, rate: Rate, bytes: usize, now: Instant) -> Duration {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * rate.bytes_per_second;
+        self.tokens = (self.tokens + refill).min(rate.burst) - bytes as f64;
+        self.at = now;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / rate.bytes_per_second)
+        }
+    }
 }
 
 /// The gate: its settings, rumqttd's loopback address and the secret that opens it.
@@ -61,6 +103,8 @@ pub struct Gate {
     cfg: GateConfig,
     inner: SocketAddr,
     secret: String,
+    /// The publish rate's buckets of logged-in users (one per user, whatever its connections).
+    buckets: Mutex<HashMap<String, Bucket>>,
 }
 
 /// Why a connection was refused at CONNECT, with the CONNACK code sent.
@@ -92,7 +136,12 @@ pub fn client_id_allowed(client_id: &str, user: &str) -> bool {
 impl Gate {
     /// A gate in front of rumqttd at `inner`, opened by `secret`.
     pub fn new(cfg: GateConfig, inner: SocketAddr, secret: String) -> Self {
-        Gate { cfg, inner, secret }
+        Gate {
+            cfg,
+            inner,
+            secret,
+            buckets: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Checks a CONNECT; returns the authenticated username (`None`: anonymous).
@@ -237,12 +286,32 @@ impl Gate {
             .await
             .map_err(|e| format!("{who}: rumqttd: {e}"))?;
         let upstream = async {
+            // An anonymous connection's own bucket.
+            let mut own: Option<Bucket> = None;
             loop {
                 let Some(frame) = read_frame(&mut cr, &mut buf).await? else {
                     return Ok(());
                 };
-                self.check(&frame, user.as_deref(), &client_id)
+                let paced = self
+                    .check(&frame, user.as_deref(), &client_id)
                     .map_err(|e| format!("closed {who}: {e}"))?;
+                if let (Some(rate), Some(bytes)) = (self.cfg.rate, paced) {
+                    let now = Instant::now();
+                    let wait = match &user {
+                        Some(u) => self
+                            .buckets
+                            .lock()
+                            .map_err(|_| "the gate's rate table is poisoned".to_string())?
+                            .entry(u.clone())
+                            .or_insert_with(|| Bucket::full(rate))
+                            .take(rate, bytes, now),
+                        None => own
+                            .get_or_insert_with(|| Bucket::full(rate))
+                            .take(rate, bytes, now),
+                    };
+                    // Not reading from the client meanwhile: TCP holds the rest back.
+                    tokio::time::sleep(wait).await;
+                }
                 iw.write_all(&frame)
                     .await
                     .map_err(|e| format!("{who}: rumqttd: {e}"))?;
@@ -264,8 +333,14 @@ impl Gate {
         }
     }
 
-    /// Checks one packet from an admitted client.
-    fn check(&self, frame: &[u8], user: Option<&str>, client_id: &str) -> Result<(), String> {
+    /// Checks one packet from an admitted client; `Ok(Some(bytes))` for a PUBLISH on a topic
+    /// with a payload bound (paced by [`GateConfig::rate`]).
+    fn check(
+        &self,
+        frame: &[u8],
+        user: Option<&str>,
+        client_id: &str,
+    ) -> Result<Option<usize>, String> {
         match frame[0] >> 4 {
             1 => Err("a second CONNECT".into()),
             3 => {
@@ -284,12 +359,13 @@ impl Gate {
                     Some((_, max)) if payload > *max => Err(format!(
                         "a payload of {payload} bytes on {topic:?} (at most {max} there)"
                     )),
-                    _ => Ok(()),
+                    Some(_) => Ok(Some(payload)),
+                    None => Ok(None),
                 }
             }
             8 => {
                 let Some(acl) = &self.cfg.acl else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 match Packet::read(&mut BytesMut::from(frame), MAX_PACKET) {
                     Ok(Packet::Subscribe(s)) => {
@@ -299,13 +375,13 @@ impl Gate {
                             .find(|f| !acl.may_subscribe(user, client_id, &f.path))
                         {
                             Some(f) => Err(format!("may not subscribe to {:?}", f.path)),
-                            None => Ok(()),
+                            None => Ok(None),
                         }
                     }
                     _ => Err("malformed SUBSCRIBE".into()),
                 }
             }
-            _ => Ok(()),
+            _ => Ok(None),
         }
     }
 }
@@ -400,6 +476,7 @@ mod tests {
                 passwords,
                 acl: Some(Acl::parse(acl).unwrap()),
                 payload_limits: vec![("f/clients/+/status".into(), 10)],
+                rate: None,
             },
             "127.0.0.1:1".parse().unwrap(),
             "s".into(),
@@ -474,6 +551,30 @@ mod tests {
         let mut v5 = connect("c1", Some(("c1", "pw-c1")), None);
         v5.protocol = Protocol::V5;
         assert_eq!(code(v5), ConnectReturnCode::RefusedProtocolVersion);
+    }
+
+    #[test]
+    fn buckets_pace_by_the_rate_after_the_burst() {
+        let rate = Rate {
+            bytes_per_second: 100.0,
+            burst: 200.0,
+        };
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut b = Bucket {
+            tokens: rate.burst,
+            at: t0,
+        };
+        // 150 of the 200 banked: no wait; 150 more: 100 owed, 1 s at 100 B/s.
+        assert_eq!(b.take(rate, 150, t0), Duration::ZERO);
+        assert_eq!(b.take(rate, 150, t0), Duration::from_secs(1));
+        // Another taker right behind queues after the debt: 100 + 50 owed, 1.5 s.
+        assert_eq!(b.take(rate, 50, t0), Duration::from_millis(1500));
+        // 3.5 s later the debt (150) is paid and 200 banked (the burst caps the 350 refilled).
+        assert_eq!(b.take(rate, 200, at(3500)), Duration::ZERO);
+        assert_eq!(b.take(rate, 0, at(3500)), Duration::ZERO);
+        // Half a second refills 50.
+        assert_eq!(b.take(rate, 100, at(4000)), Duration::from_millis(500));
     }
 
     #[test]

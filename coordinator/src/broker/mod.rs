@@ -30,7 +30,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 
 use self::acl::Acl;
-use self::gate::{Gate, GateConfig};
+use self::gate::{Gate, GateConfig, Rate};
 use self::passwd::PasswordDb;
 use tracing::{error, warn};
 
@@ -64,6 +64,8 @@ use tracing::{error, warn};
 ///   [`upload_limit`](edgecfl_shared::protocol::upload_limit)); a larger one closes the
 ///   publisher's connection. So the unacknowledged messages rumqttd holds for the coordinator are
 ///   at most 100 × `upload` (LeNet-5: 100 × 372 KB) instead of 100 × [`MAX_PACKET`] (~420 MB).
+///   The gate also paces each user's publishes there ([`Limits::rate`]), so that one user's
+///   flood cannot outrun the coordinator's reading and make rumqttd skip honest uploads.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// The status filters (clients' and LPSs').
@@ -75,6 +77,12 @@ pub struct Limits {
     /// Largest upload payload in bytes.
     pub upload: usize,
 }
+
+/// Largest uploads a second a user may publish on the coordinator's topics, sustained (a client
+/// sends one per job, and a job takes at least a local epoch).
+pub const UPLOADS_PER_SECOND: f64 = 2.0;
+/// Largest uploads a user may publish at once on the coordinator's topics.
+pub const BURST_UPLOADS: f64 = 4.0;
 
 /// Segment size of an ordinary topic's log (see [`Limits`]).
 pub const TOPIC_SEGMENT_BYTES: usize = 64 << 10;
@@ -103,6 +111,15 @@ impl Limits {
     /// Closed segments a fleet-wide filter's log keeps besides the one being written.
     fn fleet_segments(&self) -> usize {
         fleet_backlog(self.clients).div_ceil(FLEET_SEGMENT_BYTES)
+    }
+
+    /// The pace of each user's publishes on the coordinator's topics: [`UPLOADS_PER_SECOND`]
+    /// largest uploads a second, [`BURST_UPLOADS`] at once.
+    pub fn rate(&self) -> Rate {
+        Rate {
+            bytes_per_second: UPLOADS_PER_SECOND * self.upload as f64,
+            burst: BURST_UPLOADS * self.upload as f64,
+        }
     }
 
     /// The gate's payload bounds.
@@ -245,7 +262,7 @@ impl BrokerSecurity {
         self.tls_cert.is_some()
     }
 
-    fn gate_config(&self, payload_limits: Vec<(String, usize)>) -> anyhow::Result<GateConfig> {
+    fn gate_config(&self, limits: &Limits) -> anyhow::Result<GateConfig> {
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(c), Some(k)) => Some(Arc::new(server_tls(
                 c,
@@ -268,7 +285,8 @@ impl BrokerSecurity {
             tls,
             passwords,
             acl,
-            payload_limits,
+            payload_limits: limits.payload_limits(),
+            rate: Some(limits.rate()),
         })
     }
 }
@@ -401,7 +419,7 @@ pub fn start(
         wait_accepting(SocketAddr::new(probe_ip, port), listen)?;
         return Ok(public);
     }
-    let gate_cfg = security.gate_config(limits.payload_limits())?;
+    let gate_cfg = security.gate_config(limits)?;
     if gate_cfg.passwords.is_some() && gate_cfg.tls.is_none() && !probe_ip.is_loopback() {
         warn!(
             "embedded broker: passwords without TLS cross the network in clear text (--tls-cert/--tls-key)"
