@@ -15,7 +15,8 @@ runs=("$@")
   label-2-fedclust label-3-fedclust label-2-fedclust-per-cluster label-3-fedclust-per-cluster
   dir-0.1-fedclust-l0.6-per-cluster
   table6-label-2-fedclust table6-label-2-local
-  label-3-fedclust-l0.58 label-3-fedclust-l0.65 label-3-fedclust-l0.73)
+  label-3-fedclust-l0.58 label-3-fedclust-l0.65 label-3-fedclust-l0.73
+  label-2-fedclust-members label-3-fedclust-members)
 for r in "${runs[@]}"; do
   case $r in
     dir-0.1-fedavg) a="--algorithm fedavg --partition dir:0.1 $fl" ;;
@@ -28,6 +29,9 @@ for r in "${runs[@]}"; do
     # The λ sweep of FedClust's Fig. 4 on label:3 (the automatic cut keeps the 66 label sets;
     # λ = 0.58, 0.65, 0.73 leave 40, 20 and 10 clusters of seed 0's round-0 uploads).
     label-3-fedclust-l*) a="--algorithm fedclust --partition label:3 $fl --lambda ${r##*-l}" ;;
+    # Cluster models that start from their members' warmed-up models (a full-model round 0).
+    label-2-fedclust-members) a="--algorithm fedclust --partition label:2 $fl --cluster-start members" ;;
+    label-3-fedclust-members) a="--algorithm fedclust --partition label:3 $fl --cluster-start members" ;;
     label-2-fedclust-per-cluster) a="--algorithm fedclust --partition label:2 $fl --sampling per-cluster" ;;
     label-3-fedclust-per-cluster) a="--algorithm fedclust --partition label:3 $fl --sampling per-cluster" ;;
     dir-0.1-fedclust-l0.6-per-cluster) a="--algorithm fedclust --partition dir:0.1 $fl --lambda 0.6 --sampling per-cluster" ;;

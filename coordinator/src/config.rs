@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::algorithms::fedclust::{ClusterStart, Threshold};
 use edgecfl_shared::algorithms::mthfl::{Estimate, Relevance};
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::partition::PartitionSpec;
@@ -180,6 +180,11 @@ pub struct RunFlags {
     /// AdaCFL: pre-clustering by class count and label entropy: on | off (default on).
     #[arg(long, value_parser = parse_on_off)]
     pub pre_cluster: Option<bool>,
+    /// FedClust: where the cluster models start after round 0: initial (θ⁰, the paper's; the
+    /// default) | members (the average of each cluster's members' warmed-up models; round 0 then
+    /// uploads the whole model).
+    #[arg(long)]
+    pub cluster_start: Option<ClusterStart>,
     /// FeSEM, IFCA: number of clusters K.
     #[arg(long)]
     pub clusters: Option<usize>,
@@ -313,6 +318,9 @@ impl RunFlags {
         if self.max_update_norm.is_some() {
             f.max_update_norm = self.max_update_norm;
         }
+        if self.cluster_start.is_some() {
+            f.cluster_start = self.cluster_start;
+        }
         if self.pre_cluster.is_some() {
             f.pre_cluster = self.pre_cluster;
         }
@@ -443,6 +451,7 @@ mod tests {
             local_test: Some("proportional".parse().unwrap()),
             sampling: Some("per-cluster".parse().unwrap()),
             personalize: Some(5),
+            cluster_start: Some("members".parse().unwrap()),
             newcomers: Some(2),
             join_round: Some(11),
             rounds: Some(10),
@@ -454,6 +463,7 @@ mod tests {
         assert_eq!(c.federation.local_test, LocalTest::Proportional);
         assert_eq!(c.federation.sampling, Sampling::PerCluster);
         assert_eq!(c.federation.personalize_epochs, Some(5));
+        assert_eq!(c.federation.cluster_start, Some(ClusterStart::Members));
         let late = RunFlags {
             personalize: None,
             ..flags
@@ -462,13 +472,20 @@ mod tests {
         assert!(err.contains("between 1 and 10"), "{err}");
         let text = DEFAULT_CONFIG.replace(
             "[federation]",
-            "[federation]\nlocal_test = \"proportional\"\nsampling = \"per-cluster\"\npersonalize_epochs = 3",
+            "[federation]\nlocal_test = \"proportional\"\nsampling = \"per-cluster\"\npersonalize_epochs = 3\ncluster_start = \"members\"",
         );
         let c = RunConfig::parse(&text, "t").unwrap();
         c.validate().unwrap();
         assert_eq!(c.federation.local_test, LocalTest::Proportional);
         assert_eq!(c.federation.sampling, Sampling::PerCluster);
         assert_eq!(c.federation.personalize_epochs, Some(3));
+        assert_eq!(c.federation.cluster_start, Some(ClusterStart::Members));
+        assert!(
+            "mean"
+                .parse::<ClusterStart>()
+                .unwrap_err()
+                .contains("initial or members")
+        );
         assert!(
             "per_cluster"
                 .parse::<Sampling>()

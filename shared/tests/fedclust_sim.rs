@@ -85,3 +85,59 @@ fn local_keeps_one_model_per_client() {
     let untouched = r.models.iter().filter(|m| **m == initial).count();
     assert_eq!(untouched, 2);
 }
+
+/// `--cluster-start members`: the same clusters as the paper's start (the signature layers are
+/// cut out of the whole warmed-up model the clients now upload), and each cluster model starts
+/// from its members' mean, here checked against another run's centroids: a run that clusters on
+/// every layer keeps, per cluster, the mean of its members' whole warmed-up models.
+#[test]
+fn cluster_start_members_starts_each_cluster_from_its_members_mean() {
+    use edgecfl_shared::algorithms::fedclust::ClusterStart;
+    use edgecfl_shared::federation::Weighting;
+    use edgecfl_shared::model::LayerSet;
+    let data = FashionMnist::bundled().unwrap();
+    let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
+    let part = partition(&spec, &data.train.labels, 12, 7).unwrap();
+    let truth = part.truth.clone().unwrap();
+    let run = |cfg: &FederationConfig| {
+        let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
+        federation::run(
+            cfg,
+            &mut pool,
+            &RunContext::with_truth(truth.clone()),
+            &mut Quiet,
+        )
+        .unwrap()
+    };
+    let mut cfg = config(Algorithm::FedClust);
+    cfg.rounds = 0;
+    cfg.weighting = Weighting::Equal;
+    let paper = run(&cfg);
+    let every_layer = run(&FederationConfig {
+        signature_layers: LayerSet::All,
+        threshold: Threshold::Clusters(paper.n_clusters),
+        ..cfg.clone()
+    });
+    cfg.cluster_start = Some(ClusterStart::Members);
+    let members = run(&cfg);
+    assert_eq!(paper.ari, Some(1.0));
+    assert_eq!(members.assignment, paper.assignment);
+    assert_eq!(every_layer.assignment, paper.assignment);
+    assert_eq!((paper.signature_len, members.signature_len), (850, 44_426));
+    let centroids = &every_layer.clustering.as_ref().unwrap().centroids;
+    assert_eq!(members.models.len(), centroids.len());
+    for (k, (m, c)) in members.models.iter().zip(centroids).enumerate() {
+        let worst = m
+            .values
+            .iter()
+            .zip(c)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst < 1e-6,
+            "cluster {k}: start differs from the members' mean by {worst}"
+        );
+        // Not θ⁰: the paper's run starts (and, after no round, ends) there.
+        assert_ne!(m.values, paper.models[k].values);
+    }
+}

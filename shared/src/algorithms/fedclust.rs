@@ -5,6 +5,9 @@
 //! [`LayerSet::Final`](crate::model::LayerSet)). The server builds the Euclidean distance matrix
 //! between the uploads (eq. 3) and runs agglomerative hierarchical clustering (HC), cut at the
 //! threshold λ; the number of clusters is found, not given. Every cluster model starts from θ⁰.
+//! A choice of ours, not the paper's (`--cluster-start members`, [`ClusterStart::Members`]):
+//! round 0 uploads the whole warmed-up model instead (its signature layers are cut out of it on
+//! the server), and each cluster model starts from its members' FedAvg average.
 //!
 //! Algorithm 2, newcomers: a client that joins later trains θ⁰ the same way and uploads its final
 //! layer; the server puts it in the cluster whose stored partial weights are nearest (eq. 4). The
@@ -18,13 +21,51 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::aggregate::weighted_average;
 use crate::cluster::cut::{CutScores, gap_cut, silhouette_cut};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, Training, client_seed, fedavg_round, round0_uploads,
+    Placement, RoundStats, Strategy, Target, Training, Weighting, client_seed, fedavg_round,
+    round0_uploads,
 };
+use crate::model::{LayerSet, ParamLayout, Params};
+
+/// Where FedClust's cluster models start after round 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterStart {
+    /// θ⁰, the model every client warmed up from (the paper's Algorithm 1).
+    #[default]
+    Initial,
+    /// The average of the members' warmed-up models, weighted as FedAvg weighs updates (a choice
+    /// of ours): round 0 uploads the whole model instead of the signature layers (LeNet-5:
+    /// 44 426 floats instead of 850), and the newcomers still upload the signature layers only.
+    Members,
+}
+
+impl fmt::Display for ClusterStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClusterStart::Initial => "initial",
+            ClusterStart::Members => "members",
+        })
+    }
+}
+
+impl FromStr for ClusterStart {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "initial" => Ok(ClusterStart::Initial),
+            "members" => Ok(ClusterStart::Members),
+            _ => Err(format!(
+                "unknown cluster start {s:?} (expected initial or members)"
+            )),
+        }
+    }
+}
 
 /// Where to cut the dendrogram.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -300,10 +341,13 @@ impl FedClust {
     }
 }
 
+/// Every layer: round 0's upload under [`ClusterStart::Members`].
+static ALL_LAYERS: LayerSet = LayerSet::All;
+
 /// Round 0's upload job of client `p`: train θ⁰ for the warm-up epochs (seed
 /// [`client_seed`]`(seed, 0, index)`, also for newcomers, as if they had been there) and upload
-/// the signature layers.
-fn signature_job<'a>(env: &Env<'a>, p: usize) -> Job<'a> {
+/// `layers`.
+fn signature_job<'a>(env: &Env<'a>, p: usize, layers: &'a LayerSet) -> Job<'a> {
     let (cfg, initial) = (env.cfg, env.initial);
     let mut train = cfg.train_config(client_seed(cfg.seed, 0, env.clients[p].index));
     train.epochs = cfg.warmup_epochs;
@@ -313,7 +357,7 @@ fn signature_job<'a>(env: &Env<'a>, p: usize) -> Job<'a> {
             cfg: train,
             prox: None,
         },
-        layers: &cfg.signature_layers,
+        layers,
         stats: false,
     }
 }
@@ -343,11 +387,44 @@ impl Strategy for FedClust {
 
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let n = env.clients.len();
-        let jobs = (0..n).map(|p| (p, signature_job(env, p))).collect();
-        let (vectors, absent) = round0_uploads(n, signatures(env.run(0, jobs)?))?;
-        let len = vectors[0].len();
-        let (c, d) = cluster(&vectors, env.cfg.linkage, env.cfg.threshold)?;
+        let cfg = env.cfg;
+        let members = cfg.cluster_start == Some(ClusterStart::Members);
+        let layers = if members {
+            &ALL_LAYERS
+        } else {
+            &cfg.signature_layers
+        };
+        let jobs = (0..n).map(|p| (p, signature_job(env, p, layers))).collect();
+        let (uploads, absent) = round0_uploads(n, signatures(env.run(0, jobs)?))?;
+        let len = uploads[0].len();
+        let selection = ParamLayout::of(cfg.model).select(&cfg.signature_layers)?;
+        let vectors: Vec<Vec<f32>> = if members {
+            uploads.iter().map(|u| selection.extract(u)).collect()
+        } else {
+            uploads.clone()
+        };
+        let (c, d) = cluster(&vectors, cfg.linkage, cfg.threshold)?;
         let mut init = Init::plain(c.assignment.clone(), env.initial, true);
+        if members {
+            // The present clients' declared samples, in the order of `uploads`.
+            let weights: Vec<u64> = (0..n)
+                .filter(|p| !absent.contains(p))
+                .map(|p| match cfg.weighting {
+                    Weighting::Samples => env.clients[p].samples,
+                    Weighting::Equal => 1,
+                })
+                .collect();
+            for (k, model) in init.models.iter_mut().enumerate() {
+                let items: Vec<(&[f32], u64)> = c
+                    .members(k)
+                    .into_iter()
+                    .map(|i| (uploads[i].as_slice(), weights[i]))
+                    .collect();
+                let mean = weighted_average(&items)
+                    .map_err(|e| FederationError::Config(format!("cluster {k}'s start: {e}")))?;
+                *model = Params::new(cfg.model, mean)?;
+            }
+        }
         init.absent = absent;
         init.signature_len = len;
         init.signature_bytes = len * 4;
@@ -376,7 +453,7 @@ impl Strategy for FedClust {
     ) -> Result<Vec<Result<Placement, NewcomerError>>, FederationError> {
         let base = state.assignment().len();
         let jobs = (base..base + fresh.len())
-            .map(|p| (p, signature_job(env, p)))
+            .map(|p| (p, signature_job(env, p, &env.cfg.signature_layers)))
             .collect();
         let mut sigs: std::collections::HashMap<usize, Vec<f32>> =
             signatures(env.run(0, jobs)?).into_iter().collect();

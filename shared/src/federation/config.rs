@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FederationError;
 use crate::algorithms::Algorithm;
-use crate::algorithms::fedclust::Threshold;
+use crate::algorithms::fedclust::{ClusterStart, Threshold};
 use crate::algorithms::mthfl::{DEFAULT_EIGENVECTORS, Estimate, Relevance};
 use crate::cluster::hc::Linkage;
 use crate::hierarchy::CommonLayers;
@@ -79,6 +79,10 @@ pub struct FederationConfig {
     /// AdaCFL: pre-cluster by class count and label entropy before HC. Unset: on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_cluster: Option<bool>,
+    /// FedClust: where the cluster models start after round 0 (θ⁰, the paper's; or the mean of
+    /// each cluster's members' warmed-up models). Unset: θ⁰.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_start: Option<ClusterStart>,
     /// FeSEM, IFCA: the number of clusters K.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clusters: Option<usize>,
@@ -250,6 +254,7 @@ impl Default for FederationConfig {
             tau: None,
             epsilon: None,
             pre_cluster: None,
+            cluster_start: None,
             clusters: None,
             fesem_layers: None,
             eps1: None,
