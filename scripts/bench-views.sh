@@ -16,7 +16,7 @@ runs=("$@")
   dir-0.1-fedclust-l0.6-per-cluster
   table6-label-2-fedclust table6-label-2-local
   label-3-fedclust-l0.58 label-3-fedclust-l0.65 label-3-fedclust-l0.73
-  label-2-fedclust-members label-3-fedclust-members)
+  label-2-fedclust-members label-3-fedclust-members label-3-fedclust-members-per-cluster)
 for r in "${runs[@]}"; do
   case $r in
     dir-0.1-fedavg) a="--algorithm fedavg --partition dir:0.1 $fl" ;;
@@ -32,6 +32,7 @@ for r in "${runs[@]}"; do
     # Cluster models that start from their members' warmed-up models (a full-model round 0).
     label-2-fedclust-members) a="--algorithm fedclust --partition label:2 $fl --cluster-start members" ;;
     label-3-fedclust-members) a="--algorithm fedclust --partition label:3 $fl --cluster-start members" ;;
+    label-3-fedclust-members-per-cluster) a="--algorithm fedclust --partition label:3 $fl --cluster-start members --sampling per-cluster" ;;
     label-2-fedclust-per-cluster) a="--algorithm fedclust --partition label:2 $fl --sampling per-cluster" ;;
     label-3-fedclust-per-cluster) a="--algorithm fedclust --partition label:3 $fl --sampling per-cluster" ;;
     dir-0.1-fedclust-l0.6-per-cluster) a="--algorithm fedclust --partition dir:0.1 $fl --lambda 0.6 --sampling per-cluster" ;;
