@@ -55,7 +55,8 @@ pub struct GateConfig {
     /// Payload bounds: a PUBLISH on a topic matching a filter here may carry at most that many
     /// bytes (the first matching filter counts; other topics up to [`MAX_PACKET`]).
     pub payload_limits: Vec<(String, usize)>,
-    /// The pace of the publishes on those topics: per user (per connection when anonymous).
+    /// The pace of the publishes on those topics: per logged-in user over all its connections
+    /// (per connection without a password file).
     pub rate: Option<Rate>,
 }
 
@@ -103,7 +104,8 @@ pub struct Gate {
     cfg: GateConfig,
     inner: SocketAddr,
     secret: String,
-    /// The publish rate's buckets of logged-in users (one per user, whatever its connections).
+    /// The publish rate's buckets of logged-in users (one per user, whatever its connections;
+    /// at most one per user of the password file).
     buckets: Mutex<HashMap<String, Bucket>>,
 }
 
@@ -297,7 +299,9 @@ impl Gate {
                     .map_err(|e| format!("closed {who}: {e}"))?;
                 if let (Some(rate), Some(bytes)) = (self.cfg.rate, paced) {
                     let now = Instant::now();
-                    let wait = match &user {
+                    // One bucket per authenticated user; an unchecked username shares nothing.
+                    let login = user.as_ref().filter(|_| self.cfg.passwords.is_some());
+                    let wait = match login {
                         Some(u) => self
                             .buckets
                             .lock()

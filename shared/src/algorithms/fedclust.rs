@@ -397,15 +397,17 @@ impl Strategy for FedClust {
         let jobs = (0..n).map(|p| (p, signature_job(env, p, layers))).collect();
         let (uploads, absent) = round0_uploads(n, signatures(env.run(0, jobs)?))?;
         let len = uploads[0].len();
-        let selection = ParamLayout::of(cfg.model).select(&cfg.signature_layers)?;
-        let vectors: Vec<Vec<f32>> = if members {
-            uploads.iter().map(|u| selection.extract(u)).collect()
+        // Under `Members`: (the signature layers cut out, the whole models).
+        let (vectors, models) = if members {
+            let selection = ParamLayout::of(cfg.model).select(&cfg.signature_layers)?;
+            let cut = uploads.iter().map(|u| selection.extract(u)).collect();
+            (cut, Some(uploads))
         } else {
-            uploads.clone()
+            (uploads, None)
         };
         let (c, d) = cluster(&vectors, cfg.linkage, cfg.threshold)?;
         let mut init = Init::plain(c.assignment.clone(), env.initial, true);
-        if members {
+        if let Some(uploads) = models {
             // The present clients' declared samples, in the order of `uploads`.
             let weights: Vec<u64> = (0..n)
                 .filter(|p| !absent.contains(p))
