@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::mqtt::MAX_PACKET;
+use edgecfl_shared::mqtt::{MAX_PACKET, fleet_backlog};
 use edgecfl_shared::protocol::{self, MAX_PAYLOAD, Topics};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -214,8 +214,14 @@ pub fn acl_text(prefix: &str, lps: &[String]) -> String {
     t
 }
 
-/// mosquitto.conf for the material in `dir` (absolute paths).
-fn mosquitto_conf(dir: &Path, port: u16, bind: Option<&str>, client_certs: bool) -> String {
+/// mosquitto.conf for the material in `dir` (absolute paths), for a fleet of `n_clients`.
+fn mosquitto_conf(
+    dir: &Path,
+    port: u16,
+    bind: Option<&str>,
+    client_certs: bool,
+    n_clients: usize,
+) -> String {
     let p = |f: &str| dir.join(f).display().to_string();
     let listener = |port: u16| match bind {
         Some(b) => format!("listener {port} {b}"),
@@ -241,6 +247,12 @@ fn mosquitto_conf(dir: &Path, port: u16, bind: Option<&str>, client_certs: bool)
          # edgecfl sends models as single messages: payloads up to {MAX_PAYLOAD} bytes.\n\
          max_packet_size {MAX_PACKET}\n\
          message_size_limit {MAX_PAYLOAD}\n\
+         # Memory: every connection's queue of messages it has yet to read is bounded in bytes, to\n\
+         # the coordinator's backlog for {fleet} clients (512 KiB a client, at least 16 MiB; the\n\
+         # coordinator reads as much before it pauses). mosquitto drops what is over it, so a\n\
+         # client flooding its own topics cannot grow the broker past that per reader. Regenerate\n\
+         # (or raise it to 512 KiB a client) for a larger fleet.\n\
+         max_queued_bytes {backlog}\n\
          set_tcp_nodelay true\n\
          \n\
          # Edge clients: TLS, a password each, and the MQTT client id replaced by the username, so\n\
@@ -257,6 +269,8 @@ fn mosquitto_conf(dir: &Path, port: u16, bind: Option<&str>, client_certs: bool)
          {l2}\n\
          {tls}password_file {infra}\n",
         conf = p("mosquitto.conf"),
+        fleet = n_clients,
+        backlog = fleet_backlog(n_clients),
         l1 = listener(port),
         l2 = listener(port.saturating_add(1)),
         clients = p("clients.passwd"),
@@ -391,7 +405,13 @@ pub fn generate(args: &CredentialsArgs) -> anyhow::Result<Material> {
     let mosquitto = dir.join("mosquitto.conf");
     write_public(
         &mosquitto,
-        &mosquitto_conf(&dir, args.port, args.bind.as_deref(), args.client_certs),
+        &mosquitto_conf(
+            &dir,
+            args.port,
+            args.bind.as_deref(),
+            args.client_certs,
+            clients.len(),
+        ),
     )?;
     let broker_toml = dir.join("broker.toml");
     write_public(
@@ -483,14 +503,15 @@ mod tests {
     }
 
     /// cross/mosquitto-secure/ is this generator's output for `--out /etc/mosquitto/edgecfl`
-    /// with the defaults (prefix edgecfl/default, port 8883, no LPS, no client certificates).
+    /// with the defaults (prefix edgecfl/default, port 8883, no LPS, no client certificates, no
+    /// client: the smallest queue bound).
     #[test]
     fn shipped_mosquitto_files_are_the_generators() {
         let conf = include_str!("../../cross/mosquitto-secure/mosquitto.conf");
         let acl = include_str!("../../cross/mosquitto-secure/acl");
         assert_eq!(
             conf,
-            mosquitto_conf(Path::new("/etc/mosquitto/edgecfl"), 8883, None, false)
+            mosquitto_conf(Path::new("/etc/mosquitto/edgecfl"), 8883, None, false, 0)
         );
         assert_eq!(acl, acl_text(Topics::DEFAULT_PREFIX, &[]));
         // The edge-client rules are %u patterns, and they confine a client to its own topics.
