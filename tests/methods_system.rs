@@ -3,7 +3,8 @@
 //! seed and settings. The served run must find the same clusters in every round and reach the
 //! same accuracy per round (within 0.5 points: only the summation order of evaluation batches may
 //! differ), which exercises each method's jobs and answers on the wire (proximal training, model
-//! pairs, picks among K models, anchor gradients, signatures with label statistics).
+//! pairs, picks among K models, anchor gradients, signatures with label statistics, FedClust's
+//! whole-model round 0 under `--cluster-start members`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -119,6 +120,25 @@ fn cfl_over_mqtt_equals_simulate() {
     // so the run exercises the bi-partition and the cluster ids sent with every model.
     let s = served_equals_simulated("cfl", &["--eps1", "1000", "--eps2", "0"]);
     assert!(final_clusters(&s) >= 2, "{s:#}");
+}
+
+#[test]
+fn fedclust_members_start_over_mqtt_equals_simulate() {
+    // Round 0 uploads the whole warmed-up LeNet-5 (44 426 floats); the server cuts the final
+    // layer out of it to cluster and starts each cluster from its members' mean.
+    let s = served_equals_simulated("fedclust", &["--cluster-start", "members"]);
+    assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+    let model = 44_426 * 4;
+    assert_eq!(
+        s["upload_bytes_clustering_per_client"].as_u64(),
+        Some(model),
+        "{s:#}"
+    );
+    let wire = s["wire_bytes"]["signature_up"].as_u64().unwrap_or(0) / CLIENTS as u64;
+    assert!(
+        (model..model + 200).contains(&wire),
+        "{wire} B per client on the wire"
+    );
 }
 
 #[test]
