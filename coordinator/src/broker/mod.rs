@@ -65,7 +65,8 @@ use tracing::{error, warn};
 ///   publisher's connection. So the unacknowledged messages rumqttd holds for the coordinator are
 ///   at most 100 × `upload` (LeNet-5: 100 × 372 KB) instead of 100 × [`MAX_PACKET`] (~420 MB).
 ///   The gate also paces each user's publishes there ([`Limits::rate`]), so that one user's
-///   flood cannot outrun the coordinator's reading and make rumqttd skip honest uploads.
+///   flood comes at that pace, not at the network's (past the fleet log's backlog, a reader
+///   that falls behind is skipped ahead, and honest uploads in between are lost).
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// The status filters (clients' and LPSs').
