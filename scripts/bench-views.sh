@@ -17,7 +17,8 @@ runs=("$@")
   table6-label-2-fedclust table6-label-2-local
   label-3-fedclust-l0.58 label-3-fedclust-l0.65 label-3-fedclust-l0.73
   label-2-fedclust-members label-3-fedclust-members label-3-fedclust-members-per-cluster
-  label-2-fedclust-s1 label-2-fedclust-s2 label-3-fedclust-s1 label-3-fedclust-s2)
+  label-2-fedclust-s1 label-2-fedclust-s2 label-3-fedclust-s1 label-3-fedclust-s2
+  label-2-fedclust-r200 label-3-fedclust-r200)
 for r in "${runs[@]}"; do
   case $r in
     dir-0.1-fedavg) a="--algorithm fedavg --partition dir:0.1 $fl" ;;
@@ -36,6 +37,8 @@ for r in "${runs[@]}"; do
     label-3-fedclust-members-per-cluster) a="--algorithm fedclust --partition label:3 $fl --cluster-start members --sampling per-cluster" ;;
     # Seeds 1 and 2 (partition, model, sampling): label-N-fedclust-sS.
     label-[23]-fedclust-s[12]) a="--algorithm fedclust --partition label:${r:6:1} ${fl/--seed 0/--seed ${r: -1}}" ;;
+    # The paper's 200 rounds: label-N-fedclust-r200.
+    label-[23]-fedclust-r200) a="--algorithm fedclust --partition label:${r:6:1} ${fl/--rounds 50/--rounds 200}" ;;
     label-2-fedclust-per-cluster) a="--algorithm fedclust --partition label:2 $fl --sampling per-cluster" ;;
     label-3-fedclust-per-cluster) a="--algorithm fedclust --partition label:3 $fl --sampling per-cluster" ;;
     dir-0.1-fedclust-l0.6-per-cluster) a="--algorithm fedclust --partition dir:0.1 $fl --lambda 0.6 --sampling per-cluster" ;;
