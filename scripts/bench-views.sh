@@ -6,6 +6,9 @@
 # Results: bench-results/views/<run>/{summary.json,rounds.csv,clusters.json,accuracy.svg}
 # Table:   python3 scripts/bench-views.py
 set -euo pipefail
+# The whole script is one block, read before it runs: editing this file while a long run goes
+# on cannot change or break the running copy.
+{
 cd "$(dirname "$0")/.."
 cargo build --release -q -p coordinator
 paper="--clients 100 --batch 10 --lr 0.01 --momentum 0.5 --seed 0"
@@ -50,3 +53,5 @@ for r in "${runs[@]}"; do
   # shellcheck disable=SC2086
   target/release/coordinator simulate $a --out "bench-results/views/$r"
 done
+exit
+}

@@ -13,6 +13,9 @@
 #          all    (every method on label:2, label:3, dir:0.1 with FedClust's settings)
 #   default: all five. A full run of everything is many hours on 2 cores.
 set -euo pipefail
+# The whole script is one block, read before it runs: editing this file while a long run goes
+# on cannot change or break the running copy.
+{
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-50}
 SEED=${SEED:-0}
@@ -88,3 +91,5 @@ for grid in "${grids[@]}"; do
   esac
 done
 python3 scripts/experiments-report.py
+exit
+}
