@@ -80,7 +80,7 @@ pub struct Limits {
 }
 
 /// Largest uploads a second a user may publish on the coordinator's topics, sustained (a client
-/// sends one per job, and a job takes at least a local epoch).
+/// answers each job with one upload, and a training job takes at least a local epoch).
 pub const UPLOADS_PER_SECOND: f64 = 2.0;
 /// Largest uploads a user may publish at once on the coordinator's topics.
 pub const BURST_UPLOADS: f64 = 4.0;
