@@ -7,14 +7,16 @@
         --runner "qemu-aarch64 -L /usr/aarch64-linux-gnu" --no-torch --samples 600 \
         --baseline target/before/aarch64-unknown-linux-gnu/release/edge-client
 
-For each thread count and model (LeNet-5, MT-HFL's MLP) it runs `edge-client bench` with
-RAYON_NUM_THREADS=t (burn-flex's and gemm's thread pool), then a PyTorch script of the same
+For each thread count and model (LeNet-5, MT-HFL's MLP) it runs `edge-client bench --threads t`
+(each batch split over t threads; RAYON_NUM_THREADS=t too, and no --threads for a binary from
+before that flag), then a PyTorch script of the same
 training step in a fresh process with torch.set_num_threads(t) and set_num_interop_threads(1),
 right after it (and, with --baseline, another edge-client binary, e.g. one built from an
 earlier commit, right before it). All train one epoch over the first `--samples` Fashion-MNIST training images
 (pixels / 255, no other normalisation), shuffled, with plain SGD, learning rate 0.01, momentum
 0.5, mean cross-entropy; each reports the median samples/s of `--repeats` epochs after one
-untimed warm-up epoch. The batch tensors are built from the raw bytes inside the timed loop on
+untimed warm-up epoch. With `--rounds R` the sides take turns R times and each figure is the median
+over the rounds. The batch tensors are built from the raw bytes inside the timed loop on
 both sides, as the edge client does. Writes OUT/throughput.json (raw) and OUT/throughput.md (the
 table of BENCHMARKS.md §3 with the ratio edgecfl / PyTorch). Time it on an idle machine: the load
 average is printed before and after.
@@ -114,11 +116,21 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run_client(args, threads, model, client=None):
+def takes_threads(args, client) -> bool:
+    """Whether this edge-client's bench has --threads (binaries before it trained on one thread)."""
     cmd = shlex.split(args.runner) if args.runner else []
-    cmd += [str(client or args.client), "bench", "--model", model, "--batches", args.batches,
+    res = subprocess.run(cmd + [str(client), "bench", "--help"], capture_output=True, text=True)
+    return "--threads" in res.stdout
+
+
+def run_client(args, threads, model, client=None):
+    client = client or args.client
+    cmd = shlex.split(args.runner) if args.runner else []
+    cmd += [str(client), "bench", "--model", model, "--batches", args.batches,
             "--samples", str(args.samples), "--repeats", str(args.repeats),
             "--data", str(args.data)]
+    if takes_threads(args, client):
+        cmd += ["--threads", str(threads)]
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
     res = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     return json.loads(res.stdout)
@@ -147,33 +159,54 @@ def main():
     p.add_argument("--models", default="lenet5,mlp")
     p.add_argument("--batches", default="10,64")
     p.add_argument("--samples", type=int, default=3000)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5, help="timed epochs per run (their median is the run's figure)")
+    p.add_argument("--rounds", type=int, default=1, help="runs of each side, alternating (median over rounds)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results/throughput")
     args = p.parse_args()
     if not args.client.exists():
         sys.exit(f"no edge client at {args.client}: cargo build --release -p edge-client")
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"load average before: {load()}", flush=True)
-    rows, raw = [], {"host": platform.machine(), "cpu_count": os.cpu_count(),
-                     "load_before": load(), "args": {k: str(v) for k, v in vars(args).items()}}
-    for threads in [int(t) for t in args.threads.split(",")]:
-        for model in args.models.split(","):
-            base = run_client(args, threads, model, args.baseline) if args.baseline else None
-            ours = run_client(args, threads, model)
-            theirs = None if args.no_torch else run_torch(args, threads, model)
-            for r in ours:
-                row = {"threads": threads, "model": model, "batch": r["batch"],
-                       "edgecfl": r["samples_per_second"], "edgecfl_runs": r["runs"]}
-                if base:
-                    b = next(x for x in base if x["batch"] == r["batch"])
-                    row.update(baseline=b["samples_per_second"], baseline_runs=b["runs"],
-                               speedup=r["samples_per_second"] / b["samples_per_second"])
-                if theirs:
-                    t = next(x for x in theirs["results"] if x["batch"] == r["batch"])
-                    row.update(torch=t["samples_per_second"], torch_runs=t["runs"],
-                               torch_version=theirs["torch"], ratio=r["samples_per_second"] / t["samples_per_second"])
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if not k.endswith("_runs")}), flush=True)
+    raw = {"host": platform.machine(), "cpu_count": os.cpu_count(),
+           "load_before": load(), "args": {k: str(v) for k, v in vars(args).items()}}
+    # Every round times each side once per setting, one right after the other, so a machine whose
+    # speed drifts (a shared VM) slows both sides of a ratio alike; the table takes the median
+    # over the rounds of each side's per-run median.
+    runs = {}  # (threads, model, batch, side) -> [samples/s of each round]
+    torch_version = None
+    for rnd in range(args.rounds):
+        for threads in [int(t) for t in args.threads.split(",")]:
+            for model in args.models.split(","):
+                sides = [("baseline", lambda: run_client(args, threads, model, args.baseline))] if args.baseline else []
+                sides.append(("edgecfl", lambda: run_client(args, threads, model)))
+                if not args.no_torch:
+                    sides.append(("torch", lambda: run_torch(args, threads, model)))
+                for side, timed in sides:
+                    got = timed()
+                    if side == "torch":
+                        torch_version, got = got["torch"], got["results"]
+                    for r in got:
+                        runs.setdefault((threads, model, r["batch"], side), []).append(r["samples_per_second"])
+                print(f"round {rnd + 1}/{args.rounds}, {threads} thread(s), {model}: " + ", ".join(
+                    f"{side} {runs[(threads, model, b, side)][-1]:.0f}"
+                    for b in sorted({k[2] for k in runs if k[:2] == (threads, model)})
+                    for side, _ in sides), flush=True)
+    rows = []
+    for (threads, model, batch, side) in runs:
+        if side != "edgecfl":
+            continue
+        key = (threads, model, batch)
+        row = {"threads": threads, "model": model, "batch": batch,
+               "edgecfl": statistics.median(runs[key + ("edgecfl",)]), "edgecfl_runs": runs[key + ("edgecfl",)]}
+        if key + ("baseline",) in runs:
+            b = runs[key + ("baseline",)]
+            row.update(baseline=statistics.median(b), baseline_runs=b, speedup=row["edgecfl"] / statistics.median(b))
+        if key + ("torch",) in runs:
+            t = runs[key + ("torch",)]
+            row.update(torch=statistics.median(t), torch_runs=t, torch_version=torch_version,
+                       ratio=row["edgecfl"] / statistics.median(t))
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if not k.endswith("_runs")}), flush=True)
     raw["load_after"] = load()
     raw["rows"] = rows
     print(f"load average after: {raw['load_after']}", flush=True)

@@ -35,6 +35,9 @@ pub struct BenchArgs {
     /// Batch sizes to measure (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "10,64")]
     pub batches: Vec<usize>,
+    /// Training thread counts to measure (comma-separated; `edge-client run --threads`).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub threads: Vec<usize>,
     /// Training samples per timed epoch: the first N of the train set, or of this client's shard
     /// with --partition.
     #[arg(long, default_value_t = 600)]
@@ -54,6 +57,8 @@ pub struct Throughput {
     pub backend: Backend,
     /// Batch size.
     pub batch: usize,
+    /// Training threads.
+    pub threads: usize,
     /// Median samples per second over the repeats.
     pub samples_per_second: f64,
     /// Every repeat's samples per second.
@@ -62,6 +67,10 @@ pub struct Throughput {
 
 /// Runs the measurements.
 pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
+    // As `run` does for more than one thread (a bench of 1 thread keeps glibc's defaults).
+    if args.threads.iter().any(|&t| t > 1) {
+        edgecfl_shared::malloc::tune();
+    }
     // With --partition, `_shard` stays in memory for the whole bench, as in `edge-client run`.
     let (local, _shard) = if args.shard.partition.is_some() {
         let shard = args.shard.load()?;
@@ -90,13 +99,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
     let mut out = Vec::new();
     for &backend in &args.backends {
         let device = backend.device()?;
-        for &batch in &args.batches {
+        for (&threads, &batch) in args
+            .threads
+            .iter()
+            .flat_map(|t| args.batches.iter().map(move |b| (t, b)))
+        {
             let cfg = TrainConfig {
                 epochs: 1,
                 batch_size: batch,
                 lr: 0.01,
                 momentum: 0.5,
                 seed: 0,
+                threads,
             };
             // One untimed warm-up epoch (allocator, kernels).
             train_local(&params, &local, &cfg, &device)?;
@@ -110,11 +124,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
             let t = Throughput {
                 backend,
                 batch,
+                threads,
                 samples_per_second: sorted[sorted.len() / 2],
                 runs,
             };
             info!(
-                "{} {} batch {batch}: {:.0} samples/s",
+                "{} {} batch {batch}, {threads} thread(s): {:.0} samples/s",
                 args.model, backend, t.samples_per_second
             );
             out.push(t);

@@ -26,7 +26,7 @@ use edgecfl_shared::protocol::{
     self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, Hello, Id, LabelEval, Tensor,
     ToClient, ToCoordinator, Topics, TrainJob,
 };
-use edgecfl_shared::train::{Backend, CLASSES, Device, TrainConfig};
+use edgecfl_shared::train::{Backend, CLASSES, Device, MAX_TRAIN_THREADS, TrainConfig};
 
 use crate::shard::{Shard, ShardArgs};
 use tracing::{debug, info, warn};
@@ -55,6 +55,12 @@ pub struct RunArgs {
         default_value = "cpu"
     )]
     pub backend: Backend,
+    /// Threads one training step's batch is split over (each computes the gradient of a part;
+    /// see BENCHMARKS.md §3). 1 gives the same floats as `coordinator simulate`; more give the
+    /// same training up to float rounding, faster on a multi-core board.
+    #[arg(long, default_value_t = 1, env = "EDGECFL_THREADS",
+          value_parser = clap::value_parser!(u16).range(1..=MAX_TRAIN_THREADS as i64))]
+    pub threads: u16,
     /// MQTT keepalive in seconds.
     #[arg(long, default_value_t = 30)]
     pub keepalive: u64,
@@ -102,6 +108,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
         !shard.train.is_empty(),
         "this client has no training sample"
     );
+    if args.threads > 1 {
+        edgecfl_shared::malloc::tune();
+    }
     let device = args.backend.device()?;
     info!(
         "{}: {} training / {} test samples ({}), device {}",
@@ -142,6 +151,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
     let mut worker = Worker {
         shard: &shard,
         device: &device,
+        threads: usize::from(args.threads),
         own: None,
         relay: None,
         waiting: None,
@@ -308,22 +318,28 @@ fn decode_params(model: ModelKind, params: &Tensor) -> anyhow::Result<Params> {
 }
 
 /// A job's training of `start`.
-fn training<'a>(start: &'a Params, job: &TrainJob, prox: Option<Prox<'a>>) -> Training<'a> {
+fn training<'a>(
+    start: &'a Params,
+    job: &TrainJob,
+    prox: Option<Prox<'a>>,
+    threads: usize,
+) -> Training<'a> {
     Training {
         start,
-        cfg: settings(job),
+        cfg: settings(job, threads),
         prox,
     }
 }
 
 /// The local-training settings of a job.
-fn settings(job: &TrainJob) -> TrainConfig {
+fn settings(job: &TrainJob, threads: usize) -> TrainConfig {
     TrainConfig {
         epochs: job.epochs as usize,
         batch_size: job.batch_size as usize,
         lr: job.lr,
         momentum: job.momentum,
         seed: job.seed,
+        threads,
     }
 }
 
@@ -347,6 +363,8 @@ struct RelevanceJob {
 struct Worker<'a> {
     shard: &'a Shard,
     device: &'a Device,
+    /// Training threads (`--threads`).
+    threads: usize,
     own: Option<OwnSignature>,
     /// The latest relay: (run, round, signatures).
     relay: Option<(Id, u32, Eigenpairs)>,
@@ -379,7 +397,11 @@ impl Worker<'_> {
                 });
                 self.try_relevance()
             }
-            cmd => Some((run, round, answer(cmd, self.shard, self.device))),
+            cmd => Some((
+                run,
+                round,
+                answer(cmd, self.shard, self.device, self.threads),
+            )),
         }
     }
 
@@ -443,7 +465,12 @@ impl Worker<'_> {
 /// Does one job that needs no state: decodes the command into a [`Job`], runs it with the
 /// shared client code ([`client::execute`], the same as a simulated client's), and encodes the
 /// answer in the job's upload encoding.
-fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoordinator> {
+fn answer(
+    cmd: ToClient,
+    shard: &Shard,
+    device: &Device,
+    threads: usize,
+) -> anyhow::Result<ToCoordinator> {
     let data = ClientData {
         train: &shard.train,
         test: Some(&shard.test),
@@ -457,7 +484,7 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
         let layers: LayerSet = layers.parse()?;
         let start = decode_params(job.model, &job.params)?;
         run(Job::Signature {
-            train: training(&start, job, None),
+            train: training(&start, job, None, threads),
             layers: &layers,
             stats,
         })
@@ -480,8 +507,8 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
             },
             other => anyhow::bail!("{} for a signature job", other.name()),
         },
-        ToClient::Train(job) => train_update(&job, None, data, device)?,
-        ToClient::TrainProx { job, mu } => train_update(&job, Some(mu), data, device)?,
+        ToClient::Train(job) => train_update(&job, None, data, device, threads)?,
+        ToClient::TrainProx { job, mu } => train_update(&job, Some(mu), data, device, threads)?,
         ToClient::TrainPair {
             global,
             cluster,
@@ -497,8 +524,8 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
             let theta = decode_params(cluster.model, &cluster.params)?;
             let prox = Prox { anchor: &omega, mu };
             match run(Job::TrainPair {
-                global: training(&omega, &global, None),
-                cluster: training(&theta, &cluster, Some(prox)),
+                global: training(&omega, &global, None, threads),
+                cluster: training(&theta, &cluster, Some(prox), threads),
             })? {
                 Answer::Pair {
                     global: g,
@@ -526,7 +553,7 @@ fn answer(cmd: ToClient, shard: &Shard, device: &Device) -> anyhow::Result<ToCoo
             anyhow::ensure!(!models.is_empty(), "no candidate model");
             match run(Job::Pick {
                 candidates: models.iter().collect(),
-                train: training(&models[0], &job, None),
+                train: training(&models[0], &job, None, threads),
             })? {
                 Answer::Picked {
                     choice,
@@ -595,10 +622,15 @@ fn train_update(
     mu: Option<f64>,
     data: ClientData<'_>,
     device: &Device,
+    threads: usize,
 ) -> anyhow::Result<ToCoordinator> {
     let start = decode_params(job.model, &job.params)?;
     let prox = mu.map(|mu| Prox { anchor: &start, mu });
-    match client::execute(&Job::Train(training(&start, job, prox)), data, device)? {
+    match client::execute(
+        &Job::Train(training(&start, job, prox, threads)),
+        data,
+        device,
+    )? {
         Answer::Update(u) => {
             anyhow::ensure!(u.loss.is_finite(), "training diverged (loss {})", u.loss);
             Ok(ToCoordinator::Update {

@@ -69,6 +69,8 @@ pub fn run(args: &SignatureArgs) -> anyhow::Result<Vec<f32>> {
         lr: args.lr,
         momentum: args.momentum,
         seed: client_seed(args.model_seed, 0, args.shard.index),
+        // One thread: the floats a coordinator computes for this client.
+        threads: 1,
     };
     let (trained, report) = train_local(&initial, &shard.train, &cfg, &args.backend.device()?)?;
     let sig = trained

@@ -124,6 +124,7 @@ fn spilled_shard_equals_the_shard_in_memory_and_trains_alike() {
         lr: 0.05,
         momentum: 0.5,
         seed: 3,
+        threads: 1,
     };
     let device = Backend::Flex.device().unwrap();
     let params = Params::init(ModelKind::LeNet5, 0);

@@ -129,6 +129,7 @@ fn run_device(
         lr: 0.05,
         momentum: 0.5,
         seed: 0,
+        threads: 1,
     };
     let before = evaluate(&init, local, 100, &device)?;
     let (params, rep) = train_local(&init, local, &cfg, &device)?;

@@ -13,6 +13,7 @@
 //! | [`train`] | local SGD training and evaluation |
 //! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index |
 //! | [`algorithms`] | one file per method: [`algorithms::fedclust`] (one-shot HC on final-layer weights, newcomers), [`algorithms::mthfl`] (Gram-matrix eigenvectors, relevance, HAC on 1 − R), ... |
+//! | [`malloc`] | glibc's allocator settings for training, set by the binaries at start-up |
 //! | [`client`] | what a client computes for each job, shared by the in-process pool and the edge client |
 //! | [`aggregate`] | sample-weighted FedAvg |
 //! | [`hierarchy`] | MT-HFL's LPS/GPS step: sample-weighted average of the common layers only |
@@ -47,6 +48,8 @@ pub mod federation;
 pub mod hierarchy;
 #[cfg(feature = "logging")]
 pub mod logging;
+#[cfg(feature = "std")]
+pub mod malloc;
 #[cfg(feature = "std")]
 pub mod model;
 #[cfg(feature = "mqtt")]

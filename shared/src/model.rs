@@ -25,6 +25,7 @@ use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Linear, Relu};
+use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::{Gradients, TensorData};
 use rand::{Rng, SeedableRng};
@@ -569,6 +570,34 @@ impl Net {
         );
         self.walk(&mut out);
         out.1
+    }
+
+    /// Gradients for [burn's optimisers](burn::optim) from a flat gradient in [`ParamLayout`]
+    /// order (as [`Net::flat_grads`] gives), one tensor per parameter of this network on `device`
+    /// (the plain device under the autodiff one, where backward passes leave their gradients).
+    ///
+    /// # Panics
+    ///
+    /// If `flat` is not this model's [`ParamLayout`] length (an internal contract).
+    pub fn grads_params(&self, flat: &[f32], device: &Device) -> GradientsParams {
+        struct Register<'a>(&'a [f32], &'a Device, GradientsParams);
+        impl ParamVisitor for Register<'_> {
+            fn visit<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+                let shape = p.val().shape();
+                let (values, rest) = self.0.split_at(shape.num_elements());
+                let g = Tensor::<D>::from_data(TensorData::new(values.to_vec(), shape), self.1);
+                self.2.register(p.id, g);
+                self.0 = rest;
+            }
+        }
+        assert_eq!(
+            flat.len(),
+            ParamLayout::of(self.kind()).len(),
+            "flat gradient length"
+        );
+        let mut out = Register(flat, device, GradientsParams::new());
+        self.walk(&mut out);
+        out.2
     }
 
     /// Logits `[batch, 10]` for images `[batch, 1, 28, 28]`.

@@ -9,14 +9,14 @@ use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
-use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, SgdConfig};
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{Gradients, TensorData};
 
 /// The burn device training runs on (re-exported so the runtimes need not depend on burn).
 pub use burn::prelude::Device;
@@ -322,6 +322,9 @@ pub enum TrainError {
     /// The local images could not be read (their scratch file).
     #[error("reading the local images: {0}")]
     Data(String),
+    /// A training helper thread stopped before answering (it panicked).
+    #[error("a training helper thread stopped")]
+    Worker,
 }
 
 /// Hyper-parameters of one local training call.
@@ -337,6 +340,40 @@ pub struct TrainConfig {
     pub momentum: f64,
     /// Seed of the sample order.
     pub seed: u64,
+    /// Threads one step's batch is split over (≥ 1; see [`train_local_prox`]). How the device
+    /// computes, not what the federation asks: every runtime defaults to 1, which gives the same
+    /// floats on every machine; the edge client's `--threads` sets it.
+    #[serde(default = "one_thread")]
+    pub threads: usize,
+}
+
+fn one_thread() -> usize {
+    1
+}
+
+/// The most threads one training call may split its batches over.
+pub const MAX_TRAIN_THREADS: usize = 256;
+
+/// The least forward-pass work (multiply-adds) a part of a split batch carries
+/// ([`TrainConfig::threads`]): below that, handing the part to a thread costs more than its
+/// gradient saves (LeNet-5 batches of 10 and MLP batches of 64 were slower on two threads than
+/// on one, BENCHMARKS.md §3). That is 16 LeNet-5 samples or 178 MLP samples
+/// ([`min_part_samples`]).
+pub const MIN_PART_MACS: usize = 4_500_000;
+
+/// Multiply-adds of one sample's forward pass: LeNet-5 6·24²·25 + 16·8²·150 + 256·120 + 120·84 +
+/// 84·10 = 281 640, the MLP 784·32 + 32·10 = 25 408.
+fn forward_macs(model: ModelKind) -> usize {
+    match model {
+        ModelKind::LeNet5 => 6 * 24 * 24 * 25 + 16 * 8 * 8 * 150 + 256 * 120 + 120 * 84 + 84 * 10,
+        ModelKind::Mlp => 784 * 32 + 32 * 10,
+    }
+}
+
+/// The fewest samples of `model` a part of a split batch holds: [`MIN_PART_MACS`] of forward
+/// work.
+pub fn min_part_samples(model: ModelKind) -> usize {
+    MIN_PART_MACS.div_ceil(forward_macs(model))
 }
 
 impl TrainConfig {
@@ -355,6 +392,12 @@ impl TrainConfig {
             return Err(TrainError::InvalidConfig(format!(
                 "momentum must be in [0, 1), got {}",
                 self.momentum
+            )));
+        }
+        if !(1..=MAX_TRAIN_THREADS).contains(&self.threads) {
+            return Err(TrainError::InvalidConfig(format!(
+                "training threads must be in 1..={MAX_TRAIN_THREADS}, got {}",
+                self.threads
             )));
         }
         Ok(())
@@ -687,6 +730,15 @@ fn check_len(params: &Params) -> Result<(), TrainError> {
 /// anchor‖² joins the loss before the backward pass, the anchor as constant tensors built once
 /// per call). [`TrainReport::last_epoch_loss`] stays the plain cross-entropy, without the term.
 /// `device` is the plain device (e.g. [`Backend::device`]); autodiff is added here.
+///
+/// With [`TrainConfig::threads`] = T > 1, each batch of n samples is cut into min(T, ⌊n / m⌋)
+/// parts in order, m = [`min_part_samples`] (16 for LeNet-5, 178 for the MLP), sizes differing
+/// by at most one (smaller batches are not cut); each part's gradient (of its mean loss, plus
+/// the proximal term) is computed on its own thread with its own copy of the model, and the step
+/// takes Σ (nₚ / n) · gₚ, the gradient of the whole batch's mean loss, through the same
+/// optimiser. The result is the same training up to
+/// float rounding (sums run in another order), and the same floats for the same T on any
+/// machine.
 pub fn train_local_prox(
     params: &Params,
     data: &LocalData,
@@ -701,53 +753,26 @@ pub fn train_local_prox(
     }
     let start = Instant::now();
     let ad = device.clone().autodiff();
-    let mut net = Net::from_params(params, &ad);
-    // The anchor, one constant (untracked) tensor per layout entry, and μ/2.
-    let anchor: Option<(Vec<Tensor<1>>, f64)> = prox.filter(|p| p.mu > 0.0).map(|p| {
-        let tensors = params
-            .layout()
-            .entries
-            .iter()
-            .map(|e| {
-                Tensor::<1>::from_data(
-                    TensorData::new(p.anchor.values[e.range()].to_vec(), [e.len()]),
-                    &ad,
-                )
+    let prox = prox.filter(|p| p.mu > 0.0);
+    let min_part = min_part_samples(params.model);
+    let parts = part_count(cfg.batch_size.min(data.len()), cfg.threads, min_part);
+    let step = Step::new(prox, &ad);
+    let (net, steps, last_epoch_loss) = if parts == 1 {
+        train_steps(params, data, cfg, device, |net, batch| {
+            let (grads, loss) = step.gradients(net, data, batch)?;
+            Ok((
+                BatchGrads::Tracked(grads),
+                f64::from(loss) * batch.len() as f64,
+            ))
+        })?
+    } else {
+        std::thread::scope(|scope| {
+            let helpers = Helpers::spawn(scope, parts - 1, prox, &ad, data);
+            train_steps(params, data, cfg, device, |net, batch| {
+                helpers.gradients(net, &step, data, &split_batch(batch, parts, min_part))
             })
-            .collect();
-        (tensors, p.mu / 2.0)
-    });
-    let momentum = (cfg.momentum > 0.0).then_some(MomentumConfig {
-        momentum: cfg.momentum,
-        dampening: 0.0,
-        nesterov: false,
-    });
-    let mut optim = SgdConfig::new().with_momentum(momentum).init();
-    let loss_fn = CrossEntropyLossConfig::new().init(&ad);
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut order: Vec<usize> = (0..data.len()).collect();
-    let mut steps = 0;
-    let mut last_epoch_loss = 0.0;
-    for _ in 0..cfg.epochs {
-        order.shuffle(&mut rng);
-        let mut loss_sum = 0.0;
-        for chunk in order.chunks(cfg.batch_size) {
-            let logits = net.forward(data.images(chunk, &ad)?);
-            let loss = loss_fn.forward(logits, data.targets(chunk, &ad));
-            loss_sum += f64::from(loss.clone().into_scalar::<f32>()) * chunk.len() as f64;
-            let objective = match &anchor {
-                None => loss,
-                Some((anchor, half_mu)) => loss + proximal_term(&net, anchor, *half_mu),
-            };
-            let grads = GradientsParams::from_grads(objective.backward(), &net);
-            net = optim.step(cfg.lr, net, grads);
-            steps += 1;
-        }
-        last_epoch_loss = loss_sum / data.len().max(1) as f64;
-        if !last_epoch_loss.is_finite() {
-            return Err(TrainError::Diverged);
-        }
-    }
+        })?
+    };
     let out = net.to_params();
     if out.values.iter().any(|v| !v.is_finite()) {
         return Err(TrainError::Diverged);
@@ -761,6 +786,206 @@ pub fn train_local_prox(
             seconds: start.elapsed().as_secs_f64(),
         },
     ))
+}
+
+/// A part's flat gradient and mean loss, or why it failed.
+type PartGradient = Result<(Vec<f32>, f32), TrainError>;
+
+/// The threads that compute the gradients of parts 1.. of each split batch, each on a network of
+/// its own (part 0 is computed by the caller on the stepped network).
+struct Helpers {
+    jobs: Vec<mpsc::Sender<(Arc<Params>, Vec<usize>)>>,
+    done: mpsc::Receiver<(usize, PartGradient)>,
+}
+
+impl Helpers {
+    /// Starts `count` helpers in `scope`; they stop when the returned value is dropped.
+    fn spawn<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        count: usize,
+        prox: Option<Proximal<'scope>>,
+        ad: &Device,
+        data: &'scope LocalData,
+    ) -> Self {
+        let (done_tx, done) = mpsc::channel();
+        let jobs = (0..count)
+            .map(|k| {
+                let (job_tx, job_rx) = mpsc::channel::<(Arc<Params>, Vec<usize>)>();
+                let done_tx = done_tx.clone();
+                let ad = ad.clone();
+                scope.spawn(move || {
+                    let step = Step::new(prox, &ad);
+                    for (current, part) in job_rx {
+                        let net = Net::from_params(&current, &ad);
+                        let got = step
+                            .gradients(&net, data, &part)
+                            .map(|(grads, loss)| (net.flat_grads(&grads), loss));
+                        if done_tx.send((k, got)).is_err() {
+                            break;
+                        }
+                    }
+                });
+                job_tx
+            })
+            .collect();
+        Helpers { jobs, done }
+    }
+
+    /// The gradient of a batch cut into `parts`, Σ (nₚ / n) · gₚ, flat, and its loss sum
+    /// Σ nₚ · ℓₚ: part 0 here on `net`, the others on the helpers at `net`'s parameters.
+    fn gradients(
+        &self,
+        net: &Net,
+        step: &Step,
+        data: &LocalData,
+        parts: &[&[usize]],
+    ) -> Result<(BatchGrads, f64), TrainError> {
+        let current = Arc::new(net.to_params());
+        for (job, part) in self.jobs.iter().zip(&parts[1..]) {
+            job.send((current.clone(), part.to_vec()))
+                .map_err(|_| TrainError::Worker)?;
+        }
+        let own = step
+            .gradients(net, data, parts[0])
+            .map(|(grads, loss)| (net.flat_grads(&grads), loss));
+        let mut got: Vec<Option<PartGradient>> = parts.iter().map(|_| None).collect();
+        got[0] = Some(own);
+        for _ in 1..parts.len() {
+            let (k, part) = self.done.recv().map_err(|_| TrainError::Worker)?;
+            got[k + 1] = Some(part);
+        }
+        let n = parts.iter().map(|p| p.len()).sum::<usize>() as f32;
+        let mut flat = vec![0.0f32; ParamLayout::of(net.kind()).len()];
+        let mut loss_sum = 0.0;
+        for (part, got) in parts.iter().zip(got) {
+            let (g, loss) = got.ok_or(TrainError::Worker)??;
+            let w = part.len() as f32 / n;
+            flat.iter_mut().zip(g).for_each(|(a, g)| *a += w * g);
+            loss_sum += f64::from(loss) * part.len() as f64;
+        }
+        Ok((BatchGrads::Flat(flat), loss_sum))
+    }
+}
+
+/// How many parts a batch of `len` samples is cut into on `threads` threads, each of at least
+/// `min_part` samples.
+fn part_count(len: usize, threads: usize, min_part: usize) -> usize {
+    threads.min(len / min_part).max(1)
+}
+
+/// `batch` cut into [`part_count`] consecutive pieces whose sizes differ by at most one (the
+/// longer first).
+fn split_batch(batch: &[usize], threads: usize, min_part: usize) -> Vec<&[usize]> {
+    let parts = part_count(batch.len(), threads, min_part);
+    let (base, extra) = (batch.len() / parts, batch.len() % parts);
+    let mut rest = batch;
+    (0..parts)
+        .map(|p| {
+            let (head, tail) = rest.split_at(base + usize::from(p < extra));
+            rest = tail;
+            head
+        })
+        .collect()
+}
+
+/// One batch's gradient as a step takes it.
+enum BatchGrads {
+    /// From a backward pass through the stepped network itself.
+    Tracked(Gradients),
+    /// Flat in [`ParamLayout`] order (a weighted sum over the parts of a split batch).
+    Flat(Vec<f32>),
+}
+
+/// What one part of a batch needs for its gradient: the loss, and the proximal anchor with μ/2.
+struct Step {
+    ad: Device,
+    loss: CrossEntropyLoss,
+    anchor: Option<(Vec<Tensor<1>>, f64)>,
+}
+
+impl Step {
+    /// The anchor, one constant (untracked) tensor per layout entry, built once per thread.
+    fn new(prox: Option<Proximal<'_>>, ad: &Device) -> Self {
+        let anchor = prox.map(|p| {
+            let tensors = p
+                .anchor
+                .layout()
+                .entries
+                .iter()
+                .map(|e| {
+                    Tensor::<1>::from_data(
+                        TensorData::new(p.anchor.values[e.range()].to_vec(), [e.len()]),
+                        ad,
+                    )
+                })
+                .collect();
+            (tensors, p.mu / 2.0)
+        });
+        Step {
+            ad: ad.clone(),
+            loss: CrossEntropyLossConfig::new().init(ad),
+            anchor,
+        }
+    }
+
+    /// The gradients of the mean cross-entropy of samples `idx` (plus the proximal term) at
+    /// `net`, and that mean cross-entropy.
+    fn gradients(
+        &self,
+        net: &Net,
+        data: &LocalData,
+        idx: &[usize],
+    ) -> Result<(Gradients, f32), TrainError> {
+        let logits = net.forward(data.images(idx, &self.ad)?);
+        let loss = self.loss.forward(logits, data.targets(idx, &self.ad));
+        let value = loss.clone().into_scalar::<f32>();
+        let objective = match &self.anchor {
+            None => loss,
+            Some((anchor, half_mu)) => loss + proximal_term(net, anchor, *half_mu),
+        };
+        Ok((objective.backward(), value))
+    }
+}
+
+/// The epochs of SGD with momentum from `params`, each batch's gradient and loss sum (Σ over its
+/// samples) from `gradients`: the trained network, the step count and the last epoch's mean loss.
+fn train_steps(
+    params: &Params,
+    data: &LocalData,
+    cfg: &TrainConfig,
+    device: &Device,
+    mut gradients: impl FnMut(&Net, &[usize]) -> Result<(BatchGrads, f64), TrainError>,
+) -> Result<(Net, usize, f64), TrainError> {
+    let mut net = Net::from_params(params, &device.clone().autodiff());
+    let momentum = (cfg.momentum > 0.0).then_some(MomentumConfig {
+        momentum: cfg.momentum,
+        dampening: 0.0,
+        nesterov: false,
+    });
+    let mut optim = SgdConfig::new().with_momentum(momentum).init();
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut order: Vec<usize> = (0..data.len()).collect();
+    let mut steps = 0;
+    let mut last_epoch_loss = 0.0;
+    for _ in 0..cfg.epochs {
+        order.shuffle(&mut rng);
+        let mut loss_sum = 0.0;
+        for batch in order.chunks(cfg.batch_size) {
+            let (grads, batch_loss) = gradients(&net, batch)?;
+            loss_sum += batch_loss;
+            let grads = match grads {
+                BatchGrads::Tracked(g) => GradientsParams::from_grads(g, &net),
+                BatchGrads::Flat(flat) => net.grads_params(&flat, device),
+            };
+            net = optim.step(cfg.lr, net, grads);
+            steps += 1;
+        }
+        last_epoch_loss = loss_sum / data.len().max(1) as f64;
+        if !last_epoch_loss.is_finite() {
+            return Err(TrainError::Diverged);
+        }
+    }
+    Ok((net, steps, last_epoch_loss))
 }
 
 /// μ/2 · ‖θ − anchor‖² as a one-element tensor tracked through the network's parameters.
@@ -1089,6 +1314,29 @@ mod tests {
         r.correct = r.correct_per_label.iter().sum();
         r.total = r.total_per_label.iter().sum();
         r
+    }
+
+    #[test]
+    fn batches_split_into_parts_of_at_least_the_smallest_size() {
+        // 281 640 and 25 408 multiply-adds a sample: ⌈4.5 M / each⌉.
+        assert_eq!(min_part_samples(ModelKind::LeNet5), 16);
+        assert_eq!(min_part_samples(ModelKind::Mlp), 178);
+        let sizes = |n: usize, threads: usize, min: usize| -> Vec<usize> {
+            let batch: Vec<usize> = (0..n).collect();
+            let parts = split_batch(&batch, threads, min);
+            // In order, every sample once.
+            assert_eq!(parts.concat(), batch);
+            parts.iter().map(|p| p.len()).collect()
+        };
+        assert_eq!(sizes(64, 2, 16), [32, 32]);
+        assert_eq!(sizes(50, 3, 16), [17, 17, 16]);
+        assert_eq!(sizes(50, 8, 16), [17, 17, 16]);
+        assert_eq!(sizes(10, 2, 16), [10]);
+        assert_eq!(sizes(31, 2, 16), [31]);
+        assert_eq!(sizes(32, 2, 16), [16, 16]);
+        assert_eq!(sizes(64, 2, 178), [64]);
+        assert_eq!(sizes(64, 1, 16), [64]);
+        assert_eq!(sizes(0, 4, 16), [0]);
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn trains_close_to_cpu(backend: Backend, device: &Device) {
         lr: 0.05,
         momentum: 0.5,
         seed: 0,
+        threads: 1,
     };
     let before = evaluate(&init, &local, 60, device).unwrap();
     let (trained, rep) = train_local(&init, &local, &cfg, device).unwrap();

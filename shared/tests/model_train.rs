@@ -97,6 +97,7 @@ fn training_lowers_loss_and_is_deterministic() {
         lr: 0.01,
         momentum: 0.5,
         seed: 9,
+        threads: 1,
     };
     let (p1, rep) = train_local(&p0, &local, &cfg, &device).unwrap();
     assert_eq!(rep.steps, 100);

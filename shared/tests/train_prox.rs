@@ -8,8 +8,8 @@ use burn::prelude::Device;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
 use edgecfl_shared::train::{
-    CLASSES, LocalData, PIXELS, Proximal, TrainConfig, TrainError, evaluate, gradient, to_unit,
-    train_local, train_local_prox,
+    CLASSES, LocalData, MAX_TRAIN_THREADS, PIXELS, Proximal, TrainConfig, TrainError, evaluate,
+    gradient, min_part_samples, to_unit, train_local, train_local_prox,
 };
 
 const KINDS: [ModelKind; 2] = [ModelKind::Mlp, ModelKind::LeNet5];
@@ -224,6 +224,7 @@ fn no_or_zero_proximal_term_is_plain_training() {
         lr: 0.05,
         momentum: 0.5,
         seed: 3,
+        threads: 1,
     };
     for kind in KINDS {
         let p0 = Params::init(kind, 1);
@@ -249,18 +250,27 @@ fn no_or_zero_proximal_term_is_plain_training() {
 
 #[test]
 fn one_proximal_sgd_step_adds_mu_times_distance_to_the_gradient() {
-    let data = local(20, 300);
     let device = Device::flex();
     let (lr, mu) = (0.05, 0.8);
     // One step: the whole data in one batch, no momentum.
     let cfg = TrainConfig {
         epochs: 1,
-        batch_size: 20,
+        batch_size: 1,
         lr,
         momentum: 0.0,
         seed: 0,
+        threads: 1,
     };
-    for kind in KINDS {
+    // A batch of 4 smallest parts, split over 1, 2, 3 and 4 threads (LeNet-5: parts of 64, 32,
+    // 22 or 21, and 16 samples): the same step.
+    for (kind, threads) in KINDS.into_iter().flat_map(|k| [1, 2, 3, 4].map(|t| (k, t))) {
+        let n = 4 * min_part_samples(kind);
+        let data = local(n, 300);
+        let cfg = TrainConfig {
+            threads,
+            batch_size: n,
+            ..cfg
+        };
         let p0 = Params::init(kind, 21);
         let anchor = Params::init(kind, 22);
         let (plain, rep) = train_local(&p0, &data, &cfg, &device).unwrap();
@@ -273,6 +283,7 @@ fn one_proximal_sgd_step_adds_mu_times_distance_to_the_gradient() {
         assert_eq!(rep_prox.steps, 1);
         // The report is the data loss at θ₀, the same with or without the term.
         assert_eq!(rep_prox.last_epoch_loss, rep.last_epoch_loss);
+        let kind = format!("{kind}, {threads} thread(s)");
         // θ₁ = θ₀ − lr(∇L + μ(θ₀ − a)) = plain step − lr·μ·(θ₀ − a).
         let mut worst = 0.0f64;
         let mut moved = 0.0f64;
@@ -288,11 +299,71 @@ fn one_proximal_sgd_step_adds_mu_times_distance_to_the_gradient() {
             "{kind}: max deviation {worst} from the hand step"
         );
         // And the step agrees with the full-data gradient: θ₁ = θ₀ − lr·∇L.
-        let g = gradient(&p0, &data, 20, &device).unwrap();
+        let g = gradient(&p0, &data, n, &device).unwrap();
         for (i, ((&start, &end), &grad)) in p0.values.iter().zip(&plain.values).zip(&g).enumerate()
         {
             let want = f64::from(start) - lr * f64::from(grad);
             assert!((f64::from(end) - want).abs() < 1e-6, "{kind} [{i}]");
+        }
+    }
+}
+
+#[test]
+fn split_batches_train_the_same_model_up_to_rounding_and_repeat_exactly() {
+    let device = Device::flex();
+    for kind in KINDS {
+        // Two batches of 3 smallest parts and 2 samples, and a last batch of 10 (not cut): on 2
+        // threads 2 parts, on 3 or more 3 (LeNet-5: 110 samples in batches of 50, parts of 25,
+        // or 17 + 17 + 16).
+        let batch = 3 * min_part_samples(kind) + 2;
+        let data = local(2 * batch + 10, 400);
+        let base = TrainConfig {
+            epochs: 2,
+            batch_size: batch,
+            lr: 0.05,
+            momentum: 0.5,
+            seed: 5,
+            threads: 1,
+        };
+        let p0 = Params::init(kind, 31);
+        let anchor = Params::init(kind, 32);
+        for prox in [
+            None,
+            Some(Proximal {
+                anchor: &anchor,
+                mu: 0.3,
+            }),
+        ] {
+            let (one, rep_one) = train_local_prox(&p0, &data, &base, prox, &device).unwrap();
+            let moved = one
+                .values
+                .iter()
+                .zip(&p0.values)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            for threads in [2, 3, 16] {
+                let cfg = TrainConfig { threads, ..base };
+                let (got, rep) = train_local_prox(&p0, &data, &cfg, prox, &device).unwrap();
+                let (again, rep_again) = train_local_prox(&p0, &data, &cfg, prox, &device).unwrap();
+                let what = format!("{kind}, μ {:?}, {threads} threads", prox.map(|p| p.mu));
+                // The same floats every time for the same thread count.
+                assert_eq!(got, again, "{what}: repeat");
+                assert_eq!(rep.last_epoch_loss, rep_again.last_epoch_loss);
+                assert_eq!((rep.steps, rep.samples), (rep_one.steps, rep_one.samples));
+                // The same training as one thread, up to float rounding over 6 steps.
+                let worst = got
+                    .values
+                    .iter()
+                    .zip(&one.values)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(
+                    worst < 1e-5 && worst < moved * 1e-3,
+                    "{what}: {worst} from one thread (training moved {moved})"
+                );
+                let dl = (rep.last_epoch_loss - rep_one.last_epoch_loss).abs();
+                assert!(dl < 1e-5, "{what}: loss {dl} from one thread");
+            }
         }
     }
 }
@@ -307,6 +378,7 @@ fn a_stronger_proximal_term_stays_closer_to_the_anchor() {
         lr: 0.02,
         momentum: 0.5,
         seed: 8,
+        threads: 1,
     };
     let dist = |a: &Params, b: &Params| {
         a.values
@@ -347,9 +419,16 @@ fn bad_proximal_or_gradient_input_is_a_typed_error() {
         lr: 0.01,
         momentum: 0.0,
         seed: 0,
+        threads: 1,
     };
     let p = Params::init(ModelKind::LeNet5, 0);
     let mlp = Params::init(ModelKind::Mlp, 0);
+    for threads in [0, MAX_TRAIN_THREADS + 1] {
+        assert!(matches!(
+            train_local(&p, &data, &TrainConfig { threads, ..cfg }, &device),
+            Err(TrainError::InvalidConfig(_))
+        ));
+    }
     let short = Params {
         model: ModelKind::LeNet5,
         values: vec![0.0; 10],

@@ -362,6 +362,7 @@ impl FederationConfig {
             lr: self.lr,
             momentum: self.momentum,
             seed,
+            threads: 1,
         }
     }
 }
