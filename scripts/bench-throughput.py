@@ -15,8 +15,8 @@ right after it (and, with --baseline, another edge-client binary, e.g. one built
 earlier commit, right before it). All train one epoch over the first `--samples` Fashion-MNIST training images
 (pixels / 255, no other normalisation), shuffled, with plain SGD, learning rate 0.01, momentum
 0.5, mean cross-entropy; each reports the median samples/s of `--repeats` epochs after one
-untimed warm-up epoch. With `--rounds R` the sides take turns R times and each figure is the median
-over the rounds. The batch tensors are built from the raw bytes inside the timed loop on
+untimed warm-up epoch. With `--rounds R` the sides take turns R times: each side's figure is its
+median over the rounds, each ratio the median over the rounds of that round's ratio. The batch tensors are built from the raw bytes inside the timed loop on
 both sides, as the edge client does. Writes OUT/throughput.json (raw) and OUT/throughput.md (the
 table of BENCHMARKS.md §3 with the ratio edgecfl / PyTorch). Time it on an idle machine: the load
 average is printed before and after.
@@ -116,6 +116,18 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def paired(ours, theirs) -> float:
+    """The median over rounds of ours / theirs in the same round."""
+    return statistics.median(a / b for a, b in zip(ours, theirs))
+
+
+def rel(v) -> str:
+    """An argument as recorded: paths inside the checkout relative to it."""
+    if isinstance(v, Path) and v.resolve().is_relative_to(ROOT):
+        return str(v.resolve().relative_to(ROOT))
+    return str(v)
+
+
 def takes_threads(args, client) -> bool:
     """Whether this edge-client's bench has --threads (binaries before it trained on one thread)."""
     cmd = shlex.split(args.runner) if args.runner else []
@@ -168,10 +180,11 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"load average before: {load()}", flush=True)
     raw = {"host": platform.machine(), "cpu_count": os.cpu_count(),
-           "load_before": load(), "args": {k: str(v) for k, v in vars(args).items()}}
+           "load_before": load(), "args": {k: rel(v) for k, v in vars(args).items()}}
     # Every round times each side once per setting, one right after the other, so a machine whose
-    # speed drifts (a shared VM) slows both sides of a ratio alike; the table takes the median
-    # over the rounds of each side's per-run median.
+    # speed drifts (a shared VM) slows both sides of a ratio alike. The table gives each side's
+    # median over the rounds and, as the ratio, the median over the rounds of that round's ratio
+    # (the two runs taken one right after the other).
     runs = {}  # (threads, model, batch, side) -> [samples/s of each round]
     torch_version = None
     for rnd in range(args.rounds):
@@ -200,11 +213,12 @@ def main():
                "edgecfl": statistics.median(runs[key + ("edgecfl",)]), "edgecfl_runs": runs[key + ("edgecfl",)]}
         if key + ("baseline",) in runs:
             b = runs[key + ("baseline",)]
-            row.update(baseline=statistics.median(b), baseline_runs=b, speedup=row["edgecfl"] / statistics.median(b))
+            row.update(baseline=statistics.median(b), baseline_runs=b,
+                       speedup=paired(runs[key + ("edgecfl",)], b))
         if key + ("torch",) in runs:
             t = runs[key + ("torch",)]
             row.update(torch=statistics.median(t), torch_runs=t, torch_version=torch_version,
-                       ratio=row["edgecfl"] / statistics.median(t))
+                       ratio=paired(runs[key + ("edgecfl",)], t))
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if not k.endswith("_runs")}), flush=True)
     raw["load_after"] = load()

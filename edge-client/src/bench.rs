@@ -67,10 +67,6 @@ pub struct Throughput {
 
 /// Runs the measurements.
 pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
-    // As `run` does for more than one thread (a bench of 1 thread keeps glibc's defaults).
-    if args.threads.iter().any(|&t| t > 1) {
-        edgecfl_shared::malloc::tune();
-    }
     // With --partition, `_shard` stays in memory for the whole bench, as in `edge-client run`.
     let (local, _shard) = if args.shard.partition.is_some() {
         let shard = args.shard.load()?;

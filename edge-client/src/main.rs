@@ -28,6 +28,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: freed blocks stay in the heap for the next training step.
+    edgecfl_shared::malloc::tune();
     let cli = Cli::parse();
     cli.log.init();
     let result = match cli.command {

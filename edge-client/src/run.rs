@@ -108,9 +108,6 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
         !shard.train.is_empty(),
         "this client has no training sample"
     );
-    if args.threads > 1 {
-        edgecfl_shared::malloc::tune();
-    }
     let device = args.backend.device()?;
     info!(
         "{}: {} training / {} test samples ({}), device {}",

@@ -434,9 +434,18 @@ trait ParamVisitor {
     fn visit<const D: usize>(&mut self, p: &Param<Tensor<D>>);
 }
 
+/// Appends a float tensor's values: a copy of the slice when the tensor holds f32 (always, on the
+/// CPU backends), else element by element with conversion.
+fn extend_values<const D: usize>(t: Tensor<D>, out: &mut Vec<f32>) {
+    let data = t.into_data();
+    match data.as_slice::<f32>() {
+        Ok(values) => out.extend_from_slice(values),
+        Err(_) => out.extend(data.iter::<f32>()),
+    }
+}
+
 fn param_values<const D: usize>(p: &Param<Tensor<D>>, out: &mut Vec<f32>) {
-    let data = p.val().into_data();
-    out.extend(data.iter::<f32>());
+    extend_values(p.val(), out);
 }
 
 impl Net {
@@ -556,7 +565,7 @@ impl Net {
             fn visit<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
                 let t = p.val();
                 match t.grad(self.0) {
-                    Some(g) => self.1.extend(g.into_data().iter::<f32>()),
+                    Some(g) => extend_values(g, &mut self.1),
                     None => {
                         let n = t.shape().num_elements();
                         self.1.extend(std::iter::repeat_n(0.0, n));

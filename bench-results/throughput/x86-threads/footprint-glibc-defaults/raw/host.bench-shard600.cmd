@@ -1,0 +1,1 @@
+EDGECFL_FMNIST_DIR=bench-results/throughput/x86-threads/footprint-glibc-defaults/shard600 /usr/bin/time -v  target/notune/release/edge-client bench --model lenet5 --backends flex --batches 10 --samples 600 --repeats 3

@@ -1,0 +1,1 @@
+ /usr/bin/time -v  target/notune/release/edge-client --help

@@ -1,0 +1,1 @@
+ /usr/bin/time -v  target/release/edge-client --help
