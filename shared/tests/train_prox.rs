@@ -14,6 +14,14 @@ use edgecfl_shared::train::{
 
 const KINDS: [ModelKind; 2] = [ModelKind::Mlp, ModelKind::LeNet5];
 
+/// The largest |a − b| over two equally long vectors.
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max)
+}
+
 fn local(n: usize, offset: usize) -> LocalData {
     let data = FashionMnist::bundled().unwrap();
     let idx: Vec<usize> = (offset..offset + n).collect();
@@ -201,11 +209,7 @@ fn gradient_does_not_depend_on_batch_size() {
         assert!(scale > 0.0);
         for batch in [1, 4, 7, 100] {
             let g = gradient(&params, &data, batch, &device).unwrap();
-            let worst = g
-                .iter()
-                .zip(&whole)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0f32, f32::max);
+            let worst = max_abs_diff(&g, &whole);
             assert!(
                 worst <= 1e-5 * scale.max(1.0),
                 "{kind} batch {batch}: max difference {worst} (scale {scale})"
@@ -335,12 +339,7 @@ fn split_batches_train_the_same_model_up_to_rounding_and_repeat_exactly() {
             }),
         ] {
             let (one, rep_one) = train_local_prox(&p0, &data, &base, prox, &device).unwrap();
-            let moved = one
-                .values
-                .iter()
-                .zip(&p0.values)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0f32, f32::max);
+            let moved = max_abs_diff(&one.values, &p0.values);
             for threads in [2, 3, 16] {
                 let cfg = TrainConfig { threads, ..base };
                 let (got, rep) = train_local_prox(&p0, &data, &cfg, prox, &device).unwrap();
@@ -351,12 +350,7 @@ fn split_batches_train_the_same_model_up_to_rounding_and_repeat_exactly() {
                 assert_eq!(rep.last_epoch_loss, rep_again.last_epoch_loss);
                 assert_eq!((rep.steps, rep.samples), (rep_one.steps, rep_one.samples));
                 // The same training as one thread, up to float rounding over 6 steps.
-                let worst = got
-                    .values
-                    .iter()
-                    .zip(&one.values)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0.0f32, f32::max);
+                let worst = max_abs_diff(&got.values, &one.values);
                 assert!(
                     worst < 1e-5 && worst < moved * 1e-3,
                     "{what}: {worst} from one thread (training moved {moved})"
