@@ -1,5 +1,6 @@
 //! System tests of transport security and identity: a fleet over TLS with a password per client,
-//! on the embedded broker (behind its gate) and on mosquitto configured from the files
+//! on the embedded broker (behind its gate, running StoCFL, whose pair of models is the largest
+//! upload of any method) and on mosquitto (FedClust) configured from the files
 //! `coordinator credentials` writes (the same generator as the shipped examples in `cross/`).
 //!
 //! Each run: bad logins (wrong password, none, wrong CA) are refused with a clear error on the
@@ -247,12 +248,13 @@ fn coordinator_broker(
     }
 }
 
-fn secure_run(kind: Broker, name: &str, seed: u64) {
+fn secure_run(kind: Broker, name: &str, seed: u64, method: &[&str]) {
     let dir = scratch(name);
     let prefix = format!("edgecfl/t-{name}");
     let topics = Topics::new(&prefix).unwrap();
     let run_id = "secure";
-    let flags = flags(seed);
+    let mut flags = flags(seed);
+    flags.extend(method.iter().map(|s| s.to_string()));
     // Ports: edge clients on `port`; the coordinator on `port` (embedded) or `port + 1`
     // (mosquitto's coordinator/LPS listener).
     let (port, infra_port, creds, _mosquitto) = brokers(&kind, &dir, &prefix, &[]);
@@ -504,12 +506,19 @@ fn running_as_root() -> bool {
 
 #[test]
 fn embedded_broker_tls_logins_and_acl() {
-    secure_run(Broker::Embedded, "secure-embedded", 11);
+    // StoCFL: its pair of models is the largest upload of any method, and must pass the gate,
+    // which bounds each upload by the run's method.
+    secure_run(
+        Broker::Embedded,
+        "secure-embedded",
+        11,
+        &["--algorithm", "stocfl"],
+    );
 }
 
 #[test]
 fn mosquitto_tls_logins_and_acl_from_generated_files() {
-    secure_run(Broker::Mosquitto, "secure-mosquitto", 12);
+    secure_run(Broker::Mosquitto, "secure-mosquitto", 12, &[]);
 }
 
 /// A credentialed client floods the topics its ACL lets it write and the coordinator reads (its

@@ -506,6 +506,7 @@ proptest! {
 /// largest integers, every label, as many IFCA losses as clusters).
 #[test]
 fn largest_messages_fit_the_broker_limits() {
+    use edgecfl_shared::algorithms::Algorithm;
     use edgecfl_shared::federation::FederationConfig;
     use edgecfl_shared::model::ParamLayout;
     use edgecfl_shared::protocol::{Eigenpairs, LpsDone, MAX_STATUS_PAYLOAD, ToGps, upload_limit};
@@ -553,13 +554,16 @@ fn largest_messages_fit_the_broker_limits() {
         (ModelKind::Mlp, 1000, 5, 1000),
         (ModelKind::LeNet5, 10_000, 2, 10_000),
     ] {
-        let cfg = FederationConfig {
-            model,
-            eigenvectors: k,
-            clusters: Some(clusters),
-            ..FederationConfig::default()
+        let limit = |algorithm: Algorithm| {
+            let cfg = FederationConfig {
+                algorithm,
+                model,
+                eigenvectors: k,
+                clusters: Some(clusters),
+                ..FederationConfig::default()
+            };
+            upload_limit(cfg.largest_upload_floats(clients))
         };
-        let limit = upload_limit(cfg.largest_upload_floats(clients));
         let p = vec![0.5f32; ParamLayout::of(model).len()];
         let t = |n: usize| Tensor::encode(&vec![0.5f32; n], Encoding::F32);
         let up = |b: ToCoordinator| env(&run, u32::MAX, b).to_bytes().len();
@@ -574,7 +578,7 @@ fn largest_messages_fit_the_broker_limits() {
             })
             .collect();
         let pixels = edgecfl_shared::train::PIXELS;
-        for (what, len) in [
+        let sent = [
             (
                 "Update",
                 up(ToCoordinator::Update {
@@ -668,12 +672,41 @@ fn largest_messages_fit_the_broker_limits() {
                     reason: text(&long),
                 }),
             ),
-        ] {
-            at_most(
-                limit,
-                &format!("{what} ({model:?}, {clients} clients)"),
-                len,
+        ];
+        // Who sends what: the messages of one method only, and the rest every method may send.
+        let sender = |what: &str| match what {
+            "Pair" | "Gradient" => Some(Algorithm::StoCfl),
+            "Picked" => Some(Algorithm::Ifca),
+            "SignatureStats" => Some(Algorithm::AdaCfl),
+            "Eigenpairs" | "RelevanceRow" => Some(Algorithm::MtHfl),
+            _ => None,
+        };
+        for name in ALGORITHMS {
+            let algorithm: Algorithm = name.parse().unwrap();
+            for &(what, len) in &sent {
+                if sender(what).is_none_or(|a| a == algorithm) {
+                    at_most(
+                        limit(algorithm),
+                        &format!("{what} of {name} ({model:?}, {clients} clients)"),
+                        len,
+                    );
+                }
+            }
+        }
+        // The bound is the method's own: a method that uploads one model at a time is refused
+        // StoCFL's pair.
+        let pair = sent.iter().find(|(what, _)| *what == "Pair").unwrap().1;
+        for name in ["fedclust", "fedavg", "fedprox", "cfl"] {
+            assert!(
+                pair > limit(name.parse().unwrap()),
+                "{name} would accept StoCFL's pair ({model:?})"
             );
         }
     }
 }
+
+/// Every method's command-line name.
+const ALGORITHMS: [&str; 11] = [
+    "fedclust", "mthfl", "random", "stocfl", "ifca", "adacfl", "cfl", "fedavg", "local", "fedprox",
+    "fesem",
+];

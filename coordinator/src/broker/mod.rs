@@ -60,10 +60,10 @@ use tracing::{error, warn};
 ///   at once is never skipped.
 /// * Behind the [`gate`] (any security setting on), the payloads the coordinator reads are
 ///   bounded by what the run can send: [`MAX_STATUS_PAYLOAD`] on the status topics, `upload` on
-///   the `up` topics (the run's largest upload,
+///   the `up` topics (the largest upload of the run's method,
 ///   [`upload_limit`](edgecfl_shared::protocol::upload_limit)); a larger one closes the
 ///   publisher's connection. So the unacknowledged messages rumqttd holds for the coordinator are
-///   at most 100 × `upload` (LeNet-5: 100 × 372 KB) instead of 100 × [`MAX_PACKET`] (~420 MB).
+///   at most 100 × `upload` (LeNet-5: 100 × 194 KB, 100 × 372 KB with StoCFL) instead of 100 × [`MAX_PACKET`] (~420 MB).
 ///   The gate also paces each user's publishes there ([`Limits::rate`]), so that one user's
 ///   flood comes at that pace, not at the network's (past the fleet log's backlog, a reader
 ///   that falls behind is skipped ahead, and honest uploads in between are lost).

@@ -269,23 +269,21 @@ impl Default for FederationConfig {
 }
 
 impl FederationConfig {
-    /// The most values one upload of a run with `clients` clients (newcomers included) can
-    /// carry, whatever the method: StoCFL's pair of models (2 × the model's parameters) bounds
-    /// every model, gradient and signature upload and an LPS's common layers; MT-HFL's eigenpairs
-    /// (k × 785) and relevance row (one value per client); IFCA's pick (a model and 8 bytes of
-    /// loss per cluster, counted as 2 values). [`crate::protocol::upload_limit`] turns it into
-    /// bytes.
+    /// The most values one upload of this run's method can carry, with `clients` clients
+    /// (newcomers included). Every method uploads at most one model at a time (an update, an
+    /// LPS's common layers, a signature, a gradient), except: StoCFL's pair of models (2 × the
+    /// model's parameters); IFCA's pick (a model and 8 bytes of loss per cluster, counted as 2
+    /// values); MT-HFL's eigenpairs (k × 785) and relevance row (one value per client).
+    /// [`crate::protocol::upload_limit`] turns it into bytes.
     pub fn largest_upload_floats(&self, clients: usize) -> usize {
         let params = crate::model::ParamLayout::of(self.model).len();
-        [
-            2 * params,
-            self.eigenvectors * (crate::train::PIXELS + 1),
-            clients,
-            params + 2 * self.clusters.unwrap_or(0),
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0)
+        let own = match self.algorithm {
+            Algorithm::StoCfl => 2 * params,
+            Algorithm::Ifca => params + 2 * self.clusters.unwrap_or(0),
+            Algorithm::MtHfl => (self.eigenvectors * (crate::train::PIXELS + 1)).max(clients),
+            _ => 0,
+        };
+        params.max(own)
     }
 
     /// Checks ranges; the error says which field is wrong. Method-specific settings are checked
