@@ -4,7 +4,8 @@
 Reads bench-results/experiments/<grid>/<run>/summary.json, prints one markdown table per grid
 (final and best accuracy, rounds to reach 95 % of the final figure, clusters found, final ARI,
 bytes up and down per client) and writes, per grid, accuracy.svg (accuracy per round, one line per
-run) and clusters.svg (clusters per round). Plain SVG: no plotting library needed.
+run) and clusters.svg (clusters per round), one pair per partition (accuracy-<partition>.svg) in
+grids that span several. Plain SVG: no plotting library needed.
 
 Usage: python3 scripts/experiments-report.py [ROOT]   (default bench-results/experiments)
 """
@@ -84,7 +85,17 @@ for grid in sorted(os.listdir(ROOT)) if os.path.isdir(ROOT) else []:
               f"{100 * max(acc):.2f} | {rounds_to(acc)} | {s['n_clusters']} | "
               f"{'–' if ari is None else f'{ari:.3f}'} | "
               f"{mb(s.get('bytes_up_per_client'))} / {mb(s.get('bytes_down_per_client'))} |")
-    svg(f"{ROOT}/{grid}/accuracy.svg", f"{grid}: mean local test accuracy", "accuracy",
-        [(n, [100 * a for a in acc]) for n, _, acc in runs])
-    svg(f"{ROOT}/{grid}/clusters.svg", f"{grid}: clusters per round", "clusters",
-        [(n, s.get("clusters_per_round", [])) for n, s, _ in runs], ymin=0)
+    # One pair of plots per partition when the grid spans several (ten lines at most a plot).
+    parts = sorted({s["partition"] for _, s, _ in runs})
+    for part in parts:
+        group = [r for r in runs if len(parts) == 1 or r[1]["partition"] == part]
+        tag = "" if len(parts) == 1 else "-" + part.replace(":", "-").replace("*", "x")
+        title = grid if len(parts) == 1 else f"{grid}, {part}"
+        svg(f"{ROOT}/{grid}/accuracy{tag}.svg", f"{title}: mean local test accuracy", "accuracy",
+            [(n, [100 * a for a in acc]) for n, _, acc in group])
+        svg(f"{ROOT}/{grid}/clusters{tag}.svg", f"{title}: clusters per round", "clusters",
+            [(n, s.get("clusters_per_round", [])) for n, s, _ in group], ymin=0)
+    if len(parts) > 1:
+        for stale in ("accuracy.svg", "clusters.svg"):
+            if os.path.exists(f"{ROOT}/{grid}/{stale}"):
+                os.remove(f"{ROOT}/{grid}/{stale}")
