@@ -681,8 +681,8 @@ fn largest_messages_fit_the_broker_limits() {
             "Eigenpairs" | "RelevanceRow" => Some(Algorithm::MtHfl),
             _ => None,
         };
-        for name in ALGORITHMS {
-            let algorithm: Algorithm = name.parse().unwrap();
+        for algorithm in Algorithm::all() {
+            let name = algorithm.name();
             for &(what, len) in &sent {
                 if sender(what).is_none_or(|a| a == algorithm) {
                     at_most(
@@ -704,9 +704,3 @@ fn largest_messages_fit_the_broker_limits() {
         }
     }
 }
-
-/// Every method's command-line name.
-const ALGORITHMS: [&str; 11] = [
-    "fedclust", "mthfl", "random", "stocfl", "ifca", "adacfl", "cfl", "fedavg", "local", "fedprox",
-    "fesem",
-];

@@ -133,6 +133,11 @@ impl Algorithm {
         }
     }
 
+    /// Every method.
+    pub fn all() -> impl Iterator<Item = Algorithm> {
+        NAMES.iter().map(|(a, _)| *a)
+    }
+
     /// The command-line name.
     pub fn name(self) -> &'static str {
         NAMES
