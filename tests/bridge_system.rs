@@ -297,7 +297,7 @@ fn drain(link: &Link, topics: &Topics) -> Seen {
                     match Envelope::<ToLps>::from_bytes(&payload).unwrap().body {
                         ToLps::Assign(_) => seen.lps_assign += 1,
                         ToLps::Common { .. } => seen.lps_common_down += 1,
-                        ToLps::Finish => {}
+                        ToLps::Finish | ToLps::Resend => {}
                     }
                     "lps/+/down"
                 }

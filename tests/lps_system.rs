@@ -210,7 +210,7 @@ fn remote_lps_processes_share_only_the_common_layers() {
                         );
                         averages.push((lps.to_string(), env.round, floats));
                     }
-                    ToLps::Finish => {}
+                    ToLps::Finish | ToLps::Resend => {}
                 }
             }
             TopicKind::Status => unreachable!("not subscribed"),
@@ -430,5 +430,186 @@ fn dead_lps_ends_the_run_with_an_error_that_names_it() {
     );
     for (mut p, log) in clients {
         p.wait_ok(Duration::from_secs(30), &log);
+    }
+}
+
+/// One run of the hierarchy on its own mosquitto: 2 LPS processes, `CLIENTS` edge clients and
+/// `serve --lps remote` as the GPS, with the run id `gps-resume` and `--out` `dir/gps`.
+struct Hierarchy {
+    dir: PathBuf,
+    port: u16,
+    _broker: Proc,
+    gps: Proc,
+    lps: Vec<(Proc, PathBuf, PathBuf)>,
+    clients: Vec<(Proc, PathBuf)>,
+}
+
+const RESUME_PREFIX: &str = "edgecfl/t-gps-resume";
+
+fn gps_serve(dir: &Path, port: u16, log: &str, resume: bool) -> Proc {
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(flags())
+        .args(["--broker", &format!("mqtt://127.0.0.1:{port}")])
+        .args(["--prefix", RESUME_PREFIX, "--run-id", "gps-resume"])
+        .args(["--lps", "remote", "--min-clients", &CLIENTS.to_string()])
+        .args(["--join-timeout", "120", "--phase-timeout", "60"])
+        .arg("--out")
+        .arg(dir.join("gps"));
+    if resume {
+        cmd.arg("--resume").arg(dir.join("gps"));
+    }
+    Proc::spawn(cmd, "coordinator serve --lps remote", &dir.join(log))
+}
+
+fn hierarchy(name: &str) -> Hierarchy {
+    let dir = scratch(name);
+    let (broker, port) = mosquitto(&dir);
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let lps = ["lps-a", "lps-b"]
+        .iter()
+        .map(|id| {
+            let out = dir.join(id);
+            let log = dir.join(format!("{id}.log"));
+            let mut cmd = Command::new(bin("coordinator"));
+            cmd.args([
+                "lps",
+                "--broker",
+                &url,
+                "--id",
+                id,
+                "--prefix",
+                RESUME_PREFIX,
+            ])
+            .args(["--assign-timeout", "120", "--gps-timeout", "120"])
+            .arg("--out")
+            .arg(&out);
+            (Proc::spawn(cmd, id, &log), log, out)
+        })
+        .collect();
+    let gps = gps_serve(&dir, port, "coordinator.log", false);
+    let clients = fleet(&dir, port, RESUME_PREFIX, PARTITION, CLIENTS, SEED);
+    Hierarchy {
+        dir,
+        port,
+        _broker: broker,
+        gps,
+        lps,
+        clients,
+    }
+}
+
+impl Hierarchy {
+    /// Waits for every process to end well; returns the GPS's summary without its timings, and
+    /// each LPS's summary (timings aside) and final model.
+    fn outcome(mut self) -> (serde_json::Value, Vec<(serde_json::Value, Vec<u32>)>) {
+        for (p, log, _) in &mut self.lps {
+            p.wait_ok(Duration::from_secs(120), log);
+        }
+        for (p, log) in &mut self.clients {
+            p.wait_ok(Duration::from_secs(60), log);
+        }
+        let mut gps = summary(&self.dir.join("gps"));
+        let g = gps.as_object_mut().unwrap();
+        for key in ["wall_seconds", "config", "broker", "wire_bytes"] {
+            g.remove(key);
+        }
+        for r in g["gps"]["lps"].as_array_mut().unwrap() {
+            r["done"].as_object_mut().unwrap().remove("wall_seconds");
+        }
+        let lps = self
+            .lps
+            .iter()
+            .map(|(_, _, out)| {
+                let mut s = summary(out);
+                let m = s.as_object_mut().unwrap();
+                for key in ["wall_seconds", "config", "broker", "wire_bytes"] {
+                    m.remove(key);
+                }
+                let bits = read_f32(&out.join("model.f32"))
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                (s, bits)
+            })
+            .collect();
+        (gps, lps)
+    }
+}
+
+/// `kill -9` of the GPS (`serve --lps remote`) at a random point of its GPS rounds (when the
+/// first LPS's common layers of GPS round k, or its final report, reach the broker), then
+/// `serve --resume`: the LPS processes wait, the resumed GPS sends its last decision again and
+/// asks them to send again what it may have lost, and the run ends exactly as an uninterrupted
+/// one: the same GPS summary (timings aside) and bitwise the same final LPS models.
+#[test]
+fn gps_killed_and_resumed_gives_the_uninterrupted_result() {
+    let clean = hierarchy("gps-resume-clean");
+    let mut gps = clean.gps;
+    let log = clean.dir.join("coordinator.log");
+    gps.wait_ok(Duration::from_secs(300), &log);
+    let clean = Hierarchy { gps, ..clean };
+    let (expected_gps, expected_lps) = clean.outcome();
+
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    // k in 1..=ROUNDS: at GPS round k's first upload; ROUNDS + 1: at the first final report.
+    // EDGECFL_KILL_STEP=k picks it (to go through every step by hand).
+    let k = std::env::var("EDGECFL_KILL_STEP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 + nanos % (ROUNDS as u32 + 1));
+    eprintln!("killing the GPS at step {k}");
+    let mut run = hierarchy("gps-resume");
+    let topics = Topics::new(RESUME_PREFIX).unwrap();
+    let link = spy(run.port, "observer", vec![topics.all_lps_up()]);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let Some(ev) = link.recv_until(deadline) else {
+            panic!("step {k} never came");
+        };
+        let Inbound::Message { payload, .. } = ev else {
+            continue;
+        };
+        let env = Envelope::<ToGps>::from_bytes(&payload).unwrap();
+        let at = match env.body {
+            ToGps::Common { .. } => env.round == k,
+            ToGps::Done(_) => k == ROUNDS as u32 + 1,
+            _ => false,
+        };
+        if at {
+            break;
+        }
+    }
+    run.gps.child.kill().unwrap(); // SIGKILL
+    run.gps.child.wait().unwrap();
+    drop(link);
+    let saved: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run.dir.join("gps/gps-checkpoint.json")).unwrap(),
+    )
+    .unwrap();
+    let g = saved["gps_round"].as_u64().unwrap() as u32;
+    assert!(
+        g + 1 == k || g == k.min(ROUNDS as u32),
+        "checkpoint of GPS round {g}, killed at step {k}"
+    );
+    run.gps = gps_serve(&run.dir, run.port, "resumed.log", true);
+    let log = run.dir.join("resumed.log");
+    run.gps.wait_ok(Duration::from_secs(300), &log);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(&format!("resumed after GPS round {g}")),
+        "{text}"
+    );
+    let (got_gps, got_lps) = run.outcome();
+    assert_eq!(
+        got_gps, expected_gps,
+        "resumed:\n{got_gps:#}\nuninterrupted:\n{expected_gps:#}"
+    );
+    for ((got, got_model), (want, want_model)) in got_lps.iter().zip(&expected_lps) {
+        assert_eq!(got, want, "LPS summary");
+        assert!(got_model == want_model, "LPS final model differs");
     }
 }

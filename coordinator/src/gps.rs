@@ -14,8 +14,20 @@
 //!    ── lps/L/down: Common{average} ─────────────────▶ inserts it, keeps its other layers
 //!  Finishing:
 //!    ◀── lps/L/up: Done{final accuracy, …} ──────────
-//!    ── lps/*/down: Finish, clients/*/down: Finish ──▶
+//!    ── lps/*/down: Finish, clients/*/down: Finish ──▶  exits (an LPS waits for this Finish)
 //! ```
+//!
+//! **Crash and resume.** Round 0 is checkpointed as in any `serve` run (`checkpoint.json`), and
+//! the GPS writes [`GPS_CHECKPOINT_FILE`] after the assignment and after every GPS round, each
+//! time *before* it sends what it decided. After a `kill -9`, `serve --resume DIR --lps remote`
+//! restores round 0 without contacting the clients (they are busy with their LPSs), sends the
+//! checkpoint's last decision again (the assignments, or GPS round g's average: an LPS that had
+//! it ignores it), then [`ToLps::Resend`] for GPS round g+1: an LPS already waiting for that
+//! average publishes its `Common` again, one that has sent its final report sends that again, and
+//! one still training sends when it is done. A byte-identical second copy of an accepted upload
+//! is no news (not counted as a duplicate). So no upload an LPS made is lost, and the run ends as
+//! an uninterrupted one with the same seed. The LPS processes must outlive the GPS's downtime
+//! (their `--gps-timeout`); an LPS that dies still ends the run.
 //!
 //! One LPS serves one cluster (one local parameter server per cluster, as in the paper). The GPS
 //! waits (up to `--join-timeout`) until at least as many LPSs have announced themselves as round 0
@@ -29,19 +41,25 @@
 //! with a [`GpsError`] naming it; the GPS then still tells every LPS and client to finish.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use edgecfl_shared::federation::{FederationError, Weighting};
+use edgecfl_shared::federation::{self, FederationError, Weighting};
 use edgecfl_shared::hierarchy::{self, CommonLayers, HierarchyError};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkError};
 use edgecfl_shared::protocol::{
     self, Encoding, Envelope, Id, LpsAssignment, LpsDone, ProtocolError, Tensor, ToClient, ToGps,
     ToLps, TopicKind, Topics,
 };
-use serde::Serialize;
-use tracing::{info, warn};
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info, warn};
 
 use crate::rounds::{Rejected, Rejection, Tally};
+use crate::serve::write_atomically;
+
+/// The GPS's checkpoint, written into `--out` after the assignment and after every GPS round,
+/// before what it decided is sent ([`SavedGps`]).
+pub const GPS_CHECKPOINT_FILE: &str = "gps-checkpoint.json";
 
 /// Errors of the GPS.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +134,51 @@ pub enum GpsError {
     /// Bad settings.
     #[error(transparent)]
     Federation(#[from] FederationError),
+    /// The checkpoint cannot be written, or the one to resume from does not fit this run.
+    #[error("GPS checkpoint: {0}")]
+    Checkpoint(String),
+}
+
+/// The GPS's state after GPS round `gps_round` (0: after the assignment), as
+/// [`GPS_CHECKPOINT_FILE`]. It is written before the round's average (or the assignment) is
+/// sent, so a GPS resumed from it never lacks what an LPS already received: it sends that again,
+/// then asks every LPS to send again what it last sent ([`ToLps::Resend`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedGps {
+    /// The run.
+    pub run_id: Id,
+    /// GPS rounds completed.
+    pub gps_round: usize,
+    /// Assigned LPS ids, by cluster.
+    pub assigned: Vec<String>,
+    /// LPS id → alive, as last seen.
+    pub known: BTreeMap<String, bool>,
+    /// The LPSs' records so far.
+    pub records: Vec<LpsRecord>,
+    /// Ignored messages so far.
+    pub rejected: Tally,
+    /// The average of GPS round `gps_round` (none after the assignment).
+    pub average: Option<Vec<f32>>,
+}
+
+impl SavedGps {
+    /// Reads `dir/gps-checkpoint.json`; `None` when there is none (the run was checkpointed
+    /// before its assignment).
+    ///
+    /// # Errors
+    ///
+    /// [`GpsError::Checkpoint`] for a file that cannot be read or parsed.
+    pub fn read(dir: &Path) -> Result<Option<Self>, GpsError> {
+        let path = dir.join(GPS_CHECKPOINT_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(GpsError::Checkpoint(format!("{}: {e}", path.display()))),
+        };
+        federation::from_exact_json(&text)
+            .map(Some)
+            .map_err(|e| GpsError::Checkpoint(format!("{}: {e}", path.display())))
+    }
 }
 
 /// What the GPS needs besides its link.
@@ -126,7 +189,7 @@ pub struct GpsPlan {
     /// The run id (the LPSs use it for their clients' jobs too).
     pub run: Id,
     /// The settings of the whole run.
-    pub federation: edgecfl_shared::federation::FederationConfig,
+    pub federation: federation::FederationConfig,
     /// Round 0's clusters: `assignment[i]` = cluster of client `i`.
     pub assignment: Vec<usize>,
     /// Client ids by index.
@@ -139,10 +202,12 @@ pub struct GpsPlan {
     pub join_timeout: Duration,
     /// How long one client phase may take; an LPS gets `(2·lps_rounds + 1)` of them per GPS round.
     pub phase_timeout: Duration,
+    /// Where [`GPS_CHECKPOINT_FILE`] goes (`--out`).
+    pub out: PathBuf,
 }
 
 /// One LPS as the GPS saw it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LpsRecord {
     /// Its id.
     pub id: String,
@@ -196,6 +261,11 @@ pub struct Gps {
     /// Assigned LPS ids, by cluster.
     assigned: Vec<String>,
     tally: Tally,
+    /// The checkpoint to go on from ([`Gps::resume`]).
+    resume: Option<SavedGps>,
+    /// Each assigned LPS's last accepted upload, by cluster: the same bytes again (an LPS
+    /// answering a resumed GPS's `Resend` after its upload got through after all) are no news.
+    last_upload: Vec<Option<Vec<u8>>>,
 }
 
 impl Gps {
@@ -208,7 +278,18 @@ impl Gps {
             known: BTreeMap::new(),
             assigned: Vec::new(),
             tally: Tally::default(),
+            resume: None,
+            last_upload: Vec::new(),
         }
+    }
+
+    /// A GPS that goes on from `saved` (`serve --resume` with `--lps remote`): no waiting for
+    /// LPSs and no new assignment; what the checkpoint's last step decided is sent again, every
+    /// assigned LPS is asked to send again what it last sent, and the run goes on with the next
+    /// GPS round.
+    pub fn resume(mut self, saved: SavedGps) -> Self {
+        self.resume = Some(saved);
+        self
     }
 
     /// The filters a GPS link subscribes to.
@@ -232,28 +313,30 @@ impl Gps {
         let cfg = self.plan.federation.clone();
         let common = cfg.common()?;
         let clusters = self.plan.assignment.iter().max().map_or(0, |m| m + 1);
-        self.await_lps(clusters)?;
-        let mut records = self.assign(clusters, &common)?;
         let gps_rounds = cfg.rounds / cfg.lps_rounds;
+        let (mut records, done) = match self.resume.take() {
+            Some(saved) => self.go_on_from(saved, clusters, gps_rounds, &common)?,
+            None => {
+                self.await_lps(clusters)?;
+                (self.assign(clusters, &common)?, 0)
+            }
+        };
+        self.last_upload = vec![None; self.assigned.len()];
         let per_round = u32::try_from(2 * cfg.lps_rounds + 1).unwrap_or(u32::MAX);
         let budget = self.plan.phase_timeout.saturating_mul(per_round);
-        for g in 1..=gps_rounds {
+        for g in done + 1..=gps_rounds {
             let parts = self.collect(g, gps_rounds, &common, budget, &mut records)?;
             let weighted: Vec<(&[f32], u64)> =
                 parts.iter().map(|(p, w)| (p.as_slice(), *w)).collect();
             let average = hierarchy::gps_average(&common, &weighted)?;
-            let bytes = Envelope::new(
-                self.plan.run.clone(),
-                g as u32,
-                ToLps::Common {
-                    values: Tensor::encode(&average, Encoding::F32),
-                },
-            )
-            .to_bytes();
-            for (c, lps) in self.assigned.iter().enumerate() {
+            let bytes = average_message(&self.plan.run, g, &average);
+            for r in &mut records {
+                r.down_bytes.push(bytes.len() as u64);
+            }
+            self.save(g, &records, Some(average))?;
+            for lps in &self.assigned {
                 self.link
                     .publish(&self.plan.topics.lps_down(lps), bytes.clone(), false)?;
-                records[c].down_bytes.push(bytes.len() as u64);
             }
             let latest: Vec<String> = records
                 .iter()
@@ -410,45 +493,9 @@ impl Gps {
             .filter(|(_, alive)| **alive)
             .map(|(id, _)| id.clone())
             .collect();
-        let initial = edgecfl_shared::model::Params::init(cfg.model, cfg.seed);
         let mut records = Vec::with_capacity(clusters);
         for (c, lps) in ready.iter().take(clusters).enumerate() {
-            let members: Vec<usize> = (0..self.plan.assignment.len())
-                .filter(|&i| self.plan.assignment[i] == c)
-                .collect();
-            let assignment = LpsAssignment {
-                cluster: c as u32,
-                clusters: clusters as u32,
-                members: members
-                    .iter()
-                    .map(|&i| self.plan.clients[i].clone())
-                    .collect(),
-                model: cfg.model,
-                initial: Tensor::encode(&initial.values, Encoding::F32),
-                common_layers: protocol::text(&common.set().to_string()),
-                rounds: cfg.rounds as u32,
-                lps_rounds: cfg.lps_rounds as u32,
-                eval_every: cfg.eval_every as u32,
-                frac: cfg.frac,
-                epochs: cfg.epochs as u32,
-                batch_size: cfg.batch_size as u32,
-                lr: cfg.lr,
-                momentum: cfg.momentum,
-                // Each cluster samples and shuffles with its own stream of the master seed.
-                seed: edgecfl_shared::federation::client_seed(cfg.seed, 0, usize::MAX - 1 - c),
-                upload: self.plan.upload,
-                equal_weights: cfg.weighting == Weighting::Equal,
-                max_update_norm: cfg.max_update_norm,
-            };
-            let bytes = Envelope::new(
-                self.plan.run.clone(),
-                0,
-                ToLps::Assign(Box::new(assignment)),
-            )
-            .to_bytes();
-            self.link
-                .publish(&self.plan.topics.lps_down(lps), bytes, false)?;
-            info!("GPS: cluster {c} ({} clients) → LPS {lps}", members.len());
+            let members = self.members(c);
             self.assigned.push(lps.clone());
             records.push(LpsRecord {
                 id: lps.clone(),
@@ -468,11 +515,149 @@ impl Gps {
                 done: None,
             });
         }
+        self.save(0, &records, None)?;
+        for (c, lps) in self.assigned.iter().enumerate() {
+            let bytes = self.assignment_message(c, clusters, common);
+            self.link
+                .publish(&self.plan.topics.lps_down(lps), bytes, false)?;
+            info!(
+                "GPS: cluster {c} ({} clients) → LPS {lps}",
+                records[c].members.len()
+            );
+        }
         for lps in ready.iter().skip(clusters) {
             info!("GPS: LPS {lps} gets no cluster ({clusters} clusters)");
             self.send_finish(lps);
         }
         Ok(records)
+    }
+
+    /// The client indices of cluster `c`.
+    fn members(&self, c: usize) -> Vec<usize> {
+        (0..self.plan.assignment.len())
+            .filter(|&i| self.plan.assignment[i] == c)
+            .collect()
+    }
+
+    /// The `Assign` message of cluster `c` (the same bytes every time).
+    fn assignment_message(&self, c: usize, clusters: usize, common: &CommonLayers) -> Vec<u8> {
+        let cfg = &self.plan.federation;
+        let initial = edgecfl_shared::model::Params::init(cfg.model, cfg.seed);
+        let assignment = LpsAssignment {
+            cluster: c as u32,
+            clusters: clusters as u32,
+            members: self
+                .members(c)
+                .iter()
+                .map(|&i| self.plan.clients[i].clone())
+                .collect(),
+            model: cfg.model,
+            initial: Tensor::encode(&initial.values, Encoding::F32),
+            common_layers: protocol::text(&common.set().to_string()),
+            rounds: cfg.rounds as u32,
+            lps_rounds: cfg.lps_rounds as u32,
+            eval_every: cfg.eval_every as u32,
+            frac: cfg.frac,
+            epochs: cfg.epochs as u32,
+            batch_size: cfg.batch_size as u32,
+            lr: cfg.lr,
+            momentum: cfg.momentum,
+            // Each cluster samples and shuffles with its own stream of the master seed.
+            seed: federation::client_seed(cfg.seed, 0, usize::MAX - 1 - c),
+            upload: self.plan.upload,
+            equal_weights: cfg.weighting == Weighting::Equal,
+            max_update_norm: cfg.max_update_norm,
+        };
+        Envelope::new(
+            self.plan.run.clone(),
+            0,
+            ToLps::Assign(Box::new(assignment)),
+        )
+        .to_bytes()
+    }
+
+    /// Writes [`GPS_CHECKPOINT_FILE`] atomically: the state after GPS round `gps_round`.
+    fn save(
+        &self,
+        gps_round: usize,
+        records: &[LpsRecord],
+        average: Option<Vec<f32>>,
+    ) -> Result<(), GpsError> {
+        let saved = SavedGps {
+            run_id: self.plan.run.clone(),
+            gps_round,
+            assigned: self.assigned.clone(),
+            known: self.known.clone(),
+            records: records.to_vec(),
+            rejected: self.tally.clone(),
+            average,
+        };
+        let path = self.plan.out.join(GPS_CHECKPOINT_FILE);
+        // Floats bit for bit: a resumed GPS must report what an uninterrupted one would.
+        let text = federation::to_exact_json(&saved)
+            .map_err(|e| GpsError::Checkpoint(format!("cannot encode: {e}")))?;
+        std::fs::create_dir_all(&self.plan.out)
+            .and_then(|()| write_atomically(&path, text.as_bytes()))
+            .map_err(|e| GpsError::Checkpoint(format!("{}: {e}", path.display())))
+    }
+
+    /// Takes up the run where `saved` left it: checks that it is this run's, sends its last
+    /// decision again (the assignment, or the last average) and asks every assigned LPS to send
+    /// again. Returns the records and the GPS rounds done.
+    fn go_on_from(
+        &mut self,
+        saved: SavedGps,
+        clusters: usize,
+        gps_rounds: usize,
+        common: &CommonLayers,
+    ) -> Result<(Vec<LpsRecord>, usize), GpsError> {
+        let fits = saved.run_id == self.plan.run
+            && saved.assigned.len() == clusters
+            && saved.records.len() == clusters
+            && saved.gps_round <= gps_rounds
+            && saved.average.as_ref().map_or(saved.gps_round == 0, |a| {
+                saved.gps_round > 0 && a.len() == common.len()
+            });
+        if !fits {
+            return Err(GpsError::Checkpoint(format!(
+                "the checkpoint (run {}, {} LPSs, GPS round {}) does not fit run {} with {clusters} \
+                 clusters and {gps_rounds} GPS rounds",
+                saved.run_id.as_str(),
+                saved.assigned.len(),
+                saved.gps_round,
+                self.plan.run.as_str()
+            )));
+        }
+        let g = saved.gps_round;
+        self.known = saved.known;
+        self.assigned = saved.assigned;
+        self.tally = saved.rejected;
+        let last = |c: usize| match &saved.average {
+            Some(a) => average_message(&self.plan.run, g, a),
+            None => self.assignment_message(c, clusters, common),
+        };
+        let resend = Envelope::new(self.plan.run.clone(), (g + 1) as u32, ToLps::Resend).to_bytes();
+        for (c, lps) in self.assigned.iter().enumerate() {
+            let topic = self.plan.topics.lps_down(lps);
+            self.link.publish(&topic, last(c), false)?;
+            self.link.publish(&topic, resend.clone(), false)?;
+        }
+        for lps in self.known.keys() {
+            if !self.assigned.contains(lps) {
+                self.send_finish(lps);
+            }
+        }
+        info!(
+            "GPS: resumed after GPS round {g} of {gps_rounds}; sent the {} again and asked the \
+             {} LPSs to send again",
+            if g == 0 {
+                "assignments"
+            } else {
+                "last average"
+            },
+            self.assigned.len()
+        );
+        Ok((saved.records, g))
     }
 
     /// Waits for the next message from an assigned LPS; a status change of an assigned LPS to
@@ -483,7 +668,7 @@ impl Gps {
         pending: &[usize],
         what: &str,
         budget: Duration,
-    ) -> Result<(usize, Envelope<ToGps>, u64), GpsError> {
+    ) -> Result<(usize, Envelope<ToGps>, Vec<u8>), GpsError> {
         loop {
             let Some(ev) = self.link.recv_until(deadline) else {
                 let silent: Vec<String> = pending
@@ -525,6 +710,9 @@ impl Gps {
                         self.send_finish(&lps);
                     }
                 }
+                (TopicKind::Up, Some(c)) if self.last_upload[c].as_ref() == Some(&payload) => {
+                    debug!("GPS: LPS {lps} sent its last upload again");
+                }
                 (TopicKind::Up, Some(c)) => match Envelope::<ToGps>::from_bytes(&payload) {
                     Ok(env) if env.run != self.plan.run => self.reject(
                         &lps,
@@ -533,7 +721,7 @@ impl Gps {
                             detail: format!("run {:?}", env.run.as_str()),
                         },
                     ),
-                    Ok(env) => return Ok((c, env, payload.len() as u64)),
+                    Ok(env) => return Ok((c, env, payload)),
                     Err(e) => self.reject(&lps, e.into()),
                 },
                 (TopicKind::Up, None) => self.reject(
@@ -566,7 +754,7 @@ impl Gps {
             if pending.is_empty() {
                 break;
             }
-            let (c, env, len) = self.next_upload(deadline, &pending, &what, budget)?;
+            let (c, env, payload) = self.next_upload(deadline, &pending, &what, budget)?;
             let lps = self.assigned[c].clone();
             let reject = |reason, detail: String| Rejected { reason, detail };
             match &env.body {
@@ -598,7 +786,7 @@ impl Gps {
                 body => match body.common(common.len()) {
                     Ok(Some((samples, values))) => {
                         let r = &mut records[c];
-                        r.up_bytes.push(len);
+                        r.up_bytes.push(payload.len() as u64);
                         r.up_floats.push(values.len());
                         if samples != r.samples {
                             warn!(
@@ -611,6 +799,7 @@ impl Gps {
                             r.accuracy.push(*accuracy);
                         }
                         parts[c] = Some((values, r.samples));
+                        self.last_upload[c] = Some(payload);
                     }
                     Ok(None) => self.reject(
                         &lps,
@@ -708,4 +897,16 @@ impl Gps {
         }
         self.link.disconnect();
     }
+}
+
+/// The average of GPS round `g` as sent to every LPS.
+fn average_message(run: &Id, g: usize, average: &[f32]) -> Vec<u8> {
+    Envelope::new(
+        run.clone(),
+        g as u32,
+        ToLps::Common {
+            values: Tensor::encode(average, Encoding::F32),
+        },
+    )
+    .to_bytes()
 }

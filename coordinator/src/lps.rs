@@ -14,8 +14,13 @@
 //!                                  ◀─ lps/<id>/down: Common{average}  → insert, keep the rest
 //!                                                              │ T rounds done
 //!                                                              ▼
-//!                                Done: results to --out, ── Done{…}, status Gone, exit
+//!                                Done: results to --out, ── Done{…}; waits for Finish
+//!                                (up to --gps-timeout), status Gone, exit
 //! ```
+//!
+//! A GPS resumed after a crash (`serve --resume` with `--lps remote`) sends its last decision
+//! again and then `Resend`: the LPS answers it with its last upload (the common layers it awaits
+//! the average of, or its final report), so nothing it sent to the dead GPS is lost.
 //!
 //! The LPS talks to its members with the GPS's run id, on their own client topics; the edge
 //! clients answer whoever sends them jobs. It writes `summary.json`, `rounds.csv` and
@@ -73,7 +78,8 @@ pub struct LpsArgs {
     /// Seconds each phase (training, evaluation) waits for the members' answers.
     #[arg(long, default_value_t = 600.0)]
     pub phase_timeout: f64,
-    /// Seconds to wait for the GPS's average after sending the common layers.
+    /// Seconds to wait for the GPS's average after sending the common layers, and for its
+    /// `Finish` after the final report (the time a crashed GPS has to be resumed).
     #[arg(long, default_value_t = 3600.0)]
     pub gps_timeout: f64,
     /// Serve only this run id: an assignment or a `Finish` of any other run is ignored (default:
@@ -168,7 +174,7 @@ impl RemoteGps {
         .to_bytes();
         self.up_bytes.push(bytes.len() as u64);
         self.link
-            .publish(&self.topics.lps_up(&self.id), bytes, false)?;
+            .publish(&self.topics.lps_up(&self.id), bytes.clone(), false)?;
         let deadline = Instant::now() + self.timeout;
         loop {
             let Some(ev) = self.link.recv_until(deadline) else {
@@ -199,6 +205,18 @@ impl RemoteGps {
                     let average = values.decode(Some(self.common_len))?;
                     self.down_bytes.push(payload.len() as u64);
                     return Ok(average);
+                }
+                // A resumed GPS lost what we sent it before its crash: the same bytes again.
+                Ok(Envelope {
+                    round,
+                    body: ToLps::Resend,
+                    ..
+                }) if round as usize == gps_round => {
+                    info!(
+                        "GPS round {gps_round}: the GPS asks again; sending the common layers again"
+                    );
+                    self.link
+                        .publish(&self.topics.lps_up(&self.id), bytes.clone(), false)?;
                 }
                 Ok(env) => warn!(
                     "ignored a GPS message of round {} while in GPS round {gps_round}",
@@ -393,12 +411,61 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
         },
     };
     let bytes = Envelope::new(run, u32::MAX, report).to_bytes();
-    let sent = gps.link.publish(&topics.lps_up(&id), bytes, false);
+    let sent = gps.link.publish(&topics.lps_up(&id), bytes.clone(), false);
+    if sent.is_ok() {
+        gps.await_finish(&bytes);
+    }
     let _ = gps.link.publish(&topics.lps_status(&id), gone, true);
     gps.link.disconnect();
     let served = result?;
     sent.context("cannot send the final report to the GPS")?;
     Ok(Some(served))
+}
+
+impl RemoteGps {
+    /// After the final report (`report`, `Done` or `Failed`): waits for the GPS's `Finish` (up to
+    /// `--gps-timeout`), sending the report again whenever a resumed GPS asks for it. The LPS's
+    /// results are on disk already; a GPS that never answers costs the wait, not the results.
+    fn await_finish(&self, report: &[u8]) {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let Some(ev) = self.link.recv_until(deadline) else {
+                warn!(
+                    "no Finish from the GPS within {:.0}s of the final report; exiting",
+                    self.timeout.as_secs_f64()
+                );
+                return;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            if self.topics.parse_lps(&topic) != Some((self.id.as_str(), TopicKind::Down)) {
+                continue;
+            }
+            match Envelope::<ToLps>::from_bytes(&payload) {
+                Ok(env) if env.run != self.run => {}
+                Ok(Envelope {
+                    body: ToLps::Finish,
+                    ..
+                }) => return,
+                Ok(Envelope {
+                    body: ToLps::Resend,
+                    ..
+                }) => {
+                    info!("the GPS asks again; sending the final report again");
+                    if let Err(e) =
+                        self.link
+                            .publish(&self.topics.lps_up(&self.id), report.to_vec(), false)
+                    {
+                        warn!("cannot send the final report again: {e}");
+                    }
+                }
+                // Averages and assignments a resumed GPS sends again: already had them.
+                Ok(_) => {}
+                Err(e) => warn!("ignored a GPS message: {e}"),
+            }
+        }
+    }
 }
 
 fn serve_cluster(

@@ -269,10 +269,11 @@ fn to_lps() -> Vec<ToLps> {
             values: Tensor::encode(&[0.5, 0.25], Encoding::F32),
         },
         ToLps::Finish,
+        ToLps::Resend,
     ];
     for m in &all {
         match m {
-            ToLps::Assign(_) | ToLps::Common { .. } | ToLps::Finish => {}
+            ToLps::Assign(_) | ToLps::Common { .. } | ToLps::Finish | ToLps::Resend => {}
         }
     }
     all
@@ -519,7 +520,7 @@ fn execute(bytes: &[u8], other: usize) -> [bool; 4] {
                 }
             }
             ToLps::Common { values } => check_tensor(values, other),
-            ToLps::Finish => {}
+            ToLps::Finish | ToLps::Resend => {}
         }
     }
     if let Some(m) = round_trip::<ToGps>(bytes) {

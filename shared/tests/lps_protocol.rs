@@ -77,6 +77,7 @@ fn golden_lps_messages() {
         &cat(&down),
     );
     golden(Envelope::new(r(), 2, ToLps::Finish), &cat(&[0x02]));
+    golden(Envelope::new(r(), 2, ToLps::Resend), &cat(&[0x03]));
     golden(Envelope::new(r(), 2, ToGps::Hello), &cat(&[0x00]));
     golden(Envelope::new(r(), 2, ToGps::Gone), &cat(&[0x04]));
     // Done (variant 2): rounds 4, GPS rounds 2, 3 evaluated, None, 0.5 s.

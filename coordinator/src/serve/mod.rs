@@ -25,7 +25,7 @@ use tracing::{error, info};
 
 use crate::broker::{self, BrokerSecurity};
 use crate::config::RunConfig;
-use crate::gps::{Gps, GpsPlan, GpsReport};
+use crate::gps::{Gps, GpsPlan, GpsReport, SavedGps};
 use crate::plots;
 use crate::report::{self, Progress};
 
@@ -76,7 +76,8 @@ pub struct NetFlags {
     /// Resume the run checkpointed in DIR (its `checkpoint.json`, written after every round
     /// into `--out`), e.g. after a crash: same run id, same clients, same clusters and models;
     /// the run goes on after its last completed round. Give the same run flags (and seed) as
-    /// the interrupted run. `serve` only; not with `--lps remote`.
+    /// the interrupted run. `serve` only. With `--lps remote` the GPS goes on after its last
+    /// GPS round (`gps-checkpoint.json`); its LPS processes must still be running.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
 }
@@ -152,6 +153,7 @@ mod resume;
 pub use pool::{DropReason, Dropout, MqttPool, WireStats};
 pub use resume::CHECKPOINT_FILE;
 use resume::read_checkpoint;
+pub(crate) use resume::write_atomically;
 
 /// The clients that dropped out at least once (gone or timed out), each with the round and
 /// phase it first did and how: `summary.json`'s `dropped_clients`.
@@ -256,14 +258,13 @@ pub fn run(
 ) -> anyhow::Result<Served> {
     let topics = Topics::new(&net.prefix).context("bad --prefix")?;
     let saved = match &net.resume {
-        Some(dir) => {
-            anyhow::ensure!(
-                net.lps == LpsMode::Local,
-                "--resume does not resume runs with --lps remote"
-            );
-            Some(read_checkpoint(dir)?)
-        }
+        Some(dir) => Some(read_checkpoint(dir)?),
         None => None,
+    };
+    // A resumed GPS: where its GPS rounds stand (none yet: it had not assigned the clusters).
+    let saved_gps = match (&net.resume, net.lps) {
+        (Some(dir), LpsMode::Remote) => SavedGps::read(dir)?,
+        _ => None,
     };
     let run = match &saved {
         Some(s) => {
@@ -319,15 +320,17 @@ pub fn run(
     let (mut pool, resume) = match saved {
         Some(saved) => {
             let round0 = saved.serve.round0;
-            let mut pool = MqttPool::rejoin(link, topics.clone(), net, saved.serve);
+            let mut pool = match net.lps {
+                LpsMode::Local => MqttPool::rejoin(link, topics.clone(), net, saved.serve),
+                // Round 0 is all this pool did; its clients now serve their LPSs.
+                LpsMode::Remote => MqttPool::restore(link, topics.clone(), net, saved.serve),
+            };
             pool.checkpoint = Some((cfg.out.clone(), round0));
             (pool, Some((saved.federation, round0)))
         }
         None => {
             let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
-            if gps_link.is_none() {
-                pool.checkpoint = Some((cfg.out.clone(), pool.members.len()));
-            }
+            pool.checkpoint = Some((cfg.out.clone(), pool.members.len()));
             (pool, None)
         }
     };
@@ -419,10 +422,16 @@ pub fn run(
                 upload: net.upload,
                 join_timeout: Duration::from_secs_f64(net.join_timeout),
                 phase_timeout: Duration::from_secs_f64(net.phase_timeout),
+                out: cfg.out.clone(),
             };
             // The clients now serve their LPSs; the GPS hears nothing of that traffic.
             pool.close();
-            let report = Gps::new(link, plan).run()?;
+            let gps = Gps::new(link, plan);
+            let report = match saved_gps {
+                Some(saved) => gps.resume(saved),
+                None => gps,
+            }
+            .run()?;
             result.gps_rounds = report.gps_rounds;
             if let serde_json::Value::Object(map) = &mut extra {
                 map.insert("lps".into(), json!("remote"));

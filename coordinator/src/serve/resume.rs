@@ -71,7 +71,7 @@ pub(super) fn read_checkpoint(dir: &std::path::Path) -> anyhow::Result<SavedRun>
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
 /// disk, then renamed over `path` (a crash leaves the old file or the new one, never half).
-pub(super) fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("json.tmp");
     {
@@ -83,10 +83,9 @@ pub(super) fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io:
 }
 
 impl MqttPool {
-    /// The pool of a resumed run: the checkpoint's members, in their order, with its counts.
-    /// Every member that was live is pinged and waited for until it answers or `join_timeout`
-    /// passed; one that does not answer is taken as gone (it may come back with a `Hello`).
-    pub(super) fn rejoin(link: Link, topics: Topics, net: &NetFlags, saved: SavedPool) -> Self {
+    /// The pool of a resumed run as the checkpoint left it: its members, in their order, with
+    /// its counts; nobody is contacted (a resumed GPS's clients are busy with their LPSs).
+    pub(super) fn restore(link: Link, topics: Topics, net: &NetFlags, saved: SavedPool) -> Self {
         let run = saved.run_id.clone();
         let members: Vec<Member> = saved
             .members
@@ -102,6 +101,15 @@ impl MqttPool {
         pool.wire = saved.wire;
         pool.timeouts = saved.timeouts;
         pool.dropouts = saved.dropouts;
+        pool
+    }
+
+    /// The pool of a resumed run: [`MqttPool::restore`], then every member that was live is
+    /// pinged and waited for until it answers or `join_timeout` passed; one that does not answer
+    /// is taken as gone (it may come back with a `Hello`).
+    pub(super) fn rejoin(link: Link, topics: Topics, net: &NetFlags, saved: SavedPool) -> Self {
+        let mut pool = Self::restore(link, topics, net, saved);
+        let run = pool.run.clone();
         pool.accept_newcomers = true;
         let ping = Envelope::new(run.clone(), 0, ToClient::Ping).to_bytes();
         let mut waiting: std::collections::BTreeSet<usize> = (0..pool.members.len())

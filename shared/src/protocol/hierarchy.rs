@@ -181,6 +181,12 @@ pub enum ToLps {
     },
     /// The run is over (also sent to an LPS that got no cluster).
     Finish,
+    /// Sent by a GPS resumed from its checkpoint (`serve --resume` with `--lps remote`): "send
+    /// again what you last sent me". An LPS waiting for the average of GPS round `g` (the
+    /// envelope's round) publishes its `Common` of round `g` again; one that has sent its final
+    /// report (`Done` or `Failed`) sends that again, whatever the round; any other ignores it
+    /// (its next upload is still to come).
+    Resend,
 }
 
 /// What an LPS reports at the end of its loop.

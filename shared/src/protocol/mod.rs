@@ -59,7 +59,7 @@
 //! | `<prefix>/clients/<id>/down` | coordinator → client | no | `ToClient` |
 //! | `<prefix>/lps/<id>/status` | LPS → GPS | yes | [`ToGps::Hello`] on connect, `Gone` as last will and on exit |
 //! | `<prefix>/lps/<id>/up` | LPS → GPS | no | [`ToGps`]: `Common`, `Done`, `Failed` |
-//! | `<prefix>/lps/<id>/down` | GPS → LPS | no | [`ToLps`]: `Assign`, `Common`, `Finish` |
+//! | `<prefix>/lps/<id>/down` | GPS → LPS | no | [`ToLps`]: `Assign`, `Common`, `Finish`, `Resend` |
 //! | `<prefix>/broadcast` | coordinator → every client | no | `ToClient::Relay` (MT-HFL) |
 //!
 //! Status messages are retained so a coordinator that starts after its clients still learns of
