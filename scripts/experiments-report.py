@@ -5,7 +5,8 @@ Reads bench-results/experiments/<grid>/<run>/summary.json, prints one markdown t
 (final and best accuracy, rounds to reach 95 % of the final figure, clusters found, final ARI,
 bytes up and down per client) and writes, per grid, accuracy.svg (accuracy per round, one line per
 run) and clusters.svg (clusters per round), one pair per partition (accuracy-<partition>.svg) in
-grids that span several. Plain SVG: no plotting library needed.
+grids that span several, and per sampling fraction (accuracy-<partition>-f<frac>.svg) in grids
+that span several of those. Plain SVG: no plotting library needed.
 
 Usage: python3 scripts/experiments-report.py [ROOT]   (default bench-results/experiments)
 """
@@ -85,17 +86,25 @@ for grid in sorted(os.listdir(ROOT)) if os.path.isdir(ROOT) else []:
               f"{100 * max(acc):.2f} | {rounds_to(acc)} | {s['n_clusters']} | "
               f"{'–' if ari is None else f'{ari:.3f}'} | "
               f"{mb(s.get('bytes_up_per_client'))} / {mb(s.get('bytes_down_per_client'))} |")
-    # One pair of plots per partition when the grid spans several (ten lines at most a plot).
-    parts = sorted({s["partition"] for _, s, _ in runs})
-    for part in parts:
-        group = [r for r in runs if len(parts) == 1 or r[1]["partition"] == part]
-        tag = "" if len(parts) == 1 else "-" + part.replace(":", "-").replace("*", "x")
-        title = grid if len(parts) == 1 else f"{grid}, {part}"
-        svg(f"{ROOT}/{grid}/accuracy{tag}.svg", f"{title}: mean local test accuracy", "accuracy",
-            [(n, [100 * a for a in acc]) for n, _, acc in group])
-        svg(f"{ROOT}/{grid}/clusters{tag}.svg", f"{title}: clusters per round", "clusters",
-            [(n, s.get("clusters_per_round", [])) for n, s, _ in group], ymin=0)
-    if len(parts) > 1:
-        for stale in ("accuracy.svg", "clusters.svg"):
-            if os.path.exists(f"{ROOT}/{grid}/{stale}"):
-                os.remove(f"{ROOT}/{grid}/{stale}")
+    # One pair of plots per partition (and sampling fraction) when the grid spans several (ten
+    # lines at most a plot).
+    frac = lambda s: s["config"]["federation"]["frac"]
+    keys = sorted({(s["partition"], frac(s)) for _, s, _ in runs})
+    by_part = len({p for p, _ in keys}) > 1
+    by_frac = len({f for _, f in keys}) > 1
+    written = set()
+    for part, f in keys:
+        group = [r for r in runs if (not by_part or r[1]["partition"] == part)
+                 and (not by_frac or frac(r[1]) == f)]
+        tag = ("-" + part.replace(":", "-").replace("*", "x") if by_part else "") + \
+            (f"-f{f:g}" if by_frac else "")
+        title = grid + (f", {part}" if by_part else "") + (f", {100 * f:g} % sampled" if by_frac else "")
+        for kind, label, series, ymin in (
+                ("accuracy", "mean local test accuracy", [(n, [100 * a for a in acc]) for n, _, acc in group], None),
+                ("clusters", "clusters per round", [(n, s.get("clusters_per_round", [])) for n, s, _ in group], 0)):
+            svg(f"{ROOT}/{grid}/{kind}{tag}.svg", f"{title}: {label}", kind, series, ymin=ymin)
+            written.add(f"{kind}{tag}.svg")
+    # Plots of an earlier grouping (e.g. before a grid spanned several partitions) are stale.
+    for old in glob.glob(f"{ROOT}/{grid}/accuracy*.svg") + glob.glob(f"{ROOT}/{grid}/clusters*.svg"):
+        if os.path.basename(old) not in written:
+            os.remove(old)

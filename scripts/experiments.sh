@@ -5,9 +5,11 @@
 # summary.json already has every round are skipped, so the script resumes. Then
 # `python3 scripts/experiments-report.py` prints the tables and draws the per-grid plots.
 #
-# Usage: [ROUNDS=50] [SEED=0] [TAUS="0.5 0.7"] [FRACS="0.1 1"] [PARTS="pairs"] scripts/experiments.sh [GRID...]
+# Usage: [ROUNDS=50] [FULL_ROUNDS=10] [SEED=0] [TAUS="0.5 0.7"] [FRACS="0.1 1"] [PARTS="pairs"] scripts/experiments.sh [GRID...]
 #   grids: adacfl (AdaCFL Table 2/3: dominant:0.5/0.8/1, pairs, or PARTS; AdaCFL vs FedAvg, CFL, IFCA)
-#          stocfl (rotate:4, shift:4 at 10 % and 100 % sampling, or FRACS; StoCFL vs FedAvg, FedProx, IFCA)
+#          stocfl (rotate:4, shift:4 at 10 % and 100 % sampling, or FRACS; StoCFL vs FedAvg, FedProx, IFCA;
+#                  100 % sampling runs FULL_ROUNDS rounds: 10 rounds of 100 clients are twice the
+#                  client updates of 50 rounds of 10)
 #          tau    (StoCFL's τ sweep on the 2 rotations × 4 label groups product)
 #          fesem  (dir:0.5: FeSEM K = 2, 3, 4 vs FedAvg and FedProx μ = 0.1)
 #          all    (every method on label:2, label:3, dir:0.1 with FedClust's settings)
@@ -18,23 +20,25 @@ set -euo pipefail
 {
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-50}
+FULL_ROUNDS=${FULL_ROUNDS:-10}
 SEED=${SEED:-0}
 grids=("$@"); [ ${#grids[@]} -gt 0 ] || grids=(adacfl stocfl tau fesem all)
 cargo build --release -q -p coordinator
 bin=target/release/coordinator
 
-# run GRID NAME ARGS...: one simulate run unless it is already complete.
+# run GRID NAME ARGS...: one simulate run of $rounds rounds unless it is already complete.
+rounds=$ROUNDS
 run() {
   local grid=$1 name=$2; shift 2
   local out="bench-results/experiments/$grid/$name"
-  if [ -f "$out/summary.json" ] && python3 - "$out/summary.json" "$ROUNDS" <<'PY'
+  if [ -f "$out/summary.json" ] && python3 - "$out/summary.json" "$rounds" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 sys.exit(0 if len(s["accuracy_per_round"]) >= int(sys.argv[2]) else 1)
 PY
   then echo "== $grid/$name: done"; return; fi
   echo "== $grid/$name: $*"
-  "$bin" simulate --clients 100 --rounds "$ROUNDS" --seed "$SEED" --out "$out" "$@"
+  "$bin" simulate --clients 100 --rounds "$rounds" --seed "$SEED" --out "$out" "$@"
 }
 
 # FedClust's FMNIST settings (GUIDE §2).
@@ -59,13 +63,15 @@ for grid in "${grids[@]}"; do
       for p in rotate:4 shift:4; do
         for f in ${FRACS:-0.1 1}; do
           n="${p/:/-}-f$f"
+          rounds=$ROUNDS; [ "$f" = 1 ] && rounds=$FULL_ROUNDS
           s=(--frac "$f" --epochs 5 --batch 10 --lr 0.01 --momentum 0.5 --partition "$p")
           run stocfl "$n-stocfl" --algorithm stocfl --tau 0.5 --mu 0.05 "${s[@]}"
           run stocfl "$n-fedavg" --algorithm fedavg "${s[@]}"
           run stocfl "$n-fedprox" --algorithm fedprox --mu 0.01 "${s[@]}"
           run stocfl "$n-ifca" --algorithm ifca --clusters 4 "${s[@]}"
         done
-      done ;;
+      done
+      rounds=$ROUNDS ;;
     tau)
       for t in ${TAUS:-0.5 0.6 0.67 0.7 0.76 0.8 0.85}; do
         run tau "tau-$t" --algorithm stocfl --tau "$t" --mu 0.05 --partition 'rotate:2*groups:012-34-56-789' \
