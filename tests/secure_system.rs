@@ -613,6 +613,32 @@ fn embedded_broker_bounds_and_paces_what_a_client_may_flood() {
         "{} uploads of {upload} bytes by one user went through in {took:.1} s (paced: ≥ {pace:.1} s)",
         2 * EACH
     );
+    // Every user of the fleet at once, each on its own `up` topic from two connections: a bucket
+    // each, and the memory bound below holds for all of them together.
+    let start = Instant::now();
+    let mut together: Vec<(String, Link)> = Vec::new();
+    for user in ids() {
+        for k in 0..2 {
+            let m = link_as(&broker, &creds, &user, &format!("{k}@{user}"), vec![]);
+            m.wait_connected(&broker, Duration::from_secs(10)).unwrap();
+            together.push((topics.up(&user), m));
+        }
+    }
+    for (topic, m) in &together {
+        for _ in 0..EACH {
+            m.publish(topic, vec![0x5A; upload], false).unwrap();
+        }
+        m.publish(topic, vec![0x5A; upload + 1], false).unwrap();
+    }
+    for (topic, m) in &together {
+        closed(m, topic, upload + 1);
+    }
+    eprintln!(
+        "{} users × {} uploads of {upload} bytes at once: {:.1} s",
+        CLIENTS,
+        2 * EACH,
+        start.elapsed().as_secs_f64()
+    );
     // 4 MiB on its own upload topic, and a status message over 1 KiB after 50 at the bound.
     closed(&flood(&up, upload, 0, MAX_PAYLOAD), &up, MAX_PAYLOAD);
     let s = flood(&status, MAX_STATUS_PAYLOAD, 50, MAX_STATUS_PAYLOAD + 1);
@@ -1013,4 +1039,97 @@ fn demo_secure_runs_over_tls_with_a_login_per_client() {
     let s = summary(&out);
     assert_eq!(s["n_clients"], CLIENTS, "{s:#}");
     assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+}
+
+/// mosquitto as `coordinator credentials` configures it: a credentialed client floods its own
+/// `up` topic (which its ACL allows) with 4 MiB messages while the coordinator's connection,
+/// subscribed to every upload, reads nothing. mosquitto holds at most the conf's per-reader
+/// bounds for it (`max_queued_bytes` queued, `max_inflight_bytes` in flight, which it may pass by
+/// one message), drops the rest and says so in its log. A message in flight is held twice (the
+/// stored message and its outgoing packet), so mosquitto's peak RSS may grow by
+/// 2 × (in flight + one message) + queued + the message being received, plus a 16 MB margin
+/// for its own buffers. `--nocapture` prints the growth.
+#[test]
+fn mosquitto_bounds_what_a_client_floods_at_a_reader() {
+    use edgecfl_shared::protocol::MAX_PAYLOAD;
+    const FLOOD: usize = 24; // 101 MB, well past the bounds
+    let name = "mosquitto-flood";
+    let dir = scratch(name);
+    let prefix = format!("edgecfl/t-{name}");
+    let topics = Topics::new(&prefix).unwrap();
+    let (port, infra, creds, broker) = brokers(&Broker::Mosquitto, &dir, &prefix, &[]);
+    let broker = broker.expect("mosquitto runs");
+    let pid = broker.child.id();
+    let conf = std::fs::read_to_string(creds.join("mosquitto.conf")).unwrap();
+    let setting = |key: &str| -> f64 {
+        conf.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in mosquitto.conf"))
+    };
+    let (queued, inflight) = (setting("max_queued_bytes "), setting("max_inflight_bytes "));
+
+    // The coordinator's connection: it stops reading once 1 MiB waits unread, and nobody reads.
+    let infra: BrokerAddr = format!("mqtts://127.0.0.1:{infra}").parse().unwrap();
+    let reader = Link::start(LinkOptions {
+        subscribe: vec![topics.all_up()],
+        security: Security {
+            ca: Some(creds.join("ca.pem")),
+            client_cert: None,
+            login: Some(Login {
+                username: "coordinator".into(),
+                password: read_password(&password_file(&creds, "coordinator")).unwrap(),
+            }),
+        },
+        max_unread_bytes: Some(1 << 20),
+        ..LinkOptions::new(infra.clone(), "reader")
+    })
+    .unwrap();
+    reader
+        .wait_connected(&infra, Duration::from_secs(10))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = peak_rss_kb(pid).expect("mosquitto running");
+
+    let edge: BrokerAddr = format!("mqtts://127.0.0.1:{port}").parse().unwrap();
+    let c0 = link_as(&edge, &creds, "c0", "c0", vec![]);
+    c0.wait_connected(&edge, Duration::from_secs(10)).unwrap();
+    for _ in 0..FLOOD {
+        c0.publish(&topics.up("c0"), vec![0x5A; MAX_PAYLOAD], false)
+            .unwrap();
+    }
+    let log = dir.join("mosquitto.log");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("Outgoing messages are being dropped for client reader@coordinator")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "mosquitto never dropped anything for the reader:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Let the rest of the flood arrive (and be dropped).
+    std::thread::sleep(Duration::from_secs(5));
+    let after = peak_rss_kb(pid).expect("mosquitto still running");
+    let grown = after.saturating_sub(before) as f64 * 1024.0;
+    let message = MAX_PAYLOAD as f64;
+    let bound = 2.0 * (inflight + message) + queued + message + 16e6;
+    eprintln!(
+        "{FLOOD} × {MAX_PAYLOAD} bytes flooded at a reader that reads nothing: mosquitto peak RSS \
+         {:.1} → {:.1} MB (+{:.1} MB; bound {:.1} MB)",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0,
+        grown / 1e6,
+        bound / 1e6
+    );
+    assert!(
+        grown < bound,
+        "mosquitto grew by {:.0} MB (bound {:.0} MB)",
+        grown / 1e6,
+        bound / 1e6
+    );
+    drop(c0);
+    drop(reader);
 }

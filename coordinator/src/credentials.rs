@@ -247,12 +247,15 @@ fn mosquitto_conf(
          # edgecfl sends models as single messages: payloads up to {MAX_PAYLOAD} bytes.\n\
          max_packet_size {MAX_PACKET}\n\
          message_size_limit {MAX_PAYLOAD}\n\
-         # Memory: every connection's queue of messages it has yet to read is bounded in bytes, to\n\
-         # the coordinator's backlog for {fleet} clients (512 KiB a client, at least 16 MiB; the\n\
-         # coordinator reads as much before it pauses). mosquitto drops what is over it, so a\n\
-         # client flooding its own topics cannot grow the broker past that per reader. Regenerate\n\
-         # (or raise it to 512 KiB a client) for a larger fleet.\n\
+         # Memory: what every connection has yet to read is bounded in bytes, to the coordinator's\n\
+         # backlog for {fleet} clients (512 KiB a client, at least 16 MiB; the coordinator reads as\n\
+         # much before it pauses): that much queued, and that much sent but not acknowledged (in\n\
+         # flight; without a byte bound mosquitto lets 20 messages of up to 4 MiB each wait there).\n\
+         # mosquitto drops what is over it, so a client flooding its own topics cannot grow the\n\
+         # broker past that per reader. Regenerate (or raise both to 512 KiB a client) for a\n\
+         # larger fleet.\n\
          max_queued_bytes {backlog}\n\
+         max_inflight_bytes {backlog}\n\
          set_tcp_nodelay true\n\
          \n\
          # Edge clients: TLS, a password each, and the MQTT client id replaced by the username, so\n\
