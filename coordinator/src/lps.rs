@@ -155,6 +155,50 @@ pub struct RemoteGps {
 }
 
 impl RemoteGps {
+    /// After the final report (`report`, `Done` or `Failed`): waits for the GPS's `Finish` (up to
+    /// `--gps-timeout`), sending the report again whenever a resumed GPS asks for it. The LPS's
+    /// results are on disk already; a GPS that never answers costs the wait, not the results.
+    fn await_finish(&self, report: &[u8]) {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let Some(ev) = self.link.recv_until(deadline) else {
+                warn!(
+                    "no Finish from the GPS within {:.0}s of the final report; exiting",
+                    self.timeout.as_secs_f64()
+                );
+                return;
+            };
+            let Inbound::Message { topic, payload, .. } = ev else {
+                continue;
+            };
+            if self.topics.parse_lps(&topic) != Some((self.id.as_str(), TopicKind::Down)) {
+                continue;
+            }
+            match Envelope::<ToLps>::from_bytes(&payload) {
+                Ok(env) if env.run != self.run => {}
+                Ok(Envelope {
+                    body: ToLps::Finish,
+                    ..
+                }) => return,
+                Ok(Envelope {
+                    body: ToLps::Resend,
+                    ..
+                }) => {
+                    info!("the GPS asks again; sending the final report again");
+                    if let Err(e) =
+                        self.link
+                            .publish(&self.topics.lps_up(&self.id), report.to_vec(), false)
+                    {
+                        warn!("cannot send the final report again: {e}");
+                    }
+                }
+                // Averages and assignments a resumed GPS sends again: already had them.
+                Ok(_) => {}
+                Err(e) => warn!("ignored a GPS message: {e}"),
+            }
+        }
+    }
+
     fn exchange_inner(
         &mut self,
         gps_round: usize,
@@ -420,52 +464,6 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
     let served = result?;
     sent.context("cannot send the final report to the GPS")?;
     Ok(Some(served))
-}
-
-impl RemoteGps {
-    /// After the final report (`report`, `Done` or `Failed`): waits for the GPS's `Finish` (up to
-    /// `--gps-timeout`), sending the report again whenever a resumed GPS asks for it. The LPS's
-    /// results are on disk already; a GPS that never answers costs the wait, not the results.
-    fn await_finish(&self, report: &[u8]) {
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            let Some(ev) = self.link.recv_until(deadline) else {
-                warn!(
-                    "no Finish from the GPS within {:.0}s of the final report; exiting",
-                    self.timeout.as_secs_f64()
-                );
-                return;
-            };
-            let Inbound::Message { topic, payload, .. } = ev else {
-                continue;
-            };
-            if self.topics.parse_lps(&topic) != Some((self.id.as_str(), TopicKind::Down)) {
-                continue;
-            }
-            match Envelope::<ToLps>::from_bytes(&payload) {
-                Ok(env) if env.run != self.run => {}
-                Ok(Envelope {
-                    body: ToLps::Finish,
-                    ..
-                }) => return,
-                Ok(Envelope {
-                    body: ToLps::Resend,
-                    ..
-                }) => {
-                    info!("the GPS asks again; sending the final report again");
-                    if let Err(e) =
-                        self.link
-                            .publish(&self.topics.lps_up(&self.id), report.to_vec(), false)
-                    {
-                        warn!("cannot send the final report again: {e}");
-                    }
-                }
-                // Averages and assignments a resumed GPS sends again: already had them.
-                Ok(_) => {}
-                Err(e) => warn!("ignored a GPS message: {e}"),
-            }
-        }
-    }
 }
 
 fn serve_cluster(
