@@ -152,6 +152,8 @@ pub struct RemoteGps {
     pub up_bytes: Vec<u64>,
     /// Payload bytes received per GPS round.
     pub down_bytes: Vec<u64>,
+    /// The GPS has told this LPS that the run is over.
+    finished: bool,
 }
 
 impl RemoteGps {
@@ -240,7 +242,10 @@ impl RemoteGps {
                 Ok(Envelope {
                     body: ToLps::Finish,
                     ..
-                }) => return Err(LpsError::GpsFinished(gps_round)),
+                }) => {
+                    self.finished = true;
+                    return Err(LpsError::GpsFinished(gps_round));
+                }
                 Ok(Envelope {
                     round,
                     body: ToLps::Common { values },
@@ -434,6 +439,7 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
         common_len: 0,
         timeout: Duration::from_secs_f64(args.gps_timeout),
         up_bytes: Vec::new(),
+        finished: false,
         down_bytes: Vec::new(),
     };
     let result = serve_cluster(args, &assignment, &run, &topics, &mut gps, &out);
@@ -456,7 +462,8 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
     };
     let bytes = Envelope::new(run, u32::MAX, report).to_bytes();
     let sent = gps.link.publish(&topics.lps_up(&id), bytes.clone(), false);
-    if sent.is_ok() {
+    // A GPS that has ended the run already sends no other Finish.
+    if sent.is_ok() && !gps.finished {
         gps.await_finish(&bytes);
     }
     let _ = gps.link.publish(&topics.lps_status(&id), gone, true);
