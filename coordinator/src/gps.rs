@@ -910,3 +910,51 @@ fn average_message(run: &Id, g: usize, average: &[f32]) -> Vec<u8> {
     )
     .to_bytes()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint reads back bit for bit (the average and the reported accuracies weigh in the
+    /// resumed run's result), and a directory without one reads as "not assigned yet".
+    #[test]
+    fn checkpoint_reads_back_exactly() {
+        let dir = std::env::temp_dir().join(format!("edgecfl-gps-ckpt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_file(dir.join(GPS_CHECKPOINT_FILE));
+        assert!(SavedGps::read(&dir).unwrap().is_none());
+        let average = vec![0.1f32, -1e-40, f32::MIN_POSITIVE, 1.0 / 3.0, 12345.679];
+        let record = LpsRecord {
+            id: "lps-a".into(),
+            cluster: 0,
+            members: vec!["c0".into(), "c2".into()],
+            samples: 1200,
+            up_bytes: vec![100_527],
+            up_floats: vec![25_120],
+            down_bytes: vec![100_520],
+            accuracy: vec![Some(0.1 + 0.2), None],
+            done: None,
+        };
+        let saved = SavedGps {
+            run_id: protocol::id("run-x").unwrap(),
+            gps_round: 1,
+            assigned: vec!["lps-a".into()],
+            known: [("lps-a".to_string(), true), ("lps-z".to_string(), false)].into(),
+            records: vec![record],
+            rejected: Tally::default(),
+            average: Some(average.clone()),
+        };
+        let text = federation::to_exact_json(&saved).unwrap();
+        std::fs::write(dir.join(GPS_CHECKPOINT_FILE), text).unwrap();
+        let back = SavedGps::read(&dir).unwrap().unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(back.average.as_deref().unwrap()), bits(&average));
+        assert_eq!(back.records[0].accuracy, vec![Some(0.1 + 0.2), None]);
+        assert_eq!(back.known, saved.known);
+        assert_eq!((back.gps_round, back.run_id), (1, saved.run_id));
+        // A damaged file is an error, not a fresh start.
+        std::fs::write(dir.join(GPS_CHECKPOINT_FILE), "{\"gps_round\": 1").unwrap();
+        assert!(matches!(SavedGps::read(&dir), Err(GpsError::Checkpoint(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
