@@ -23,8 +23,9 @@
 //! restores round 0 without contacting the clients (they are busy with their LPSs), sends the
 //! checkpoint's last decision again (the assignments, or GPS round g's average: an LPS that had
 //! it ignores it), then [`ToLps::Resend`] for GPS round g+1: an LPS already waiting for that
-//! average publishes its `Common` again, one that has sent its final report sends that again, and
-//! one still training sends when it is done. A byte-identical second copy of an accepted upload
+//! average publishes its `Common` again, one that has sent its `Done` report sends that again, and
+//! one still training sends when it is done (an LPS that failed has exited, and its retained
+//! `Gone` ends the resumed run). A byte-identical second copy of an accepted upload
 //! is no news (not counted as a duplicate). So no upload an LPS made is lost, and the run ends as
 //! an uninterrupted one with the same seed. The LPS processes must outlive the GPS's downtime
 //! (their `--gps-timeout`); an LPS that dies still ends the run.
@@ -516,8 +517,9 @@ impl Gps {
             });
         }
         self.save(0, &records, None)?;
+        let initial = self.initial();
         for (c, lps) in self.assigned.iter().enumerate() {
-            let bytes = self.assignment_message(c, clusters, common);
+            let bytes = self.assignment_message(c, clusters, common, &initial);
             self.link
                 .publish(&self.plan.topics.lps_down(lps), bytes, false)?;
             info!(
@@ -539,10 +541,22 @@ impl Gps {
             .collect()
     }
 
-    /// The `Assign` message of cluster `c` (the same bytes every time).
-    fn assignment_message(&self, c: usize, clusters: usize, common: &CommonLayers) -> Vec<u8> {
+    /// θ⁰ as every `Assign` carries it.
+    fn initial(&self) -> Tensor {
         let cfg = &self.plan.federation;
-        let initial = edgecfl_shared::model::Params::init(cfg.model, cfg.seed);
+        let theta = edgecfl_shared::model::Params::init(cfg.model, cfg.seed);
+        Tensor::encode(&theta.values, Encoding::F32)
+    }
+
+    /// The `Assign` message of cluster `c` (the same bytes every time), with θ⁰ `initial`.
+    fn assignment_message(
+        &self,
+        c: usize,
+        clusters: usize,
+        common: &CommonLayers,
+        initial: &Tensor,
+    ) -> Vec<u8> {
+        let cfg = &self.plan.federation;
         let assignment = LpsAssignment {
             cluster: c as u32,
             clusters: clusters as u32,
@@ -552,7 +566,7 @@ impl Gps {
                 .map(|&i| self.plan.clients[i].clone())
                 .collect(),
             model: cfg.model,
-            initial: Tensor::encode(&initial.values, Encoding::F32),
+            initial: initial.clone(),
             common_layers: protocol::text(&common.set().to_string()),
             rounds: cfg.rounds as u32,
             lps_rounds: cfg.lps_rounds as u32,
@@ -632,9 +646,10 @@ impl Gps {
         self.known = saved.known;
         self.assigned = saved.assigned;
         self.tally = saved.rejected;
+        let initial = self.initial();
         let last = |c: usize| match &saved.average {
             Some(a) => average_message(&self.plan.run, g, a),
-            None => self.assignment_message(c, clusters, common),
+            None => self.assignment_message(c, clusters, common, &initial),
         };
         let resend = Envelope::new(self.plan.run.clone(), (g + 1) as u32, ToLps::Resend).to_bytes();
         for (c, lps) in self.assigned.iter().enumerate() {

@@ -16,11 +16,12 @@
 //!                                                              ▼
 //!                                Done: results to --out, ── Done{…}; waits for Finish
 //!                                (up to --gps-timeout), status Gone, exit
+//!                                (after ── Failed{…}: status Gone, exit at once)
 //! ```
 //!
 //! A GPS resumed after a crash (`serve --resume` with `--lps remote`) sends its last decision
 //! again and then `Resend`: the LPS answers it with its last upload (the common layers it awaits
-//! the average of, or its final report), so nothing it sent to the dead GPS is lost.
+//! the average of, or its `Done` report), so nothing it sent to the dead GPS is lost.
 //!
 //! The LPS talks to its members with the GPS's run id, on their own client topics; the edge
 //! clients answer whoever sends them jobs. It writes `summary.json`, `rounds.csv` and
@@ -79,7 +80,7 @@ pub struct LpsArgs {
     #[arg(long, default_value_t = 600.0)]
     pub phase_timeout: f64,
     /// Seconds to wait for the GPS's average after sending the common layers, and for its
-    /// `Finish` after the final report (the time a crashed GPS has to be resumed).
+    /// `Finish` after the `Done` report (the time a crashed GPS has to be resumed).
     #[arg(long, default_value_t = 3600.0)]
     pub gps_timeout: f64,
     /// Serve only this run id: an assignment or a `Finish` of any other run is ignored (default:
@@ -157,7 +158,7 @@ pub struct RemoteGps {
 }
 
 impl RemoteGps {
-    /// After the final report (`report`, `Done` or `Failed`): waits for the GPS's `Finish` (up to
+    /// After the `Done` report (`report`): waits for the GPS's `Finish` (up to
     /// `--gps-timeout`), sending the report again whenever a resumed GPS asks for it. The LPS's
     /// results are on disk already; a GPS that never answers costs the wait, not the results.
     fn await_finish(&self, report: &[u8]) {
@@ -462,8 +463,10 @@ pub fn run(args: &LpsArgs) -> anyhow::Result<Option<LpsServed>> {
     };
     let bytes = Envelope::new(run, u32::MAX, report).to_bytes();
     let sent = gps.link.publish(&topics.lps_up(&id), bytes.clone(), false);
-    // A GPS that has ended the run already sends no other Finish.
-    if sent.is_ok() && !gps.finished {
+    // Only a `Done` report waits: a GPS that has ended the run already sends no other Finish,
+    // and after a `Failed` one (the GPS may have been silent for --gps-timeout already) the
+    // retained `Gone` below tells a resumed GPS as much.
+    if sent.is_ok() && result.is_ok() && !gps.finished {
         gps.await_finish(&bytes);
     }
     let _ = gps.link.publish(&topics.lps_status(&id), gone, true);

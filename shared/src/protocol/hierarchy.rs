@@ -183,8 +183,8 @@ pub enum ToLps {
     Finish,
     /// Sent by a GPS resumed from its checkpoint (`serve --resume` with `--lps remote`): "send
     /// again what you last sent me". An LPS waiting for the average of GPS round `g` (the
-    /// envelope's round) publishes its `Common` of round `g` again; one that has sent its final
-    /// report (`Done` or `Failed`) sends that again, whatever the round; any other ignores it
+    /// envelope's round) publishes its `Common` of round `g` again; one that has sent its `Done`
+    /// report sends that again, whatever the round; any other ignores it
     /// (its next upload is still to come).
     Resend,
 }
