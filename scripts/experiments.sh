@@ -73,7 +73,7 @@ for grid in "${grids[@]}"; do
       done
       rounds=$ROUNDS ;;
     tau)
-      for t in ${TAUS:-0.5 0.6 0.67 0.7 0.76 0.8 0.85}; do
+      for t in ${TAUS:-0.5 0.7 0.85 0.9 0.95 0.97 0.98 0.99}; do
         run tau "tau-$t" --algorithm stocfl --tau "$t" --mu 0.05 --partition 'rotate:2*groups:012-34-56-789' \
           --frac 0.1 --epochs 5 --batch 10 --lr 0.01 --momentum 0.5
       done ;;
