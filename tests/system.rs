@@ -87,6 +87,10 @@ fn embedded_broker_run_recovers_groups_and_equals_simulate() {
     let s = finish(&dir, coordinator, clients);
     assert_eq!(s["rejected_total"], 0, "{:#}", s["rejected"]);
     assert_eq!(s["broker"], format!("mqtt://127.0.0.1:{port}"));
+    // A clean run logs no error: not even rumqttd's routine ones (`logging::BrokerNoise`) for
+    // the probe above and the clients' disconnects.
+    let log = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
+    assert!(!log.contains(" ERROR "), "{log}");
     // Round 0 moved final layers only: 850 floats (+ a small envelope) per client.
     let sig = s["wire_bytes"]["signature_up"].as_u64().unwrap();
     assert!(

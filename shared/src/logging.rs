@@ -8,8 +8,11 @@
 //! edge client small.
 
 use clap::{Args, ValueEnum};
-use tracing_subscriber::filter::Targets;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Metadata};
+use tracing_subscriber::filter::{FilterExt, Targets};
 use tracing_subscriber::fmt;
+use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::prelude::*;
 
 /// The default `--log`: info for everything, warnings only from the embedded broker (rumqttd
@@ -54,7 +57,7 @@ pub struct LogArgs {
 impl LogArgs {
     /// Installs the subscriber for the rest of the process (once; a second call does nothing).
     pub fn init(&self) {
-        let filter = self.filter.clone();
+        let filter = self.filter.clone().and(BrokerNoise);
         // No colours: `ansi` may be on through another crate (rumqttd) when the workspace builds.
         let layer = fmt::layer().with_writer(std::io::stderr).with_ansi(false);
         // `try_init`: a subscriber already set (a second call) stays.
@@ -69,10 +72,118 @@ impl LogArgs {
     }
 }
 
+/// The embedded broker's routine events that rumqttd 0.20 logs at ERROR
+/// (`rumqttd::server::broker`), dropped so that a clean run logs no error:
+/// - `router-drop` with `Recv(Disconnected)`: every connection that ends with an MQTT DISCONNECT
+///   (each edge client at the end of a run);
+/// - `Error while handling MQTT connect packet` with `connection closed by peer`: a TCP
+///   connection closed before its CONNECT (the coordinator's own check that the broker listens,
+///   or a port scan).
+///
+/// Every other rumqttd event goes through `--log` as usual.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerNoise;
+
+/// rumqttd's target for its connections' events.
+const BROKER_TARGET: &str = "rumqttd::server::broker";
+
+impl BrokerNoise {
+    /// Is an event with this `message` and `error` field one of the routine ones.
+    pub fn is_routine(message: &str, error: &str) -> bool {
+        (message == "router-drop" && error == "Recv(Disconnected)")
+            || (message == "Error while handling MQTT connect packet"
+                && error.contains("connection closed by peer"))
+    }
+}
+
+impl<S> Filter<S> for BrokerNoise {
+    fn enabled(&self, _meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        true
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, _cx: &Context<'_, S>) -> bool {
+        if event.metadata().target() != BROKER_TARGET {
+            return true;
+        }
+        #[derive(Default)]
+        struct Fields {
+            message: String,
+            error: String,
+        }
+        impl Visit for Fields {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                match field.name() {
+                    "message" => self.message = format!("{value:?}"),
+                    "error" => self.error = format!("{value:?}"),
+                    _ => {}
+                }
+            }
+        }
+        let mut f = Fields::default();
+        event.record(&mut f);
+        !Self::is_routine(&f.message, &f.error)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
     use tracing::Level;
+
+    /// What `BrokerNoise` lets through, written by a subscriber built as [`LogArgs::init`]
+    /// builds it (with the default filter).
+    fn logged(emit: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let filter = DEFAULT_FILTER.parse::<Targets>().unwrap().and(BrokerNoise);
+        let layer = fmt::layer()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_filter(filter);
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), emit);
+        let bytes = buf.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// Debug-formats as rumqttd's errors do.
+    struct Shown(&'static str);
+    impl std::fmt::Debug for Shown {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    #[test]
+    fn routine_broker_errors_are_dropped_and_others_kept() {
+        let out = logged(|| {
+            tracing::error!(target: "rumqttd::server::broker", error = ?Shown("Recv(Disconnected)"), "router-drop");
+            tracing::error!(target: "rumqttd::server::broker",
+                error = ?Shown(r#"Network(Io(Custom { kind: ConnectionAborted, error: "connection closed by peer" }))"#),
+                "Error while handling MQTT connect packet");
+            // Not routine: kept.
+            tracing::error!(target: "rumqttd::server::broker", error = ?Shown("PayloadSizeLimitExceeded(5000000)"), "disconnected");
+            tracing::error!(target: "rumqttd::server::broker", error = ?Shown("Recv(Timeout)"), "router-drop");
+            // The same words from another target: kept.
+            tracing::error!(target: "coordinator::serve", error = ?Shown("Recv(Disconnected)"), "router-drop");
+        });
+        assert_eq!(out.lines().count(), 3, "{out}");
+        assert!(out.contains("PayloadSizeLimitExceeded"), "{out}");
+        assert!(out.contains("Recv(Timeout)"), "{out}");
+        assert!(out.contains("coordinator::serve"), "{out}");
+        assert!(!out.contains("connection closed by peer"), "{out}");
+    }
 
     #[test]
     fn default_filter_is_info_with_a_quiet_broker() {
