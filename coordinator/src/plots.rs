@@ -71,6 +71,25 @@ fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
     let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
     root.fill(&WHITE)?;
     let last = result.rounds.last().map_or(1, |r| r.round).max(1);
+    // The y axis starts at the decade below the lowest accuracy drawn (5 points of room), so
+    // that curves that differ by a point are told apart.
+    let show_clusters = result.n_clusters > 1 && result.n_clusters <= 20;
+    let lowest = result
+        .rounds
+        .iter()
+        .flat_map(|r| {
+            let clusters = r
+                .cluster_accuracy
+                .iter()
+                .filter(|_| show_clusters)
+                .flatten()
+                .copied();
+            let tasks = r.task_accuracy.iter().flatten().copied();
+            r.accuracy.into_iter().chain(clusters).chain(tasks)
+        })
+        .filter(|a| a.is_finite())
+        .fold(1.0f64, f64::min);
+    let bottom = axis_bottom(100.0 * lowest);
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
@@ -82,13 +101,15 @@ fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(55)
-        .build_cartesian_2d(0f64..last as f64, 0f64..100f64)?;
+        .build_cartesian_2d(0f64..last as f64, bottom..100f64)?;
     chart
         .configure_mesh()
         .x_desc("round")
         .y_desc("accuracy (%)")
+        // Rounds are whole: at most 11 ticks, on whole steps of 1, 2, 5, 10, ...
+        .x_labels(last.min(10) + 1)
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .draw()?;
-    let show_clusters = result.n_clusters > 1 && result.n_clusters <= 20;
     if show_clusters {
         for c in 0..result.n_clusters {
             let pts = result.rounds.iter().filter_map(|r| {
@@ -135,6 +156,12 @@ fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+/// The bottom of an accuracy axis (in %) whose lowest value is `lowest`: the decade below
+/// `lowest − 5`, within 0..=90.
+fn axis_bottom(lowest: f64) -> f64 {
+    (((lowest - 5.0) / 10.0).floor() * 10.0).clamp(0.0, 90.0)
 }
 
 /// Leaf order of a dendrogram (left child first, as scipy draws it) and each node's x position.
@@ -444,6 +471,16 @@ mod tests {
         assert!(svg.contains("mean silhouette"));
         assert!(svg.contains("3 clusters"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn accuracy_axis_starts_at_the_decade_below_the_lowest_value_less_5() {
+        assert_eq!(axis_bottom(94.36), 80.0);
+        assert_eq!(axis_bottom(95.0), 90.0);
+        assert_eq!(axis_bottom(100.0), 90.0);
+        assert_eq!(axis_bottom(14.9), 0.0);
+        assert_eq!(axis_bottom(15.0), 10.0);
+        assert_eq!(axis_bottom(0.0), 0.0);
     }
 
     #[test]
