@@ -193,6 +193,9 @@ fn dendrogram_layout(d: &Dendrogram) -> (Vec<usize>, Vec<f64>) {
     (order, x)
 }
 
+/// Most leaves a dendrogram labels with their client.
+const MAX_LEAF_LABELS: usize = 40;
+
 /// The merge tree with a dashed line at the cut height; with `scores`, a panel on the right plots
 /// each candidate cut's score (x) at its threshold (y, the tree's height axis), the chosen one in
 /// red, and the score needed to beat one cluster as a dotted line.
@@ -201,7 +204,7 @@ fn dendrogram(path: &Path, d: &Dendrogram, cut: f64, scores: Option<&CutScores>)
     if n < 2 {
         return Ok(());
     }
-    let (_, x) = dendrogram_layout(d);
+    let (order, x) = dendrogram_layout(d);
     let merges = d.merges();
     let top = merges
         .iter()
@@ -227,15 +230,28 @@ fn dendrogram(path: &Path, d: &Dendrogram, cut: f64, scores: Option<&CutScores>)
             ("sans-serif", 22),
         )
         .margin(12)
-        .x_label_area_size(30)
+        .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d(-1f64..n as f64, 0f64..top)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .disable_x_axis()
-        .y_desc("merge height")
-        .draw()?;
+    // Under each leaf, the client's position in the run (the order of `clusters.json` and of
+    // `summary.json`'s per-client arrays), while the labels fit.
+    let leaf = |v: &f64| {
+        let p = v.round();
+        match order.get(p as usize) {
+            Some(i) if p >= 0.0 && (v - p).abs() < 1e-6 => i.to_string(),
+            _ => String::new(),
+        }
+    };
+    let mut mesh = chart.configure_mesh();
+    mesh.disable_x_mesh().y_desc("merge height");
+    if n <= MAX_LEAF_LABELS {
+        mesh.x_labels(n + 2)
+            .x_label_formatter(&leaf)
+            .x_desc("client (position in the run)");
+    } else {
+        mesh.disable_x_axis();
+    }
+    mesh.draw()?;
     chart.draw_series(merges.iter().enumerate().map(|(k, m)| {
         let h = m.height;
         let color = if h <= cut {
@@ -470,6 +486,17 @@ mod tests {
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("mean silhouette"));
         assert!(svg.contains("3 clusters"));
+        // Each leaf is labelled with its client, in the tree's leaf order.
+        let texts: Vec<&str> = svg
+            .split("</text>")
+            .filter_map(|t| t.rsplit('>').next().map(str::trim))
+            .collect();
+        let (order, _) = dendrogram_layout(&d);
+        let labels: Vec<String> = order.iter().map(|i| i.to_string()).collect();
+        assert!(
+            texts.windows(labels.len()).any(|w| w == labels.as_slice()),
+            "{labels:?} not in {texts:?}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
