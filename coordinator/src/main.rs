@@ -28,7 +28,7 @@ enum Command {
     /// One local parameter server of a hierarchy: waits for a cluster from the GPS
     /// (`serve --lps remote`), trains it with its clients, shares the common layers.
     Lps(Box<lps::LpsArgs>),
-    /// Run FedClust, FedAvg or Local with every client in this process.
+    /// Run a federation (any --algorithm) with every client in this process.
     Simulate(Box<RunFlags>),
     /// Cluster signatures from a .npy or .csv file (rows = clients) and print labels and merges as JSON.
     Cluster(offline::ClusterArgs),
@@ -99,6 +99,9 @@ fn main() -> ExitCode {
             None => println!("no cluster for this LPS"),
         }),
         Command::Simulate(flags) => flags.resolve().and_then(|cfg| {
+            // Every client trains in this process: glibc's allocator kept as the edge client
+            // keeps it (same results, 1.09-1.11× as fast here; BENCHMARKS §3). `serve` trains nothing.
+            edgecfl_shared::malloc::tune();
             let r = simulate::run(&cfg)?;
             final_line(&r, &cfg.out);
             Ok(())
