@@ -9,8 +9,9 @@
 
 use clap::{Args, ValueEnum};
 use tracing::field::{Field, Visit};
+use tracing::subscriber::Interest;
 use tracing::{Event, Metadata};
-use tracing_subscriber::filter::{FilterExt, Targets};
+use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
 use tracing_subscriber::fmt;
 use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::prelude::*;
@@ -89,7 +90,7 @@ const BROKER_TARGET: &str = "rumqttd::server::broker";
 
 impl BrokerNoise {
     /// Is an event with this `message` and `error` field one of the routine ones.
-    pub fn is_routine(message: &str, error: &str) -> bool {
+    fn is_routine(message: &str, error: &str) -> bool {
         (message == "router-drop" && error == "Recv(Disconnected)")
             || (message == "Error while handling MQTT connect packet"
                 && error.contains("connection closed by peer"))
@@ -99,6 +100,22 @@ impl BrokerNoise {
 impl<S> Filter<S> for BrokerNoise {
     fn enabled(&self, _meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
         true
+    }
+
+    /// Only rumqttd's connection events are looked at one by one; every other call site keeps
+    /// the interest `--log` gives it (cached, not asked again per event).
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        if meta.target() == BROKER_TARGET {
+            Interest::sometimes()
+        } else {
+            Interest::always()
+        }
+    }
+
+    /// No level limit of its own, so the combined filter keeps `--log`'s level hint (without
+    /// one, tracing's fast level check before each disabled `debug!` would be lost).
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::TRACE)
     }
 
     fn event_enabled(&self, event: &Event<'_>, _cx: &Context<'_, S>) -> bool {
@@ -183,6 +200,16 @@ mod tests {
         assert!(out.contains("Recv(Timeout)"), "{out}");
         assert!(out.contains("coordinator::serve"), "{out}");
         assert!(!out.contains("connection closed by peer"), "{out}");
+    }
+
+    #[test]
+    fn broker_noise_keeps_the_level_hint_and_interest_of_the_filter() {
+        type S = tracing_subscriber::Registry;
+        let filter = DEFAULT_FILTER.parse::<Targets>().unwrap().and(BrokerNoise);
+        assert_eq!(
+            Filter::<S>::max_level_hint(&filter),
+            Some(LevelFilter::INFO)
+        );
     }
 
     #[test]
