@@ -77,6 +77,16 @@ pub enum CutRule {
     Gap,
 }
 
+/// Which of a candidate's scores [`CutScores::min_score`] bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BoundedScore {
+    /// [`CutCandidate::score`].
+    Score,
+    /// [`CutCandidate::grouped_score`] (the silhouette rule).
+    GroupedScore,
+}
+
 /// One candidate cut of a dendrogram.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CutCandidate {
@@ -106,6 +116,15 @@ pub struct CutScores {
     pub chosen: Option<usize>,
     /// The score a candidate needs to beat one cluster (silhouette: [`MIN_SILHOUETTE`]).
     pub min_score: Option<f64>,
+    /// Which of the chosen candidate's scores `min_score` bounds (silhouette: its
+    /// `grouped_score`). Absent in records written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_score_of: Option<BoundedScore>,
+    /// Candidates whose score is within this of the best count as tied, and the widest gap in
+    /// merge heights above decides between them (silhouette: [`SILHOUETTE_TIE`]). Absent in
+    /// records written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tie: Option<f64>,
 }
 
 impl CutScores {
@@ -216,6 +235,8 @@ pub fn gap_cut(tree: &Dendrogram) -> Result<CutScores, CutError> {
         candidates: cands,
         chosen,
         min_score: None,
+        min_score_of: None,
+        tie: None,
     })
 }
 
@@ -278,6 +299,8 @@ pub fn silhouette_cut(
         candidates: cands,
         chosen,
         min_score: Some(MIN_SILHOUETTE),
+        min_score_of: Some(BoundedScore::GroupedScore),
+        tie: Some(SILHOUETTE_TIE),
     })
 }
 
@@ -706,6 +729,30 @@ mod tests {
             vec![Some(1.0), Some(5.0), None]
         );
         assert_eq!(g.threshold(), t.auto_threshold());
+    }
+
+    #[cfg(feature = "std")]
+    #[test]
+    fn the_record_holds_the_rules_parameters() {
+        let p: Vec<Vec<f32>> = [0.0, 0.1, 10.0].iter().map(|&x| vec![x]).collect();
+        let (t, d) = tree_of(&p, Linkage::Average);
+        let s = silhouette_cut(&t, &d).unwrap();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["rule"], "silhouette");
+        assert_eq!(v["min_score"], MIN_SILHOUETTE);
+        assert_eq!(v["min_score_of"], "grouped_score");
+        assert_eq!(v["tie"], SILHOUETTE_TIE);
+        assert_eq!(serde_json::from_value::<CutScores>(v.clone()).unwrap(), s);
+        // A record written before the bound's target and the tie were recorded still reads.
+        let mut old = v;
+        let o = old.as_object_mut().unwrap();
+        o.remove("min_score_of");
+        o.remove("tie");
+        let r: CutScores = serde_json::from_value(old).unwrap();
+        assert_eq!((r.min_score_of, r.tie), (None, None));
+        // The gap rule has neither.
+        let g = serde_json::to_value(gap_cut(&t).unwrap()).unwrap();
+        assert!(g.get("min_score_of").is_none() && g.get("tie").is_none());
     }
 
     #[test]
