@@ -1,10 +1,12 @@
-//! Every method after FedClust and MT-HFL over MQTT: `coordinator serve` on its embedded broker
-//! with real `edge-client` processes, against the in-process `coordinator simulate` with the same
-//! seed and settings. The served run must find the same clusters in every round and reach the
-//! same accuracy per round (within 0.5 points: only the summation order of evaluation batches may
-//! differ), which exercises each method's jobs and answers on the wire (proximal training, model
-//! pairs, picks among K models, anchor gradients, signatures with label statistics, FedClust's
-//! whole-model round 0 under `--cluster-start members`).
+//! Every method over MQTT (FedClust's and MT-HFL's own runs are in `system.rs` and
+//! `mthfl_system.rs`): `coordinator serve` on its embedded broker with real `edge-client`
+//! processes, against the in-process `coordinator simulate` with the same seed and settings. The
+//! served run must find the same clusters in every round, reach the same accuracy per round
+//! (within 0.5 points: only the summation order of evaluation batches may differ), and count the
+//! same message bytes both ways as the simulated one; those counts must be what the wire carried
+//! (`wire_bytes`, less each envelope's header). This exercises each method's jobs and answers on
+//! the wire (proximal training, model pairs, picks among K models, anchor gradients, signatures
+//! with label statistics, FedClust's whole-model round 0 under `--cluster-start members`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -19,7 +21,7 @@ const TOLERANCE: f64 = 0.005;
 /// Serves `method` with `extra` flags (and `net`, flags of `serve` only) to a fleet of
 /// [`CLIENTS`]; returns the summary and the flags of its in-process twin.
 fn serve(method: &str, extra: &[&str], net: &[&str]) -> (Value, Vec<String>, std::path::PathBuf) {
-    let name = format!("{method}{}", net.concat());
+    let name = run_id(method, net);
     let dir = scratch(&format!("method-{name}"));
     let port = free_port();
     let prefix = format!("edgecfl/t-{name}");
@@ -50,6 +52,40 @@ fn serve(method: &str, extra: &[&str], net: &[&str]) -> (Value, Vec<String>, std
     (summary(&dir.join("out")), flags, dir)
 }
 
+/// The run id (and scratch name) of `method` served with `net`.
+fn run_id(method: &str, net: &[&str]) -> String {
+    format!("{method}{}", net.concat())
+}
+
+/// The summary's message byte counts (`bytes_up`, `bytes_down`) against what the coordinator
+/// measured on the wire: every payload is an envelope (version, run id `run`, round below 128:
+/// 3 + its length bytes) around one message.
+fn assert_bytes_are_the_wire(s: &Value, run: &str) {
+    let header = 3 + run.len() as u64;
+    let w = &s["wire_bytes"];
+    let field = |k: &str| {
+        w[k].as_u64()
+            .unwrap_or_else(|| panic!("wire_bytes.{k}: {w:#}"))
+    };
+    let up =
+        field("signature_up") + field("update_up") + field("evaluation_up") + field("relevance_up");
+    assert_eq!(
+        s["bytes_up"].as_u64(),
+        Some(up - field("answers_up") * header),
+        "{run}: {w:#}"
+    );
+    assert_eq!(field("broadcast"), 0, "{run}: no relay here");
+    assert_eq!(
+        s["bytes_down"].as_u64(),
+        Some(field("down") - field("messages_down") * header),
+        "{run}: {w:#}"
+    );
+    assert_eq!(
+        s["bytes_up_per_client"].as_u64(),
+        Some(s["bytes_up"].as_u64().unwrap() / CLIENTS as u64)
+    );
+}
+
 /// Serves `method` with `extra` flags to a fleet of [`CLIENTS`] and compares with `simulate`.
 fn served_equals_simulated(method: &str, extra: &[&str]) -> Value {
     let (served, flags, dir) = serve(method, extra, &[]);
@@ -66,9 +102,12 @@ fn served_equals_simulated(method: &str, extra: &[&str]) -> Value {
         "ari",
         "ari_per_round",
         "n_clusters",
+        "bytes_up",
+        "bytes_down",
     ] {
         assert_eq!(served[key], twin[key], "{method}: {key}");
     }
+    assert_bytes_are_the_wire(&served, &run_id(method, &[]));
     let (a, b) = (accuracies(&served), accuracies(&twin));
     assert_eq!(a.len(), b.len());
     for (round, (x, y)) in a.iter().zip(&b).enumerate() {
@@ -83,6 +122,24 @@ fn served_equals_simulated(method: &str, extra: &[&str]) -> Value {
 
 fn final_clusters(s: &Value) -> u64 {
     s["n_clusters"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn fedavg_over_mqtt_equals_simulate() {
+    let s = served_equals_simulated("fedavg", &[]);
+    assert_eq!(final_clusters(&s), 1);
+}
+
+#[test]
+fn local_over_mqtt_equals_simulate() {
+    let s = served_equals_simulated("local", &[]);
+    assert_eq!(final_clusters(&s), CLIENTS as u64);
+}
+
+#[test]
+fn random_over_mqtt_equals_simulate() {
+    let s = served_equals_simulated("random", &["--lambda", "k=3"]);
+    assert_eq!(final_clusters(&s), 3);
 }
 
 #[test]
@@ -143,9 +200,10 @@ fn fedclust_members_start_over_mqtt_equals_simulate() {
 
 #[test]
 fn f16_uploads_are_counted_at_their_wire_size() {
-    // AdaCFL's round-0 upload: the smallest FC layer (850 floats) and the label statistics
-    // (L as u32, s as f64). In f16 the floats take 2 bytes each on the wire.
-    let (s, _, _) = serve("adacfl", &[], &["--upload", "f16"]);
+    // AdaCFL: round 0 uploads the smallest FC layer (850 floats) and the label statistics (L as
+    // u32, s as f64), then every round trains whole models (44 426 floats), all in f16 here.
+    let f16 = ["--upload", "f16"];
+    let (s, _, _) = serve("adacfl", &[], &f16);
     let per_client = s["upload_bytes_clustering_per_client"].as_u64();
     assert_eq!(per_client, Some(850 * 2 + 12), "{s:#}");
     // What the coordinator received: that payload plus the envelope (ids, round, framing).
@@ -153,5 +211,15 @@ fn f16_uploads_are_counted_at_their_wire_size() {
     assert!(
         (850 * 2..850 * 2 + 200).contains(&wire),
         "{wire} B per client on the wire"
+    );
+    // The summary's byte counts are the f16 messages that came, not 4 bytes a float.
+    assert_bytes_are_the_wire(&s, &run_id("adacfl", &f16));
+    let updates = s["wire_bytes"]["updates"].as_u64().unwrap();
+    assert!(updates > 0);
+    let up = s["bytes_up"].as_u64().unwrap();
+    let models_f32 = updates * 44_426 * 4;
+    assert!(
+        up < models_f32 * 6 / 10,
+        "{up} B up for {updates} updates: f32-sized ({models_f32} B of models)"
     );
 }

@@ -52,6 +52,11 @@ fn assert_matches_simulate(served: &Value, flags: &[String], dir: &Path) {
     assert_eq!(served["ari"].as_f64(), Some(1.0));
     let twin = simulate(flags, &dir.join("simulate"));
     assert_eq!(served["assignment"], twin["assignment"]);
+    // The messages both ways, byte for byte as many (`tests/methods_system.rs` checks them
+    // against the wire).
+    for key in ["bytes_up", "bytes_down"] {
+        assert_eq!(served[key], twin[key], "{key}");
+    }
     // Both local test views: the proportional one needs each client's training label counts,
     // which travel with its evaluation.
     for key in ["accuracy_per_round", "accuracy_proportional_per_round"] {

@@ -70,10 +70,14 @@ pub fn summary(
         "clusters_per_round": result.rounds.iter().map(|r| r.clusters).collect::<Vec<_>>(),
         "ari_per_round": result.rounds.iter().map(|r| r.ari).collect::<Vec<_>>(),
         "final_ari": result.rounds.last().and_then(|r| r.ari),
-        // Payload floats × 4 bytes (f32), per client of the run, both ways, all rounds (round 0,
-        // training, evaluation models); over MQTT, `wire_bytes` has the measured payloads.
-        "bytes_up_per_client": 4 * result.floats_up / n.max(1) as u64,
-        "bytes_down_per_client": 4 * result.floats_down / n.max(1) as u64,
+        // Bytes of the messages (postcard, envelopes left out) of every job and answer of the
+        // run, both ways, all rounds (round 0, training, evaluation), in the upload encoding of
+        // the run (`serve --upload`), and per client of the run; over MQTT, `wire_bytes` has
+        // the payloads received and sent, envelopes included.
+        "bytes_up": result.bytes_up,
+        "bytes_down": result.bytes_down,
+        "bytes_up_per_client": result.bytes_up / n.max(1) as u64,
+        "bytes_down_per_client": result.bytes_down / n.max(1) as u64,
         "newcomers": newcomers_json(result),
         "weighting": f.weighting.to_string(),
         "max_update_norm": f.max_update_norm,

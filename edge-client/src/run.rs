@@ -19,14 +19,14 @@ use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::algorithms::mthfl::{self, Gram, Signature};
 use edgecfl_shared::client::{self, ClientData};
-use edgecfl_shared::federation::{Answer, Job, Prox, Training, Update};
+use edgecfl_shared::federation::{Answer, Job, Prox, Training, Update, wire};
 use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
 use edgecfl_shared::protocol::{
-    self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, Hello, Id, LabelEval, Tensor,
-    ToClient, ToCoordinator, Topics, TrainJob,
+    self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, Hello, Id, Tensor, ToClient,
+    ToCoordinator, Topics, TrainJob,
 };
-use edgecfl_shared::train::{Backend, CLASSES, Device, MAX_TRAIN_THREADS, TrainConfig};
+use edgecfl_shared::train::{Backend, Device, MAX_TRAIN_THREADS, TrainConfig};
 
 use crate::shard::{Shard, ShardArgs};
 use tracing::{debug, info, warn};
@@ -459,9 +459,8 @@ impl Worker<'_> {
     }
 }
 
-/// Does one job that needs no state: decodes the command into a [`Job`], runs it with the
-/// shared client code ([`client::execute`], the same as a simulated client's), and encodes the
-/// answer in the job's upload encoding.
+/// Does one job that needs no state: decodes the command into a [`Job`], runs it on the shard
+/// and answers with [`wire::reply`] in the encoding the command asked for.
 fn answer(
     cmd: ToClient,
     shard: &Shard,
@@ -472,44 +471,16 @@ fn answer(
         train: &shard.train,
         test: Some(&shard.test),
     };
-    let run = |job: Job<'_>| client::execute(&job, data, device).map_err(anyhow::Error::from);
-    let finite = |u: &Update| -> anyhow::Result<()> {
-        anyhow::ensure!(u.loss.is_finite(), "training diverged (loss {})", u.loss);
-        Ok(())
-    };
-    let signature = |job: &TrainJob, layers: &str, stats: bool| -> anyhow::Result<Answer> {
-        let layers: LayerSet = layers.parse()?;
-        let start = decode_params(job.model, &job.params)?;
-        run(Job::Signature {
-            train: training(&start, job, None, threads),
-            layers: &layers,
-            stats,
-        })
-    };
-    Ok(match cmd {
-        ToClient::Signature { job, layers } => match signature(&job, &layers, false)? {
-            Answer::Signature { values, .. } => ToCoordinator::Signature {
-                values: Tensor::encode(&values, job.upload),
-            },
-            other => anyhow::bail!("{} for a signature job", other.name()),
-        },
-        ToClient::SignatureStats { job, layers } => match signature(&job, &layers, true)? {
-            Answer::Signature {
-                values,
-                stats: Some(stats),
-            } => ToCoordinator::SignatureStats {
-                values: Tensor::encode(&values, job.upload),
-                classes: stats.classes,
-                entropy: stats.entropy,
-            },
-            other => anyhow::bail!("{} for a signature job", other.name()),
-        },
-        ToClient::Train(job) => train_update(&job, None, data, device, threads)?,
-        ToClient::TrainProx { job, mu } => train_update(&job, Some(mu), data, device, threads)?,
+    // The models a command carries, decoded (owned here, lent to the job below).
+    let (models, upload): (Vec<Params>, Encoding) = match &cmd {
+        ToClient::Signature { job, .. }
+        | ToClient::SignatureStats { job, .. }
+        | ToClient::Train(job)
+        | ToClient::TrainProx { job, .. } => {
+            (vec![decode_params(job.model, &job.params)?], job.upload)
+        }
         ToClient::TrainPair {
-            global,
-            cluster,
-            mu,
+            global, cluster, ..
         } => {
             anyhow::ensure!(
                 global.model == cluster.model,
@@ -517,126 +488,93 @@ fn answer(
                 global.model,
                 cluster.model
             );
-            let omega = decode_params(global.model, &global.params)?;
-            let theta = decode_params(cluster.model, &cluster.params)?;
-            let prox = Prox { anchor: &omega, mu };
-            match run(Job::TrainPair {
-                global: training(&omega, &global, None, threads),
-                cluster: training(&theta, &cluster, Some(prox), threads),
-            })? {
-                Answer::Pair {
-                    global: g,
-                    cluster: c,
-                } => {
-                    finite(&g)?;
-                    finite(&c)?;
-                    ToCoordinator::Pair {
-                        model: g.params.model,
-                        global: Tensor::encode(&g.params.values, global.upload),
-                        cluster: Tensor::encode(&c.params.values, cluster.upload),
-                        samples: g.samples,
-                        global_loss: g.loss,
-                        cluster_loss: c.loss,
-                    }
-                }
-                other => anyhow::bail!("{} for a pair job", other.name()),
-            }
+            (
+                vec![
+                    decode_params(global.model, &global.params)?,
+                    decode_params(cluster.model, &cluster.params)?,
+                ],
+                global.upload,
+            )
         }
-        ToClient::Pick { job, candidates } => {
-            let models: Vec<Params> = candidates
+        ToClient::Pick { job, candidates } => (
+            candidates
                 .iter()
                 .map(|c| decode_params(job.model, c))
-                .collect::<anyhow::Result<_>>()?;
-            anyhow::ensure!(!models.is_empty(), "no candidate model");
-            match run(Job::Pick {
-                candidates: models.iter().collect(),
-                train: training(&models[0], &job, None, threads),
-            })? {
-                Answer::Picked {
-                    choice,
-                    losses,
-                    update,
-                } => {
-                    finite(&update)?;
-                    ToCoordinator::Picked {
-                        choice: choice as u32,
-                        losses,
-                        model: update.params.model,
-                        params: Tensor::encode(&update.params.values, job.upload),
-                        samples: update.samples,
-                        loss: update.loss,
-                    }
-                }
-                other => anyhow::bail!("{} for a pick job", other.name()),
-            }
-        }
+                .collect::<anyhow::Result<_>>()?,
+            job.upload,
+        ),
         ToClient::Gradient {
             model,
             params,
-            batch_size,
             upload,
-        } => {
-            let at = decode_params(model, &params)?;
-            match run(Job::Gradient {
-                at: &at,
-                batch_size: batch_size.max(1) as usize,
-            })? {
-                Answer::Gradient(g) => ToCoordinator::Gradient {
-                    values: Tensor::encode(&g, upload),
-                },
-                other => anyhow::bail!("{} for a gradient job", other.name()),
-            }
-        }
+            ..
+        } => (vec![decode_params(*model, params)?], *upload),
         ToClient::Evaluate { model, params } => {
-            let model = decode_params(model, &params)?;
-            match run(Job::Evaluate { model: &model })? {
-                Answer::Evaluation(r) => ToCoordinator::Evaluation {
-                    per_label: (0..CLASSES)
-                        .filter(|&l| r.total_per_label[l] > 0)
-                        .map(|l| LabelEval {
-                            label: l as u8,
-                            correct: r.correct_per_label[l] as u32,
-                            total: r.total_per_label[l] as u32,
-                            loss_sum: r.loss_per_label[l],
-                            trained: r.trained_per_label[l] as u32,
-                        })
-                        .collect(),
-                },
-                other => anyhow::bail!("{} for an evaluation job", other.name()),
-            }
+            (vec![decode_params(*model, params)?], Encoding::F32)
         }
         ToClient::Finish | ToClient::Ping => anyhow::bail!("`finish` and `ping` are not jobs"),
         ToClient::GramSignature { .. } | ToClient::Relay(_) | ToClient::Relevance { .. } => {
             anyhow::bail!("MT-HFL round 0 is handled by the worker")
         }
-    })
-}
-
-/// A plain or proximal (toward the model sent) training job, answered with the update in the
-/// job's upload encoding.
-fn train_update(
-    job: &TrainJob,
-    mu: Option<f64>,
-    data: ClientData<'_>,
-    device: &Device,
-    threads: usize,
-) -> anyhow::Result<ToCoordinator> {
-    let start = decode_params(job.model, &job.params)?;
-    let prox = mu.map(|mu| Prox { anchor: &start, mu });
-    match client::execute(
-        &Job::Train(training(&start, job, prox, threads)),
-        data,
-        device,
-    )? {
-        Answer::Update(u) => {
-            anyhow::ensure!(u.loss.is_finite(), "training diverged (loss {})", u.loss);
-            Ok(ToCoordinator::Update {
-                model: u.params.model,
-                params: Tensor::encode(&u.params.values, job.upload),
-                samples: u.samples,
-                loss: u.loss,
-            })
+    };
+    let layers: LayerSet;
+    let job = match &cmd {
+        ToClient::Signature { job, layers: l } | ToClient::SignatureStats { job, layers: l } => {
+            layers = l.parse()?;
+            Job::Signature {
+                train: training(&models[0], job, None, threads),
+                layers: &layers,
+                stats: matches!(cmd, ToClient::SignatureStats { .. }),
+            }
         }
-        other => anyhow::bail!("{} for a training job", other.name()),
+        ToClient::Train(job) => Job::Train(training(&models[0], job, None, threads)),
+        ToClient::TrainProx { job, mu } => {
+            let prox = Prox {
+                anchor: &models[0],
+                mu: *mu,
+            };
+            Job::Train(training(&models[0], job, Some(prox), threads))
+        }
+        ToClient::TrainPair {
+            global,
+            cluster,
+            mu,
+        } => {
+            let prox = Prox {
+                anchor: &models[0],
+                mu: *mu,
+            };
+            Job::TrainPair {
+                global: training(&models[0], global, None, threads),
+                cluster: training(&models[1], cluster, Some(prox), threads),
+            }
+        }
+        ToClient::Pick { job, .. } => {
+            anyhow::ensure!(!models.is_empty(), "no candidate model");
+            Job::Pick {
+                candidates: models.iter().collect(),
+                train: training(&models[0], job, None, threads),
+            }
+        }
+        ToClient::Gradient { batch_size, .. } => Job::Gradient {
+            at: &models[0],
+            batch_size: (*batch_size).max(1) as usize,
+        },
+        ToClient::Evaluate { .. } => Job::Evaluate { model: &models[0] },
+        _ => anyhow::bail!("not a job"),
+    };
+    let answer = client::execute(&job, data, device)?;
+    let finite = |u: &Update| -> anyhow::Result<()> {
+        anyhow::ensure!(u.loss.is_finite(), "training diverged (loss {})", u.loss);
+        Ok(())
+    };
+    match &answer {
+        Answer::Update(u) | Answer::Picked { update: u, .. } => finite(u)?,
+        Answer::Pair { global, cluster } => {
+            finite(global)?;
+            finite(cluster)?;
+        }
+        _ => {}
     }
+    Ok(wire::reply(&job, &answer, upload)?)
 }

@@ -73,13 +73,19 @@ impl LogArgs {
     }
 }
 
-/// The embedded broker's routine events that rumqttd 0.20 logs at ERROR
-/// (`rumqttd::server::broker`), dropped so that a clean run logs no error:
+/// The embedded broker's routine events that rumqttd 0.20 logs at ERROR, dropped so that a clean
+/// run logs no error. From its connections (`rumqttd::server::broker`):
 /// - `router-drop` with `Recv(Disconnected)`: every connection that ends with an MQTT DISCONNECT
 ///   (each edge client at the end of a run);
 /// - `Error while handling MQTT connect packet` with `connection closed by peer`: a TCP
 ///   connection closed before its CONNECT (the coordinator's own check that the broker listens,
 ///   or a port scan).
+///
+/// From its router (`rumqttd::router::routing`), the races of a connection's end: a client that
+/// sends DISCONNECT and closes its socket makes two disconnection events (the router's own
+/// comment says so), and data or a scheduled send may still be queued for it:
+/// - `no-connection id N is already gone` (the second disconnection, or data after the first);
+/// - `Connection is already disconnected` (a send scheduled before the disconnection).
 ///
 /// Every other rumqttd event goes through `--log` as usual.
 #[derive(Debug, Clone, Copy)]
@@ -87,13 +93,32 @@ pub struct BrokerNoise;
 
 /// rumqttd's target for its connections' events.
 const BROKER_TARGET: &str = "rumqttd::server::broker";
+/// rumqttd's target for its router's events.
+const ROUTER_TARGET: &str = "rumqttd::router::routing";
 
 impl BrokerNoise {
-    /// Is an event with this `message` and `error` field one of the routine ones.
-    fn is_routine(message: &str, error: &str) -> bool {
-        (message == "router-drop" && error == "Recv(Disconnected)")
-            || (message == "Error while handling MQTT connect packet"
-                && error.contains("connection closed by peer"))
+    /// Is an event of `target` with this `message` and `error` field one of the routine ones.
+    fn is_routine(target: &str, message: &str, error: &str) -> bool {
+        match target {
+            BROKER_TARGET => {
+                (message == "router-drop" && error == "Recv(Disconnected)")
+                    || (message == "Error while handling MQTT connect packet"
+                        && error.contains("connection closed by peer"))
+            }
+            ROUTER_TARGET => {
+                message == "Connection is already disconnected"
+                    || message
+                        .strip_prefix("no-connection id ")
+                        .and_then(|m| m.strip_suffix(" is already gone"))
+                        .is_some_and(|id| id.parse::<usize>().is_ok())
+            }
+            _ => false,
+        }
+    }
+
+    /// Is this one of the targets whose events are looked at.
+    fn watches(target: &str) -> bool {
+        target == BROKER_TARGET || target == ROUTER_TARGET
     }
 }
 
@@ -102,10 +127,10 @@ impl<S> Filter<S> for BrokerNoise {
         true
     }
 
-    /// Only rumqttd's connection events are looked at one by one; every other call site keeps
+    /// Only rumqttd's connection and router events are looked at one by one; every other call site keeps
     /// the interest `--log` gives it (cached, not asked again per event).
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if meta.target() == BROKER_TARGET {
+        if Self::watches(meta.target()) {
             Interest::sometimes()
         } else {
             Interest::always()
@@ -119,7 +144,8 @@ impl<S> Filter<S> for BrokerNoise {
     }
 
     fn event_enabled(&self, event: &Event<'_>, _cx: &Context<'_, S>) -> bool {
-        if event.metadata().target() != BROKER_TARGET {
+        let target = event.metadata().target();
+        if !Self::watches(target) {
             return true;
         }
         #[derive(Default)]
@@ -138,7 +164,7 @@ impl<S> Filter<S> for BrokerNoise {
         }
         let mut f = Fields::default();
         event.record(&mut f);
-        !Self::is_routine(&f.message, &f.error)
+        !Self::is_routine(target, &f.message, &f.error)
     }
 }
 
@@ -194,8 +220,18 @@ mod tests {
             tracing::error!(target: "rumqttd::server::broker", error = ?Shown("Recv(Timeout)"), "router-drop");
             // The same words from another target: kept.
             tracing::error!(target: "coordinator::serve", error = ?Shown("Recv(Disconnected)"), "router-drop");
+            // The router's races at a connection's end, written as rumqttd writes them.
+            let id = 0usize;
+            tracing::error!(target: "rumqttd::router::routing", "no-connection id {} is already gone", id);
+            tracing::error!(target: "rumqttd::router::routing", "Connection is already disconnected");
+            // Not routine: kept.
+            tracing::error!(target: "rumqttd::router::routing", pkid = 3, "Unsolicited/ooo ack received for pkid {}", 3);
+            tracing::error!(target: "rumqttd::router::routing", "no-connection id {} is already gone again", id);
         });
-        assert_eq!(out.lines().count(), 3, "{out}");
+        assert_eq!(out.lines().count(), 5, "{out}");
+        assert!(out.contains("Unsolicited/ooo ack"), "{out}");
+        assert!(out.contains("is already gone again"), "{out}");
+        assert!(!out.contains("already disconnected"), "{out}");
         assert!(out.contains("PayloadSizeLimitExceeded"), "{out}");
         assert!(out.contains("Recv(Timeout)"), "{out}");
         assert!(out.contains("coordinator::serve"), "{out}");

@@ -75,6 +75,7 @@ fn same(a: &RunResult, b: &RunResult) {
     assert_eq!(a.dropped_newcomers, b.dropped_newcomers);
     assert_eq!(a.dropped_updates, b.dropped_updates);
     assert_eq!((a.floats_up, a.floats_down), (b.floats_up, b.floats_down));
+    assert_eq!((a.bytes_up, a.bytes_down), (b.bytes_up, b.bytes_down));
     assert_eq!(a.ari, b.ari);
     assert_eq!(a.rounds.len(), b.rounds.len());
     for (x, y) in a.rounds.iter().zip(&b.rounds) {
@@ -159,6 +160,39 @@ fn mthfl_with_newcomers_resumes_after_any_round_to_the_same_result() {
 #[test]
 fn fedavg_resumes_after_any_round_to_the_same_result() {
     resume_after_every_round(Algorithm::FedAvg, false);
+}
+
+#[test]
+fn fedprox_resumes_after_any_round_to_the_same_result() {
+    resume_after_every_round_with(Algorithm::FedProx, false, |c| c.mu = Some(0.1));
+}
+
+#[test]
+fn local_resumes_after_any_round_to_the_same_result() {
+    let full = resume_after_every_round(Algorithm::Local, false);
+    assert_eq!(full.models.len(), CLIENTS);
+}
+
+#[test]
+fn random_resumes_after_any_round_to_the_same_result() {
+    let full = resume_after_every_round_with(Algorithm::Random, false, |c| {
+        c.threshold = Threshold::Clusters(3);
+    });
+    assert_eq!(full.models.len(), 3);
+}
+
+/// IFCA's clients pick among the K models every round: the K models and the picks must survive.
+#[test]
+fn ifca_resumes_after_any_round_to_the_same_result() {
+    let full = resume_after_every_round_with(Algorithm::Ifca, false, |c| c.clusters = Some(3));
+    assert_eq!(full.models.len(), 3);
+}
+
+/// FeSEM re-assigns every client by distance to the K centres every round.
+#[test]
+fn fesem_resumes_after_any_round_to_the_same_result() {
+    let full = resume_after_every_round_with(Algorithm::FeSem, false, |c| c.clusters = Some(3));
+    assert_eq!(full.models.len(), 3);
 }
 
 /// CFL with ε₁ above and ε₂ below every norm splits every cluster with two updates in every

@@ -8,13 +8,11 @@ use std::time::Duration;
 use edgecfl_shared::algorithms::mthfl;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{
-    self, Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Training, Update,
+    self, Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Update, wire,
 };
 use edgecfl_shared::model::ParamLayout;
 use edgecfl_shared::mqtt::Link;
-use edgecfl_shared::protocol::{
-    self, Encoding, Envelope, Hello, Id, Tensor, ToClient, Topics, TrainJob,
-};
+use edgecfl_shared::protocol::{Encoding, Envelope, Hello, Id, ToClient, Topics};
 use edgecfl_shared::train::PIXELS;
 use serde::{Deserialize, Serialize};
 
@@ -225,19 +223,6 @@ impl MqttPool {
         });
     }
 
-    fn job(&self, t: &Training<'_>) -> TrainJob {
-        TrainJob {
-            model: t.start.model,
-            params: Tensor::encode(&t.start.values, Encoding::F32),
-            epochs: t.cfg.epochs as u32,
-            batch_size: t.cfg.batch_size as u32,
-            lr: t.cfg.lr,
-            momentum: t.cfg.momentum,
-            seed: t.cfg.seed,
-            upload: self.upload,
-        }
-    }
-
     /// One exchange for jobs of one kind (`jobs` non-empty, all of `jobs[0]`'s kind).
     fn run_kind(
         &mut self,
@@ -310,66 +295,10 @@ impl MqttPool {
         };
         let mut msgs = Vec::with_capacity(jobs.len());
         for &&(c, ref job) in jobs {
-            let msg = match job {
-                Job::Train(t) => match t.prox {
-                    None => ToClient::Train(self.job(t)),
-                    Some(p) if p.anchor == t.start => ToClient::TrainProx {
-                        job: self.job(t),
-                        mu: p.mu,
-                    },
-                    Some(_) => return Err(unsupported(job)),
-                },
-                Job::Signature {
-                    train,
-                    layers,
-                    stats,
-                } if train.prox.is_none() => {
-                    let (job, layers) = (self.job(train), protocol::text(&layers.to_string()));
-                    if *stats {
-                        ToClient::SignatureStats { job, layers }
-                    } else {
-                        ToClient::Signature { job, layers }
-                    }
-                }
-                Job::TrainPair { global, cluster } => match (global.prox, cluster.prox) {
-                    (None, Some(p)) if p.anchor == global.start => ToClient::TrainPair {
-                        global: self.job(global),
-                        cluster: self.job(cluster),
-                        mu: p.mu,
-                    },
-                    _ => return Err(unsupported(job)),
-                },
-                Job::Pick { candidates, train } if train.prox.is_none() => {
-                    let mut settings = self.job(train);
-                    settings.params = Tensor::encode(&[], Encoding::F32);
-                    ToClient::Pick {
-                        job: settings,
-                        candidates: candidates
-                            .iter()
-                            .map(|c| Tensor::encode(&c.values, Encoding::F32))
-                            .collect(),
-                    }
-                }
-                Job::Gradient { at, batch_size } => ToClient::Gradient {
-                    model: at.model,
-                    params: Tensor::encode(&at.values, Encoding::F32),
-                    batch_size: *batch_size as u32,
-                    upload: self.upload,
-                },
-                Job::Evaluate { model } => ToClient::Evaluate {
-                    model: model.model,
-                    params: Tensor::encode(&model.values, Encoding::F32),
-                },
-                Job::GramSignature { k, encoding } => ToClient::GramSignature {
-                    k: *k as u32,
-                    upload: *encoding,
-                },
-                Job::Relevance { all, estimate } => ToClient::Relevance {
-                    clients: all.len() as u32,
-                    estimate: *estimate,
-                },
-                other => return Err(unsupported(other)),
-            };
+            let msg = wire::command(job, self.upload).map_err(|e| PoolError::Job {
+                job: e.job,
+                reason: e.reason,
+            })?;
             if c >= self.members.len() {
                 return Err(PoolError::NoClient(c));
             }
@@ -493,6 +422,10 @@ impl ClientPool for MqttPool {
             });
         }
         out
+    }
+
+    fn upload(&self) -> Encoding {
+        self.upload
     }
 
     fn wants_checkpoints(&self) -> bool {

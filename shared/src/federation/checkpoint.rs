@@ -68,6 +68,12 @@ pub struct Checkpoint {
     pub floats_down: u64,
     /// Floats sent up so far.
     pub floats_up: u64,
+    /// Message bytes sent down so far ([`crate::federation::wire`]).
+    #[serde(default)]
+    pub bytes_down: u64,
+    /// Message bytes sent up so far.
+    #[serde(default)]
+    pub bytes_up: u64,
     /// Round 0's clustering (FedClust).
     pub clustering: Option<Clustering>,
     /// Round 0's distances (condensed upper triangle).

@@ -222,6 +222,8 @@ fn run_inner(
             earlier_seconds = c.wall_seconds;
             traffic.down = c.floats_down;
             traffic.up = c.floats_up;
+            traffic.bytes_down = c.bytes_down;
+            traffic.bytes_up = c.bytes_up;
             traffic.dropped = c.dropped_updates.clone();
             reported = traffic.dropped.len();
             let distances = match c.distances.clone() {
@@ -281,6 +283,8 @@ fn run_inner(
                     dropped_updates: traffic.dropped.clone(),
                     floats_down: traffic.down,
                     floats_up: traffic.up,
+                    bytes_down: traffic.bytes_down,
+                    bytes_up: traffic.bytes_up,
                     clustering: init.clustering.clone(),
                     distances: init.distances.as_ref().map(|d| d.as_slice().to_vec()),
                     relevance: init.relevance.clone(),
@@ -553,6 +557,8 @@ fn run_inner(
         dropped_updates: traffic.dropped,
         floats_down: traffic.down,
         floats_up: traffic.up,
+        bytes_down: traffic.bytes_down,
+        bytes_up: traffic.bytes_up,
         wall_seconds: earlier_seconds + start.elapsed().as_secs_f64(),
     };
     if let Some(truth) = &ctx.truth {

@@ -48,6 +48,7 @@ mod config;
 mod driver;
 mod pool;
 mod result;
+pub mod wire;
 
 pub use crate::algorithms::Algorithm;
 pub use crate::train::LocalTest;
@@ -589,12 +590,28 @@ pub struct Env<'a> {
     traffic: &'a mut Traffic,
 }
 
-/// Floats moved, both ways, and the trained models [`Env::run`] dropped.
+/// Floats and message bytes moved, both ways, and the trained models [`Env::run`] dropped.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Traffic {
     pub(crate) down: u64,
     pub(crate) up: u64,
+    pub(crate) bytes_down: u64,
+    pub(crate) bytes_up: u64,
     pub(crate) dropped: Vec<DroppedUpdate>,
+}
+
+impl Traffic {
+    /// Counts the messages of `job` sent to one client: its command and, for MT-HFL's relevance
+    /// job, the relay it needs (a broadcast, received by each client asked).
+    fn send(&mut self, job: &Job<'_>, upload: crate::protocol::Encoding) {
+        self.down += job.floats_down() as u64;
+        if let Ok(cmd) = wire::command(job, upload) {
+            self.bytes_down += wire::encoded_len(&cmd);
+        }
+        if let Ok(Some(relay)) = wire::relay(job) {
+            self.bytes_down += wire::encoded_len(&relay);
+        }
+    }
 }
 
 impl Env<'_> {
@@ -629,8 +646,9 @@ impl Env<'_> {
             .into_iter()
             .map(|(p, j)| (self.clients[p].index, j))
             .collect();
+        let upload = self.pool.upload();
         for (_, j) in &by_index {
-            self.traffic.down += j.floats_down() as u64;
+            self.traffic.send(j, upload);
         }
         let mut answers = self.pool.run(round, &by_index)?;
         // In client order, not arrival order: the averages (float sums) of a run over a network
@@ -673,6 +691,10 @@ impl Env<'_> {
             };
             if !job.accepts(&answer) || !seen.insert(index) {
                 continue;
+            }
+            // The message as it came (before the checks below and `Weighting::Equal`).
+            if let Ok(msg) = wire::reply(job, &answer, upload) {
+                self.traffic.bytes_up += wire::encoded_len(&msg);
             }
             let checked = match (&mut answer, job) {
                 (Answer::Update(u), Job::Train(t)) => {

@@ -335,6 +335,12 @@ pub trait ClientPool {
         Vec::new()
     }
 
+    /// The encoding clients upload models, layers and gradients in (the default: f32), for the
+    /// byte counts of [`super::wire`].
+    fn upload(&self) -> Encoding {
+        Encoding::F32
+    }
+
     /// Whether [`ClientPool::checkpoint`] should be called after every round (the default: no).
     fn wants_checkpoints(&self) -> bool {
         false

@@ -266,6 +266,13 @@ pub struct RunResult {
     pub floats_down: u64,
     /// Floats clients uploaded over the whole run (models, signatures, rows).
     pub floats_up: u64,
+    /// Bytes of the messages sent to clients over the whole run: the postcard encoding of each
+    /// job's command (and of MT-HFL's relay, once per client that needs it), envelopes left out
+    /// ([`crate::federation::wire`]).
+    pub bytes_down: u64,
+    /// Bytes of the messages clients answered with over the whole run, as they came (models in
+    /// the pool's upload encoding), envelopes left out.
+    pub bytes_up: u64,
     /// Wall-clock seconds of the whole run.
     pub wall_seconds: f64,
 }
