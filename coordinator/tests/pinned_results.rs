@@ -5,7 +5,11 @@
 //! The fixtures under `tests/fixtures/pinned/NAME/summary.json` were written by the `coordinator`
 //! of commit 15178bc (the last one before the refactor) with the arguments in [`RUNS`], on the
 //! bundled Fashion-MNIST subset. Every key of a fixture must have the same value now, except
-//! `wall_seconds` (a timing) and `data` (a path); keys added since are allowed.
+//! `wall_seconds` (a timing) and `data` (a path); keys added since are allowed. The runs name
+//! their paths relative to the repository (`--data shared/data/fmnist-subset`, `--out
+//! target/pinned-results/NAME-PID`), and the summary must record `--out` as given; the fixtures'
+//! `config.out`, which named the machine's temporary directory, was rewritten to that form
+//! (issue 25 §5; no compared value changed).
 //!
 //! Re-pinned once since, key by key, when `patches/burn-flex` replaced the convolution kernels
 //! (their float sums run in another order): `fedclust-label2` and `fedclust-newcomers` moved in
@@ -62,18 +66,24 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pinned")
 }
 
-fn subset() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/fmnist-subset")
+/// The repository root: the runs' working directory, so that their paths are relative.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Runs `coordinator simulate` with `args` into a fresh directory; returns its summary.json.
+/// The bundled subset, relative to [`repo`].
+const SUBSET: &str = "shared/data/fmnist-subset";
+
+/// Runs `coordinator simulate` with `args` from the repository root into a fresh directory
+/// `out` (relative to the root); returns its summary.json.
 fn simulate(name: &str, args: &str, out: &Path) -> Value {
-    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_dir_all(repo().join(out));
     let o = Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .current_dir(repo())
         .arg("simulate")
         .args(args.split_whitespace())
         .arg("--data")
-        .arg(subset())
+        .arg(SUBSET)
         .arg("--out")
         .arg(out)
         .output()
@@ -83,7 +93,8 @@ fn simulate(name: &str, args: &str, out: &Path) -> Value {
         "{name}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+    let file = repo().join(out).join("summary.json");
+    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
 }
 
 /// Keys whose values legitimately differ between runs: a timing and paths.
@@ -105,9 +116,17 @@ fn results_equal_those_pinned_before_the_refactor() {
     let write = std::env::var_os("EDGECFL_WRITE_PINNED").is_some();
     let mut failures = Vec::new();
     for (name, args) in RUNS {
-        let out =
-            std::env::temp_dir().join(format!("edgecfl-pinned-{name}-{}", std::process::id()));
+        let out = PathBuf::from(format!(
+            "target/pinned-results/{name}-{}",
+            std::process::id()
+        ));
         let now = simulate(name, args, &out);
+        // The summary records the output directory as it was given, not made absolute.
+        assert_eq!(
+            now["config"]["out"].as_str(),
+            out.to_str(),
+            "{name}: config.out"
+        );
         let path = fixtures().join(name).join("summary.json");
         if write {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -128,7 +147,7 @@ fn results_equal_those_pinned_before_the_refactor() {
                 failures.push(format!("{name}: {key}: pinned {want}, now {got}"));
             }
         }
-        let _ = std::fs::remove_dir_all(&out);
+        let _ = std::fs::remove_dir_all(repo().join(&out));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
