@@ -230,8 +230,9 @@ struct Seen {
     pings: usize,
     /// `Finish` on clients' `down` topics.
     client_finishes: usize,
-    /// Model updates of rounds ≥ 1 on clients' `up` topics.
+    /// Model updates of rounds ≥ 1 on clients' `up` topics, and their payload bytes.
     updates: usize,
+    update_bytes: usize,
     /// On `lps/+/up`: common-layer uploads; on `lps/+/down`: assignments and averages.
     lps_common_up: usize,
     lps_assign: usize,
@@ -264,6 +265,7 @@ fn drain(link: &Link, topics: &Topics) -> Seen {
                     let env = Envelope::<ToCoordinator>::from_bytes(&payload).unwrap();
                     if env.round >= 1 && matches!(env.body, ToCoordinator::Update { .. }) {
                         seen.updates += 1;
+                        seen.update_bytes += payload.len();
                     }
                     "clients/+/up"
                 }
@@ -439,6 +441,10 @@ fn bridged_brokers_give_the_single_broker_results() {
     report += &format!(
         "clients' jobs by round on A {:?}, on B {:?}\n",
         on_a.jobs_by_round, on_b.jobs_by_round
+    );
+    report += &format!(
+        "members' updates to their LPS (rounds >= 1, on clients/+/up): on A {}/{} B, on B {}/{} B\n",
+        on_a.updates, on_a.update_bytes, on_b.updates, on_b.update_bytes
     );
     std::fs::write(dir.join("report.txt"), &report).unwrap();
     eprintln!("{report}");
