@@ -1,33 +1,53 @@
 #!/usr/bin/env bash
-# BENCHMARKS.md §6: the automatic cut (`--lambda auto`, best mean silhouette) against the largest-gap
-# rule (`--lambda gap`) on every partition with a known clustering, seeds 0-9, round 0 only.
+# BENCHMARKS.md §8: the automatic cut (`--lambda auto`, best mean silhouette) against the largest-gap
+# rule (`--lambda gap`) on every partition with a known clustering (and dir:0.1), seeds 0-9, round 0
+# only.
 #
-# Usage: [SEEDS="0 1"] scripts/bench-autocut.sh [CASE...]
-#   CASE: groups label2 label3 rotate4 tasks10 tasks100 tasks1000 tasks10-subset tasks100-subset
-#         tasks1000-subset (default: all, in that order); tasks1000-server and
-#         tasks1000-subset-server compute the relevance on the coordinator (`--relevance server`),
-#         which takes seconds where the paper's way (every client multiplies all 2 000 relayed
-#         eigenvectors by its Gram matrix) takes about 7 minutes a run on the 2-core VM
+# Usage: [SEEDS="0 1"] [SEEDS_TASKS1000="0 1"] [RULES="auto gap"] [BIN=path/to/coordinator] \
+#          scripts/bench-autocut.sh [CASE...]
+#   CASE: groups label2 label3 dir01 rotate4 tasks10 tasks100 tasks1000-server tasks10-subset
+#         tasks100-subset tasks1000-subset-server tasks1000 (default: all, in that order);
+#         tasks1000-subset is available but not in the default. The `-server` cases compute the
+#         relevance on the coordinator (`--relevance server`), which takes seconds where the
+#         paper's way (every client multiplies all 2 000 relayed eigenvectors by its Gram matrix)
+#         takes 2.5-5 minutes a run on the 2-core VM, so tasks1000 comes last in each rule's
+#         sweep, with its own seeds SEEDS_TASKS1000 (default: SEEDS).
 #
-# Each run is one `coordinator simulate --rounds 0 --lambda auto` into bench-results/autocut/runs/
-# CASE-sSEED (skipped when its summary.json exists, so the script resumes). Its clusters.json holds
-# the dendrogram, so the gap rule's cut of the same tree is computed from it by
-# scripts/bench-autocut.py (the same arithmetic as `--lambda gap`; the script checks this against a
-# real `--lambda gap` run of seed 0 for every case). The truth of each client (the group for
-# groups/rotate/tasks, the label set for label:K) comes from `coordinator partition`.
-# Output: bench-results/autocut/autocut.csv and autocut.md (tables), the runs' json files (plots
-# of seed 0 only; MT-HFL's relevance.csv only up to 100 clients).
+# Every cell of the table is a real run of the product: one `coordinator simulate --rounds 0
+# --lambda RULE` into bench-results/autocut/runs/CASE-sSEED (RULE auto) or CASE-sSEED-gap (RULE
+# gap); a run is skipped when its summary.json exists, so the script resumes (delete runs/ to
+# redo them all). The runs go rule by rule, seed by seed, case by case (tasks1000 last), so an
+# interrupted sweep leaves whole seeds missing, never a case. `dir01` (Dirichlet 0.1, §1's
+# partition) has no ground truth: only its cluster counts are tabulated. The ARI and the cluster
+# count come from each run's summary.json, the cut's record (`clustering.cut`: rule, scores,
+# bound, tie margin) from its clusters.json. For `label:K` the product records no ARI (no ground-truth
+# group); the partition's label set of each client is saved beside those runs as
+# labelsets.json (from `coordinator partition`).
+# Output: bench-results/autocut/autocut.csv and autocut.md (tables, by scripts/bench-autocut.py,
+# which only reads the run files); the runs' json files (FedClust centroids emptied, 850 floats a
+# cluster), the dendrogram plot of seed 0's `auto` run only, MT-HFL's relevance.csv only up to
+# 100 clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=target/release/coordinator
+# BIN: a copy of the binary, so that a rebuild of target/ during the sweep cannot change it.
+bin=${BIN:-target/release/coordinator}
 [ -x "$bin" ] || nice -n 10 cargo build --release -p coordinator
+bin_sha=$(sha256sum "$bin" | cut -d' ' -f1)
+# The cases without --data need the full Fashion-MNIST: without it the product falls back on the
+# bundled subset, which would make them subset runs under a "full" name.
+[ -n "${EDGECFL_FMNIST_DIR:-}" ] || [ -d /usr/share/datasets/fashion-mnist ] || {
+  echo "full Fashion-MNIST missing: apt-get install dataset-fashion-mnist (or EDGECFL_FMNIST_DIR)" >&2
+  exit 1
+}
 root=bench-results/autocut
 mkdir -p "$root/runs"
 seeds=${SEEDS:-0 1 2 3 4 5 6 7 8 9}
+seeds1000=${SEEDS_TASKS1000:-$seeds}
+rules=${RULES:-auto gap}
 subset=shared/data/fmnist-subset
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(groups label2 label3 rotate4 tasks10 tasks100 tasks1000 \
-  tasks10-subset tasks100-subset tasks1000-subset)
+[ ${#cases[@]} -gt 0 ] || cases=(groups label2 label3 dir01 rotate4 tasks10 tasks100 tasks1000-server \
+  tasks10-subset tasks100-subset tasks1000-subset-server tasks1000)
 
 args_of() {
   local mt="--algorithm mthfl --partition tasks:fmnist3 --eigenvectors 2 --signature-encoding f16"
@@ -35,6 +55,7 @@ args_of() {
     groups) echo "--algorithm fedclust --partition groups:012-34-56-789 --clients 100" ;;
     label2) echo "--algorithm fedclust --partition label:2 --clients 100" ;;
     label3) echo "--algorithm fedclust --partition label:3 --clients 100" ;;
+    dir01) echo "--algorithm fedclust --partition dir:0.1 --clients 100" ;;
     rotate4) echo "--algorithm fedclust --partition rotate:4 --clients 100 --warmup-epochs 5" ;;
     tasks10) echo "$mt --clients 10" ;;
     tasks100) echo "$mt --clients 100" ;;
@@ -48,44 +69,56 @@ args_of() {
   esac
 }
 
-# The truth of each client: its group, or its label set for label:K.
-truth() { # CASE SEED OUT
+# label:K has no ground-truth group: keep each client's label set from `coordinator partition`.
+labelsets() { # CASE SEED OUT
   local a; a=$(args_of "$1")
-  local part clients data=()
+  local part clients
   part=$(sed -E 's/.*--partition ([^ ]+).*/\1/' <<<"$a")
   clients=$(sed -E 's/.*--clients ([0-9]+).*/\1/' <<<"$a")
-  [[ "$a" == *--data* ]] && data=(--data "$subset")
-  "$bin" partition --partition "$part" --clients "$clients" --seed "$2" "${data[@]}" 2>/dev/null |
+  "$bin" partition --partition "$part" --clients "$clients" --seed "$2" 2>/dev/null |
     python3 -c '
 import json, sys
 p = json.load(sys.stdin)
-t = [c["truth"] if c["truth"] is not None else "-".join(sorted(c["labels"])) for c in p["clients"]]
-ids = {}
-json.dump([ids.setdefault(x, len(ids)) for x in t], sys.stdout)' > "$3"
+json.dump({"command": sys.argv[1], "labels": [sorted(c["labels"]) for c in p["clients"]]}, sys.stdout)
+print()' "coordinator partition --partition $part --clients $clients --seed $2" > "$3"
 }
 
-for c in "${cases[@]}"; do
-  for s in $seeds; do
-    out="$root/runs/$c-s$s"
-    if [ ! -f "$out/summary.json" ]; then
-      # shellcheck disable=SC2046
-      nice -n 10 "$bin" simulate $(args_of "$c") --rounds 0 --seed "$s" --lambda auto \
-        --out "$out" > "$out.log" 2>&1 || { echo "FAILED $c seed $s (see $out.log)"; exit 1; }
-      mv "$out.log" "$out/run.log"
-      if [ "$s" != 0 ]; then rm -f "$out"/*.svg; fi
-      [[ "$c" == tasks1000* ]] && rm -f "$out/relevance.csv"
-    fi
-    [ -f "$out/truth.json" ] || truth "$c" "$s" "$out/truth.json"
-    python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[2], "clusters", s["n_clusters"], "ari", s["ari"], "wall", round(s["wall_seconds"],1))' \
-      "$out/summary.json" "$c-s$s"
-  done
-  # One real `--lambda gap` run per case, to check the offline gap cut.
-  g="$root/runs/$c-s0-gap"
-  if [ ! -f "$g/summary.json" ]; then
-    # shellcheck disable=SC2046
-    nice -n 10 "$bin" simulate $(args_of "$c") --rounds 0 --seed 0 --lambda gap --out "$g" \
-      > /dev/null 2>&1 || { echo "FAILED $c gap"; exit 1; }
-    rm -f "$g"/*.svg "$g/relevance.csv"
+run() { # CASE SEED RULE
+  local c=$1 s=$2 rule=$3 out="$root/runs/$1-s$2"
+  [ "$rule" = auto ] || out="$out-$rule"
+  if [ ! -f "$out/summary.json" ]; then
+    rm -rf "$out"
+    local cmd="simulate $(args_of "$c") --rounds 0 --seed $s --lambda $rule --out $out"
+    printf '$ coordinator %s\n# coordinator binary sha256 %s\n' "$cmd" "$bin_sha" > "$out.log"
+    # shellcheck disable=SC2086
+    nice -n 10 "$bin" $cmd >> "$out.log" 2>&1 || { echo "FAILED $c seed $s $rule (see $out.log)"; exit 1; }
+    mv "$out.log" "$out/run.log"
+    # Plots: the dendrogram of seed 0's `auto` run only (it shows each candidate's score).
+    if [ "$s" != 0 ] || [ "$rule" != auto ]; then rm -f "$out"/*.svg
+    else find "$out" -maxdepth 1 -name '*.svg' ! -name dendrogram.svg -delete; fi
+    [[ "$c" == tasks1000* ]] && rm -f "$out/relevance.csv"
+    # FedClust's centroids (850 floats a cluster) are not used here: emptied to keep the files small.
+    python3 -c '
+import json, sys
+f = sys.argv[1]
+c = json.load(open(f))
+if c["clustering"].get("centroids"):
+    c["clustering"]["centroids"] = []
+    json.dump(c, open(f, "w"), indent=2)' "$out/clusters.json"
   fi
+  if [[ "$c" == label* && ! -f "$out/labelsets.json" ]]; then labelsets "$c" "$s" "$out/labelsets.json"; fi
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[2], "clusters", s["n_clusters"], "ari", s["ari"], "wall", round(s["wall_seconds"],1), flush=True)' \
+    "$out/summary.json" "$(basename "$out")"
+}
+
+for rule in $rules; do
+  for s in $seeds; do
+    for c in "${cases[@]}"; do
+      [ "$c" = tasks1000 ] || run "$c" "$s" "$rule"
+    done
+  done
+  for c in "${cases[@]}"; do
+    if [ "$c" = tasks1000 ]; then for s in $seeds1000; do run tasks1000 "$s" "$rule"; done; fi
+  done
 done
 python3 scripts/bench-autocut.py "$root"
