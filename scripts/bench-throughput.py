@@ -181,6 +181,10 @@ def main():
     print(f"load average before: {load()}", flush=True)
     raw = {"host": platform.machine(), "cpu_count": os.cpu_count(),
            "load_before": load(), "args": {k: rel(v) for k, v in vars(args).items()}}
+    # The interpreter by name only: its absolute path names the measuring machine (and means
+    # nothing with --no-torch); tests/committed_files.rs refuses machine paths in results.
+    raw["args"]["torch_python"] = ("(not run)" if args.no_torch
+                                   else os.path.basename(str(args.torch_python)))
     # Every round times each side once per setting, one right after the other, so a machine whose
     # speed drifts (a shared VM) slows both sides of a ratio alike. The table gives each side's
     # median over the rounds and, as the ratio, the median over the rounds of that round's ratio
