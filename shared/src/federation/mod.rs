@@ -601,15 +601,15 @@ pub(crate) struct Traffic {
 }
 
 impl Traffic {
-    /// Counts the messages of `job` sent to one client: its command and, for MT-HFL's relevance
-    /// job, the relay it needs (a broadcast, received by each client asked).
-    fn send(&mut self, job: &Job<'_>, upload: crate::protocol::Encoding) {
+    /// Counts the messages of `job` sent to one client: its command and `relay` bytes (MT-HFL's
+    /// relay, a broadcast received by each client asked; 0 for every other job).
+    fn send(&mut self, job: &Job<'_>, upload: crate::protocol::Encoding, relay: u64) {
         self.down += job.floats_down() as u64;
         if let Ok(cmd) = wire::command(job, upload) {
             self.bytes_down += wire::encoded_len(&cmd);
         }
-        if let Ok(Some(relay)) = wire::relay(job) {
-            self.bytes_down += wire::encoded_len(&relay);
+        if matches!(job, Job::Relevance { .. }) {
+            self.bytes_down += relay;
         }
     }
 }
@@ -647,8 +647,14 @@ impl Env<'_> {
             .map(|(p, j)| (self.clients[p].index, j))
             .collect();
         let upload = self.pool.upload();
+        // The relay is the same for every relevance job of a call (every client's signature):
+        // built once, not once per client.
+        let relay = by_index
+            .iter()
+            .find_map(|(_, j)| wire::relay(j).ok().flatten())
+            .map_or(0, |r| wire::encoded_len(&r));
         for (_, j) in &by_index {
-            self.traffic.send(j, upload);
+            self.traffic.send(j, upload, relay);
         }
         let mut answers = self.pool.run(round, &by_index)?;
         // In client order, not arrival order: the averages (float sums) of a run over a network
