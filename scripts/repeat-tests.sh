@@ -21,7 +21,20 @@ tests=(
   "logging json_lines_on_stderr"
   "logging filter_hides_lower_levels"
 )
-cargo test -q --workspace --test system --test logging --no-run
+# Built once, then the test executables and the workspace's binaries are copied aside and run
+# from there (EDGECFL_BIN_DIR, tests/util.rs): edits to the tree during a long loop neither
+# rebuild nor change what is being repeated.
+snap=$(mktemp -d)
+trap 'rm -rf "$snap"' EXIT
+cargo test -q --workspace --no-run
+cargo test -q --workspace --test system --test logging --no-run --message-format=json \
+  | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | while read -r exe; do
+    name=$(basename "$exe"); cp "$exe" "$snap/${name%%-*}"
+  done
+bins="$(dirname "$(cargo test -q --workspace --test system --no-run --message-format=json \
+  | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | head -1)")/.."
+for b in coordinator edge-client; do cp "$bins/$b" "$snap/$b"; done
+export EDGECFL_BIN_DIR="$snap"
 results="$out/results.txt"
 {
   echo "# scripts/repeat-tests.sh, N=$n FROM=$from ONLY=$only, commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ)"
@@ -33,7 +46,7 @@ for t in "${tests[@]}"; do
   fails=0
   for i in $(seq "$from" "$n"); do
     start=$(date +%s.%N)
-    if cargo test -q --workspace --test "$1" -- --exact "$2" > "$out/current.log" 2>&1; then
+    if "$snap/$1" --exact "$2" > "$out/current.log" 2>&1; then
       outcome=ok
     else
       outcome=FAILED
