@@ -27,13 +27,15 @@ tests=(
 snap=$(mktemp -d)
 trap 'rm -rf "$snap"' EXIT
 cargo test -q --workspace --no-run
-cargo test -q --workspace --test system --test logging --no-run --message-format=json \
-  | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | while read -r exe; do
-    name=$(basename "$exe"); cp "$exe" "$snap/${name%%-*}"
-  done
-bins="$(dirname "$(cargo test -q --workspace --test system --no-run --message-format=json \
-  | grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | head -1)")/.."
+exes=$(cargo test -q --workspace --test system --test logging --no-run --message-format=json \
+  | grep -o '"executable":"[^"]*/deps/[^"]*"' | cut -d'"' -f4)
+for exe in $exes; do
+  name=$(basename "$exe"); cp "$exe" "$snap/${name%-*}"
+done
+# target/<profile>/deps/system-… → target/<profile>, where the binaries are.
+bins=$(dirname "$(dirname "$(echo "$exes" | head -1)")")
 for b in coordinator edge-client; do cp "$bins/$b" "$snap/$b"; done
+ls "$snap"
 export EDGECFL_BIN_DIR="$snap"
 results="$out/results.txt"
 {
