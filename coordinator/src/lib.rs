@@ -12,6 +12,7 @@
 //! | [`broker`] | the embedded MQTT broker (rumqttd), behind a TLS/login/ACL gate when secured |
 //! | [`credentials`] | `coordinator credentials`: CA, certificates, passwords, ACL, broker configs |
 //! | [`demo`] | `coordinator demo`: broker, coordinator and edge-client processes on one machine |
+//! | [`export`] | `coordinator export`: a checkpoint's cluster models as safetensors; the same files at the end of every run |
 //! | [`offline`] | `coordinator cluster`: HC on signatures from a `.npy`/`.csv` file |
 //! | [`inspect`] | `coordinator partition`: each client's labels; clusters found vs label sets |
 //! | [`config`] | the TOML configuration and the flags that override it |
@@ -22,6 +23,7 @@ pub mod broker;
 pub mod config;
 pub mod credentials;
 pub mod demo;
+pub mod export;
 pub mod gps;
 pub mod inspect;
 pub mod lps;

@@ -565,6 +565,12 @@ fn serve_cluster(
     };
     write(MODEL_FILE, f32_bytes(&model.values))?;
     write(COMMON_FILE, f32_bytes(&common_values))?;
+    // Its cluster's model as safetensors, under the GPS's cluster index.
+    let mut models = crate::export::of_result(&result, Some(run.as_str()));
+    for m in &mut models {
+        m.meta.cluster = Some(a.cluster as usize);
+    }
+    crate::export::write(out, &models)?;
     pool.close();
     Ok(LpsServed {
         cluster: a.cluster as usize,

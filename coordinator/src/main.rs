@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
 use coordinator::serve::{self, NetFlags};
-use coordinator::{credentials, demo, inspect, lps, offline, simulate};
+use coordinator::{credentials, demo, export, inspect, lps, offline, simulate};
 use edgecfl_shared::logging::LogArgs;
 use tracing::{error, info};
 
@@ -35,6 +35,9 @@ enum Command {
     /// Print what each client of a partition holds (JSON); with --clusters, compare a run's
     /// clusters with the clients' label sets.
     Partition(inspect::PartitionArgs),
+    /// Write each cluster model of a run's checkpoint as `cluster-<k>.safetensors` (PyTorch
+    /// names and layout, with a metadata header).
+    Export(export::ExportArgs),
     /// Print the default configuration file (TOML).
     GenerateConfig,
     /// Write a testbed fleet's security material: a CA, the broker's certificate, a password
@@ -113,6 +116,20 @@ fn main() -> ExitCode {
         Command::Partition(args) => inspect::run(&args).and_then(|v| {
             println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(())
+        }),
+        Command::Export(args) => export::run(&args).map(|e| {
+            for (m, p) in e.models.iter().zip(&e.paths) {
+                println!(
+                    "cluster {}: {} clients, round {}, accuracy {}: {}",
+                    m.meta.cluster.unwrap_or_default(),
+                    m.meta.members.len(),
+                    m.meta.round.unwrap_or_default(),
+                    m.meta
+                        .accuracy
+                        .map_or("n/a".into(), |a| format!("{:.2} %", 100.0 * a)),
+                    p.display()
+                );
+            }
         }),
         Command::Credentials(args) => credentials::generate(&args).map(|m| {
             print!("{}", credentials::instructions(&m, args.port));

@@ -8,6 +8,7 @@ use edgecfl_shared::sim::SimPool;
 use tracing::info;
 
 use crate::config::RunConfig;
+use crate::export;
 use crate::plots;
 use crate::report::{self, Progress};
 
@@ -53,6 +54,7 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
     let result = federation::run(&cfg.federation, &mut pool, &ctx, &mut progress)?;
     progress.finish();
     report::write_all(&cfg.out, cfg, &result, &data.source.to_string(), None)?;
+    export::write_run(&cfg.out, &result, None)?;
     let plots = plots::write_all(&cfg.out, &result)?;
     for p in plots {
         info!("plot: {}", p.display());

@@ -1,5 +1,7 @@
 //! `edge-client bench`: local training throughput (samples per second) of this machine for each
 //! device (`--devices`) and batch size asked, as JSON. Repeats each measurement and reports the median.
+//! With `--predict`, also the inference throughput of `edge-client predict` (forward passes of
+//! the same samples in batches of each size; `task` tells the two apart).
 //!
 //! Without `--partition` it reads the first `--samples` training images of the data (`--data`,
 //! else `EDGECFL_FMNIST_DIR`, the Debian package's directory or the bundled subset) and nothing
@@ -9,8 +11,11 @@
 
 use clap::Args;
 use edgecfl_shared::data::fmnist::FashionMnistLabels;
-use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::train::{Backend, LocalData, TrainConfig, train_local};
+use std::time::Instant;
+
+use edgecfl_shared::model::{ModelKind, Net, Params};
+use edgecfl_shared::model_file::{self, InputNorm};
+use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, train_local};
 use serde::Serialize;
 
 use crate::shard::ShardArgs;
@@ -45,6 +50,9 @@ pub struct BenchArgs {
     /// Repetitions of one epoch per setting; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
+    /// Also measure inference (`edge-client predict`'s forward passes) at each batch size.
+    #[arg(long)]
+    pub predict: bool,
     /// Where the data come from; with --partition, the shard a client of that partition holds.
     #[command(flatten)]
     pub shard: ShardArgs,
@@ -53,11 +61,13 @@ pub struct BenchArgs {
 /// One measured setting.
 #[derive(Debug, Clone, Serialize)]
 pub struct Throughput {
+    /// `train` (one epoch of local SGD) or `predict` (forward passes only).
+    pub task: &'static str,
     /// Device (`flex` for `cpu`).
     pub backend: Backend,
     /// Batch size.
     pub batch: usize,
-    /// Training threads.
+    /// Training threads (1 for `predict`).
     pub threads: usize,
     /// Median samples per second over the repeats.
     pub samples_per_second: f64,
@@ -118,6 +128,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
             let mut sorted = runs.clone();
             sorted.sort_by(f64::total_cmp);
             let t = Throughput {
+                task: "train",
                 backend,
                 batch,
                 threads,
@@ -130,6 +141,49 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
             );
             out.push(t);
         }
+        if args.predict {
+            out.extend(predict_throughput(args, &params, &local, backend, &device)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Samples per second of `predict`'s forward passes over `local`'s images, per batch size.
+fn predict_throughput(
+    args: &BenchArgs,
+    params: &Params,
+    local: &LocalData,
+    backend: Backend,
+    device: &Device,
+) -> anyhow::Result<Vec<Throughput>> {
+    let pixels = local.pixels()?;
+    let n = local.len();
+    let net = Net::from_params(params, device);
+    let mut out = Vec::with_capacity(args.batches.len());
+    for &batch in &args.batches {
+        // One untimed warm-up pass.
+        model_file::logits(&net, &pixels, InputNorm::PIPELINE, batch, device)?;
+        let mut runs = Vec::with_capacity(args.repeats);
+        for _ in 0..args.repeats.max(1) {
+            let start = Instant::now();
+            model_file::logits(&net, &pixels, InputNorm::PIPELINE, batch, device)?;
+            runs.push(n as f64 / start.elapsed().as_secs_f64());
+        }
+        let mut sorted = runs.clone();
+        sorted.sort_by(f64::total_cmp);
+        let t = Throughput {
+            task: "predict",
+            backend,
+            batch,
+            threads: 1,
+            samples_per_second: sorted[sorted.len() / 2],
+            runs,
+        };
+        info!(
+            "{} {} predict, batch {batch}: {:.0} samples/s",
+            args.model, backend, t.samples_per_second
+        );
+        out.push(t);
     }
     Ok(out)
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use edge_client::{bench, run, signature};
+use edge_client::{bench, predict, run, signature};
 use edgecfl_shared::logging::LogArgs;
 use tracing::{error, info};
 
@@ -23,8 +23,12 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Compute FedClust's round-0 upload (final-layer weights after warm-up) as a CSV row.
     Signature(signature::SignatureArgs),
-    /// Measure local training throughput (samples/s) per device and batch size, as JSON.
+    /// Measure local training throughput (samples/s) per device and batch size, as JSON
+    /// (with --predict, inference throughput too).
     Bench(bench::BenchArgs),
+    /// Classify images with a trained model (`cluster-<k>.safetensors`): class probabilities,
+    /// or accuracy and the confusion matrix on labelled data.
+    Predict(predict::PredictArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +44,14 @@ fn main() -> ExitCode {
             );
         }),
         Command::Signature(a) => signature::run(&a).map(|_| ()),
+        Command::Predict(a) => predict::run(&a).and_then(|r| {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", predict::text(&r));
+            }
+            Ok(())
+        }),
         Command::Bench(a) => bench::run(&a).and_then(|r| {
             println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(())

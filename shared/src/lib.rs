@@ -10,6 +10,7 @@
 //! | --- | --- |
 //! | [`data`] | Fashion-MNIST IDX reader, the bundled subset, NIID-Bench partitions, local test sets |
 //! | [`model`] | LeNet-5 and the MLP on burn, and the named, ordered parameter view ([`model::ParamLayout`]) |
+//! | [`model_file`] | trained models as safetensors files that load into the PyTorch modules, and read back |
 //! | [`train`] | local SGD training and evaluation |
 //! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index |
 //! | [`algorithms`] | one file per method: [`algorithms::fedclust`] (one-shot HC on final-layer weights, newcomers), [`algorithms::mthfl`] (Gram-matrix eigenvectors, relevance, HAC on 1 − R), ... |
@@ -52,6 +53,8 @@ pub mod logging;
 pub mod malloc;
 #[cfg(feature = "std")]
 pub mod model;
+#[cfg(feature = "std")]
+pub mod model_file;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;
 #[cfg(feature = "std")]

@@ -442,6 +442,10 @@ pub fn run(
         }
     };
     report::write_all(&cfg.out, &cfg, &result, &data, Some(extra))?;
+    // The GPS holds the round-0 models only: each remote LPS writes its trained one.
+    if gps.is_none() {
+        crate::export::write_run(&cfg.out, &result, Some(run.as_str()))?;
+    }
     let plots = plots::write_all(&cfg.out, &result)?;
     Ok(Served {
         result,
