@@ -8,6 +8,7 @@ use clap::Args;
 use edgecfl_shared::algorithms::fedclust::{ClusterStart, Threshold};
 use edgecfl_shared::algorithms::mthfl::{Estimate, Relevance};
 use edgecfl_shared::cluster::hc::Linkage;
+use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{Algorithm, FederationConfig, LocalTest, Sampling, Weighting};
 use edgecfl_shared::model::{LayerSet, ModelKind};
@@ -203,6 +204,12 @@ pub struct RunFlags {
     /// The sample count is the one number a client reports about itself that weights an average.
     #[arg(long)]
     pub weighting: Option<Weighting>,
+    /// The one-shot cut's guards against a client's upload (FedClust, MT-HFL): robust (a
+    /// signature whose norm is an outlier is scaled to the median norm; a client far from every
+    /// other is set apart as a cluster of its own and the cut is chosen on the rest; the
+    /// default; both invisible on an honest fleet) | paper (the uploads as they came).
+    #[arg(long)]
+    pub signature_guard: Option<Guard>,
     /// The local test view of the headline accuracy: labels (every test image of each label a
     /// client holds, PACFL's and FedClust's "local view"; the default) | proportional (the same
     /// images weighted in the proportions of the client's training labels). Both views are
@@ -310,6 +317,7 @@ impl RunFlags {
             }
         }
         set!(weighting => f.weighting);
+        set!(signature_guard => f.signature_guard);
         set!(local_test => f.local_test);
         set!(sampling => f.sampling);
         if self.personalize.is_some() {

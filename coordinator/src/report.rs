@@ -94,6 +94,10 @@ pub fn summary(
         // Round-0 clients without a round-0 upload, left out of round 0 (offered again as
         // newcomers of round 1: see newcomers and dropped_newcomers).
         "left_out": result.left_out.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        // The one-shot cut's guards (cluster::robust): the clients set apart as clusters of
+        // their own, and those whose upload's norm was rescaled (null: no one-shot clustering).
+        "quarantined": result.clustering.as_ref().map(|c| ids(result, &c.quarantined)),
+        "rescaled": result.clustering.as_ref().map(|c| ids(result, &c.rescaled)),
     });
     // Both local test views (`accuracy_per_round` is the one `local_test` names).
     let views = json!({
@@ -119,6 +123,14 @@ pub fn summary(
         }
     }
     v
+}
+
+/// The ids of the clients at `positions` of the run's client list.
+fn ids<'a>(result: &'a RunResult, positions: &[usize]) -> Vec<&'a str> {
+    positions
+        .iter()
+        .filter_map(|&p| result.clients.get(p).map(|c| c.id.as_str()))
+        .collect()
 }
 
 /// The clients placed after round 0: client index and id, join round, cluster, distance to the
@@ -335,7 +347,21 @@ impl Observer for Progress {
             info!(
                 "round 0: {} clusters (linkage {}, cut at {:.4}), ARI vs truth {ari}",
                 c.n_clusters, c.linkage, c.threshold
-            )
+            );
+            if !c.quarantined.is_empty() {
+                warn!(
+                    "round 0: quarantined {} client(s) far from every other, each a cluster of its own (client positions {:?}; summary.json's `quarantined` names them)",
+                    c.quarantined.len(),
+                    c.quarantined
+                );
+            }
+            if !c.rescaled.is_empty() {
+                warn!(
+                    "round 0: rescaled {} upload(s) whose norm was an outlier to the median norm (client positions {:?})",
+                    c.rescaled.len(),
+                    c.rescaled
+                );
+            }
         });
     }
 

@@ -101,6 +101,17 @@ pub struct Served {
 /// Connects and serves until the coordinator says the run is finished (or forever with
 /// `--stay`).
 pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
+    run_with(args, &mut |_| {})
+}
+
+/// [`run`], with `outgoing` applied to every message this client is about to send (its `Hello`
+/// and each answer) before encoding: the seam a modified client uses. The system tests run their
+/// attackers through it (`tests/attack_system.rs`): what a fleet member can send by changing its
+/// own client, within its own topics and credentials.
+pub fn run_with(
+    args: &RunArgs,
+    outgoing: &mut dyn FnMut(&mut ToCoordinator),
+) -> anyhow::Result<Served> {
     let id = protocol::id(&args.id).context("bad --id")?;
     let topics = Topics::new(&args.prefix).context("bad --prefix")?;
     let shard = args.shard.load()?;
@@ -117,17 +128,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
         shard.source,
         args.backend
     );
-    let hello = Envelope::new(
-        Id::new(),
-        0,
-        ToCoordinator::Hello(Hello {
-            samples: shard.train.len() as u64,
-            test_samples: shard.test.len() as u64,
-            backend: protocol::text(&args.backend.to_string()),
-            shard: shard.info.clone(),
-        }),
-    )
-    .to_bytes();
+    let mut hello = ToCoordinator::Hello(Hello {
+        samples: shard.train.len() as u64,
+        test_samples: shard.test.len() as u64,
+        backend: protocol::text(&args.backend.to_string()),
+        shard: shard.info.clone(),
+    });
+    outgoing(&mut hello);
+    let hello = Envelope::new(Id::new(), 0, hello).to_bytes();
     let gone = Envelope::new(Id::new(), 0, ToCoordinator::Gone).to_bytes();
     let pinned_run = match &args.run_id {
         Some(r) => Some(protocol::id(r).context("bad --run-id")?),
@@ -267,7 +275,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                 let Some((run, round, result)) = worker.handle(env) else {
                     continue;
                 };
-                let reply = match result {
+                let mut reply = match result {
                     Ok(r) => r,
                     Err(e) => {
                         warn!("{}: round {round}: job failed: {e:#}", id.as_str());
@@ -278,6 +286,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Served> {
                     }
                 };
                 served.jobs += 1;
+                outgoing(&mut reply);
                 let bytes = Envelope::new(run, round, reply).to_bytes();
                 served.bytes_up += bytes.len() as u64;
                 debug!(

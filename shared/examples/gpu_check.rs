@@ -29,6 +29,7 @@ use std::time::Instant;
 use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE, Estimate, Signature};
 use edgecfl_shared::cluster::adjusted_rand_index;
+use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, evaluate, train_local};
@@ -155,7 +156,12 @@ fn run_device(
         "server_rows is deterministic on one device"
     );
     let relevance = mthfl::symmetrise(&rows)?;
-    let (clustering, _) = mthfl::cluster(&relevance, DEFAULT_LINKAGE, Threshold::Clusters(3))?;
+    let (clustering, _) = mthfl::cluster(
+        &relevance,
+        DEFAULT_LINKAGE,
+        Threshold::Clusters(3),
+        Guard::Paper,
+    )?;
 
     let report = json!({
         "device": backend.to_string(),

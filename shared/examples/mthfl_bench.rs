@@ -39,6 +39,7 @@ use std::time::Instant;
 use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE, Estimate, Gram, Signature};
 use edgecfl_shared::cluster::adjusted_rand_index;
+use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::{Device, LocalData};
@@ -120,7 +121,7 @@ struct Seed {
 }
 
 fn ari(r: &[Vec<f64>], truth: &[usize]) -> Result<f64, BoxError> {
-    let (c, _) = mthfl::cluster(r, DEFAULT_LINKAGE, Threshold::Clusters(3))?;
+    let (c, _) = mthfl::cluster(r, DEFAULT_LINKAGE, Threshold::Clusters(3), Guard::Paper)?;
     Ok(adjusted_rand_index(&c.assignment, truth))
 }
 
@@ -430,7 +431,8 @@ fn main() -> Result<(), BoxError> {
                 .map(|_| {
                     let t = Instant::now();
                     let r = server_r(&sigs, Estimate::Norm, &dev)?;
-                    let (c, _) = mthfl::cluster(&r, DEFAULT_LINKAGE, Threshold::Clusters(3))?;
+                    let (c, _) =
+                        mthfl::cluster(&r, DEFAULT_LINKAGE, Threshold::Clusters(3), Guard::Paper)?;
                     std::hint::black_box(c);
                     Ok(t.elapsed().as_secs_f64())
                 })

@@ -63,6 +63,7 @@ use crate::algorithms::fedclust::{
 use crate::cluster::cut::CutScores;
 use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
+use crate::cluster::robust::{Guard, isolated, quarantined_cut, rescale_norm_outliers};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, LabelStats,
     NewcomerError, Placement, RoundStats, Strategy, Target, Training, bad_state, client_seed,
@@ -162,10 +163,18 @@ pub struct AdaClustering {
     /// For `auto` and `gap`: the candidate cuts of the tree over all clients with their scores,
     /// the chosen one giving the λ every pre-cluster's tree is cut at.
     pub cut: Option<CutScores>,
+    /// Under [`Guard::Robust`]: the uploads whose norm was an outlier, scaled to the median norm
+    /// ([`crate::cluster::robust`]).
+    pub rescaled: Vec<usize>,
+    /// Under [`Guard::Robust`]: the isolated clients, each a cluster of its own; the trees and
+    /// λ come from the others.
+    pub quarantined: Vec<usize>,
 }
 
 /// Algorithm 1 lines 7-8: HC (linkage `method`) inside each pre-cluster (`pre`, one label per
-/// signature), cut as `threshold` says (see the module docs).
+/// signature), cut as `threshold` says (see the module docs). Under [`Guard::Robust`], norm
+/// outliers are rescaled and isolated clients set apart as clusters of their own before the
+/// trees are built and λ chosen (see [`crate::cluster::robust`]).
 ///
 /// # Errors
 ///
@@ -176,6 +185,7 @@ pub fn adaptive_clustering(
     pre: &[usize],
     method: Linkage,
     threshold: Threshold,
+    guard: Guard,
 ) -> Result<AdaClustering, FedClustError> {
     let n = signatures.len();
     if n == 0 {
@@ -187,13 +197,31 @@ pub fn adaptive_clustering(
             got: pre.len(),
         });
     }
-    let distances = CondensedMatrix::euclidean(signatures)?;
+    let mut points = signatures.to_vec();
+    let rescaled = match guard {
+        Guard::Robust => rescale_norm_outliers(&mut points),
+        Guard::Paper => Vec::new(),
+    };
+    let distances = CondensedMatrix::euclidean(&points)?;
     let dendrogram = linkage(&distances, method);
+    let quarantined = match guard {
+        Guard::Robust => isolated(&distances),
+        Guard::Paper => Vec::new(),
+    };
     let pre = renumber(pre);
     let groups = pre.iter().max().map_or(0, |m| m + 1);
+    // The pre-clusters without the quarantined (a pre-cluster of quarantined clients only is
+    // gone).
     let members: Vec<Vec<usize>> = (0..groups)
-        .map(|g| (0..n).filter(|&i| pre[i] == g).collect())
+        .map(|g| {
+            (0..n)
+                .filter(|&i| pre[i] == g && !quarantined.contains(&i))
+                .collect::<Vec<_>>()
+        })
+        .filter(|m| !m.is_empty())
         .collect();
+    let groups = members.len();
+    let kept = n - quarantined.len();
     let trees: Vec<Dendrogram> = members
         .iter()
         .map(|m| {
@@ -211,7 +239,11 @@ pub fn adaptive_clustering(
     let (local, height): (Vec<Vec<usize>>, f64) = match threshold {
         Threshold::Distance(t) => (trees.iter().map(|d| d.cut_distance(t)).collect(), t),
         Threshold::Auto | Threshold::Gap => {
-            let (_, t, scores) = cut_tree(&dendrogram, &distances, threshold);
+            let (_, (t, scores)) =
+                quarantined_cut(&dendrogram, &distances, method, &quarantined, |tree, d| {
+                    let (labels, t, scores) = cut_tree(tree, d, threshold);
+                    (labels, (t, scores))
+                });
             cut = scores;
             (trees.iter().map(|d| d.cut_distance(t)).collect(), t)
         }
@@ -229,7 +261,7 @@ pub fn adaptive_clustering(
                 })
                 .collect();
             all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-            let apply = n.saturating_sub(k.max(1)).min(all.len());
+            let apply = kept.saturating_sub(k.max(1)).min(all.len());
             let mut applied = vec![0usize; groups];
             for &(_, g, _) in &all[..apply] {
                 applied[g] += 1;
@@ -253,9 +285,12 @@ pub fn adaptive_clustering(
         }
         offset += l.iter().max().map_or(0, |x| x + 1);
     }
+    for (k, &q) in quarantined.iter().enumerate() {
+        label[q] = offset + k;
+    }
     let assignment = renumber(&label);
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
-    let centroids = centroids(signatures, &assignment, n_clusters);
+    let centroids = centroids(&points, &assignment, n_clusters);
     Ok(AdaClustering {
         assignment,
         pre_clusters: pre,
@@ -265,6 +300,8 @@ pub fn adaptive_clustering(
         distances,
         dendrogram,
         cut,
+        rescaled,
+        quarantined,
     })
 }
 
@@ -403,7 +440,19 @@ impl Strategy for AdaCfl {
         };
         let vectors: Vec<Vec<f32>> = uploads.into_iter().map(|(v, _)| v).collect();
         let len = vectors[0].len();
-        let c = adaptive_clustering(&vectors, &pre, env.cfg.linkage, env.cfg.threshold)?;
+        let mut c = adaptive_clustering(
+            &vectors,
+            &pre,
+            env.cfg.linkage,
+            env.cfg.threshold,
+            env.cfg.signature_guard,
+        )?;
+        let present: Vec<usize> = (0..env.clients.len())
+            .filter(|p| !absent.contains(p))
+            .collect();
+        for p in c.rescaled.iter_mut().chain(c.quarantined.iter_mut()) {
+            *p = present[*p];
+        }
         let mut init = Init::plain(c.assignment.clone(), env.initial, true);
         init.absent = absent;
         init.signature_len = len;
@@ -419,6 +468,8 @@ impl Strategy for AdaCfl {
                 linkage: env.cfg.linkage,
                 centroids: c.centroids.clone(),
                 cut: c.cut.clone(),
+                rescaled: c.rescaled.clone(),
+                quarantined: c.quarantined.clone(),
             });
         }
         self.representations = c.centroids.clone();
@@ -538,7 +589,14 @@ mod tests {
             .map(|&x| vec![x])
             .collect();
         let pre = [0, 0, 0, 0, 1, 1];
-        let c = adaptive_clustering(&s, &pre, Linkage::Average, Threshold::Distance(1.0)).unwrap();
+        let c = adaptive_clustering(
+            &s,
+            &pre,
+            Linkage::Average,
+            Threshold::Distance(1.0),
+            Guard::Paper,
+        )
+        .unwrap();
         assert_eq!(c.assignment, vec![0, 0, 1, 1, 2, 3]);
         assert_eq!(c.n_clusters, 4);
         // Centroids by hand.
@@ -547,16 +605,29 @@ mod tests {
         assert!((c.centroids[3][0] - 5.05).abs() < 1e-6);
         assert_eq!(c.distances.n(), 6);
         // λ above every distance: one cluster per pre-cluster.
-        let c =
-            adaptive_clustering(&s, &pre, Linkage::Average, Threshold::Distance(100.0)).unwrap();
+        let c = adaptive_clustering(
+            &s,
+            &pre,
+            Linkage::Average,
+            Threshold::Distance(100.0),
+            Guard::Paper,
+        )
+        .unwrap();
         assert_eq!(c.assignment, vec![0, 0, 0, 0, 1, 1]);
         // Without pre-clustering, λ = 1 finds the two groups on the line.
-        let c =
-            adaptive_clustering(&s, &[0; 6], Linkage::Average, Threshold::Distance(1.0)).unwrap();
+        let c = adaptive_clustering(
+            &s,
+            &[0; 6],
+            Linkage::Average,
+            Threshold::Distance(1.0),
+            Guard::Paper,
+        )
+        .unwrap();
         assert_eq!(c.assignment, vec![0, 0, 1, 1, 0, 1]);
         // Auto: the largest gap of the tree over all six is between ~0.1 and ~5, so the cut is
         // the same as λ = 1.
-        let c = adaptive_clustering(&s, &pre, Linkage::Average, Threshold::Auto).unwrap();
+        let c =
+            adaptive_clustering(&s, &pre, Linkage::Average, Threshold::Auto, Guard::Paper).unwrap();
         assert_eq!(c.assignment, vec![0, 0, 1, 1, 2, 3]);
         assert!(c.threshold > 0.1 && c.threshold < 5.0, "{}", c.threshold);
     }
@@ -570,14 +641,35 @@ mod tests {
             .map(|&x| vec![x])
             .collect();
         let pre = [0, 0, 0, 1, 1];
-        let c = adaptive_clustering(&s, &pre, Linkage::Average, Threshold::Clusters(3)).unwrap();
+        let c = adaptive_clustering(
+            &s,
+            &pre,
+            Linkage::Average,
+            Threshold::Clusters(3),
+            Guard::Paper,
+        )
+        .unwrap();
         assert_eq!(c.assignment, vec![0, 0, 1, 2, 2]);
         assert!((c.threshold - 0.5).abs() < 1e-9);
         // k = 1 is not reachable across two pre-clusters: two clusters.
-        let c = adaptive_clustering(&s, &pre, Linkage::Average, Threshold::Clusters(1)).unwrap();
+        let c = adaptive_clustering(
+            &s,
+            &pre,
+            Linkage::Average,
+            Threshold::Clusters(1),
+            Guard::Paper,
+        )
+        .unwrap();
         assert_eq!(c.assignment, vec![0, 0, 0, 1, 1]);
         // k = 5: singletons.
-        let c = adaptive_clustering(&s, &pre, Linkage::Average, Threshold::Clusters(5)).unwrap();
+        let c = adaptive_clustering(
+            &s,
+            &pre,
+            Linkage::Average,
+            Threshold::Clusters(5),
+            Guard::Paper,
+        )
+        .unwrap();
         assert_eq!(c.n_clusters, 5);
         assert_eq!(c.threshold, 0.0);
     }
@@ -585,20 +677,32 @@ mod tests {
     #[test]
     fn bad_inputs_are_errors() {
         assert!(matches!(
-            adaptive_clustering(&[], &[], Linkage::Average, Threshold::Auto),
+            adaptive_clustering(&[], &[], Linkage::Average, Threshold::Auto, Guard::Paper),
             Err(FedClustError::Empty)
         ));
         let s = vec![vec![0.0f32, 1.0], vec![f32::NAN, 0.0]];
         assert!(matches!(
-            adaptive_clustering(&s, &[0, 0], Linkage::Average, Threshold::Auto),
+            adaptive_clustering(&s, &[0, 0], Linkage::Average, Threshold::Auto, Guard::Paper),
             Err(FedClustError::Distance(_))
         ));
         let s = vec![vec![0.0f32, 1.0], vec![0.0]];
-        assert!(adaptive_clustering(&s, &[0, 0], Linkage::Average, Threshold::Auto).is_err());
+        assert!(
+            adaptive_clustering(&s, &[0, 0], Linkage::Average, Threshold::Auto, Guard::Paper)
+                .is_err()
+        );
         let s = vec![vec![0.0f32], vec![1.0]];
-        assert!(adaptive_clustering(&s, &[0], Linkage::Average, Threshold::Auto).is_err());
+        assert!(
+            adaptive_clustering(&s, &[0], Linkage::Average, Threshold::Auto, Guard::Paper).is_err()
+        );
         // One client: one cluster.
-        let c = adaptive_clustering(&[vec![1.0]], &[0], Linkage::Average, Threshold::Auto).unwrap();
+        let c = adaptive_clustering(
+            &[vec![1.0]],
+            &[0],
+            Linkage::Average,
+            Threshold::Auto,
+            Guard::Paper,
+        )
+        .unwrap();
         assert_eq!(c.assignment, vec![0]);
     }
 
@@ -647,6 +751,7 @@ mod tests {
             &[0, 0, 0],
             Linkage::Average,
             Threshold::Distance(1.0),
+            Guard::Paper,
         )
         .unwrap();
         assert_eq!(c.assignment, vec![0, 1, 0]);

@@ -25,6 +25,7 @@ use crate::aggregate::weighted_average;
 use crate::cluster::cut::{CutScores, gap_cut, silhouette_cut};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
+use crate::cluster::robust::{Guard, isolated, quarantined_cut, rescale_norm_outliers};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, RoundStats, Strategy, Target, Training, Weighting, client_seed, fedavg_round,
@@ -175,6 +176,15 @@ pub struct Clustering {
     /// score, and the one chosen. `None` for `k=N` and numeric λ cuts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<CutScores>,
+    /// Under [`Guard::Robust`]: the signatures whose norm was an outlier, scaled to the median
+    /// norm before the distances were taken ([`rescale_norm_outliers`]). Positions as in
+    /// `assignment`, or of the run's clients after [`Clustering::map_positions`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rescaled: Vec<usize>,
+    /// Under [`Guard::Robust`]: the isolated clients ([`isolated`]), each made a cluster of its
+    /// own while the tree and its cut were built from the others. Positions as `rescaled`'s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<usize>,
 }
 
 impl Clustering {
@@ -184,22 +194,50 @@ impl Clustering {
             .filter(|&i| self.assignment[i] == c)
             .collect()
     }
+
+    /// Maps `rescaled` and `quarantined` from positions among the clustered signatures to the
+    /// run's client positions, `present[i]` being the client of signature `i` (clients absent
+    /// in round 0 sent none).
+    pub fn map_positions(&mut self, present: &[usize]) {
+        for p in self.rescaled.iter_mut().chain(self.quarantined.iter_mut()) {
+            *p = present[*p];
+        }
+    }
 }
 
 /// Runs HC on the signatures (one per client) and cuts it. Returns the distances too, for plots.
+///
+/// Under [`Guard::Robust`] (the default of a run) the signatures' norm outliers are scaled to the
+/// median norm first, and isolated clients are set apart as clusters of their own while the
+/// cut is chosen on the others ([`crate::cluster::robust`]); `Clusters(k)` then cuts the others
+/// into `k`. On an honest fleet neither guard acts and the result is [`Guard::Paper`]'s.
 pub fn cluster(
     signatures: &[Vec<f32>],
     method: Linkage,
     threshold: Threshold,
+    guard: Guard,
 ) -> Result<(Clustering, CondensedMatrix), FedClustError> {
     if signatures.is_empty() {
         return Err(FedClustError::Empty);
     }
-    let distances = CondensedMatrix::euclidean(signatures)?;
+    let mut points = signatures.to_vec();
+    let rescaled = match guard {
+        Guard::Robust => rescale_norm_outliers(&mut points),
+        Guard::Paper => Vec::new(),
+    };
+    let distances = CondensedMatrix::euclidean(&points)?;
     let dendrogram = linkage(&distances, method);
-    let (assignment, height, cut) = cut_tree(&dendrogram, &distances, threshold);
+    let quarantined = match guard {
+        Guard::Robust => isolated(&distances),
+        Guard::Paper => Vec::new(),
+    };
+    let (assignment, (height, cut)) =
+        quarantined_cut(&dendrogram, &distances, method, &quarantined, |tree, d| {
+            let (labels, height, cut) = cut_tree(tree, d, threshold);
+            (labels, (height, cut))
+        });
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
-    let centroids = centroids(signatures, &assignment, n_clusters);
+    let centroids = centroids(&points, &assignment, n_clusters);
     Ok((
         Clustering {
             assignment,
@@ -209,6 +247,8 @@ pub fn cluster(
             linkage: method,
             centroids,
             cut,
+            rescaled,
+            quarantined,
         },
         distances,
     ))
@@ -405,7 +445,9 @@ impl Strategy for FedClust {
         } else {
             (uploads, None)
         };
-        let (c, d) = cluster(&vectors, cfg.linkage, cfg.threshold)?;
+        let (mut c, d) = cluster(&vectors, cfg.linkage, cfg.threshold, cfg.signature_guard)?;
+        let present: Vec<usize> = (0..n).filter(|p| !absent.contains(p)).collect();
+        c.map_positions(&present);
         let mut init = Init::plain(c.assignment.clone(), env.initial, true);
         if let Some(uploads) = models {
             // The present clients' declared samples, in the order of `uploads`.
@@ -508,17 +550,17 @@ mod tests {
             Linkage::Average,
             Linkage::Ward,
         ] {
-            let (c, _) = cluster(&s, l, Threshold::Distance(1.0)).unwrap();
+            let (c, _) = cluster(&s, l, Threshold::Distance(1.0), Guard::Paper).unwrap();
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l}");
-            let (c, _) = cluster(&s, l, Threshold::Auto).unwrap();
+            let (c, _) = cluster(&s, l, Threshold::Auto, Guard::Paper).unwrap();
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l} auto");
             let cut = c.cut.as_ref().unwrap();
             assert_eq!(cut.chosen().unwrap().n_clusters, 2);
             assert_eq!(cut.heights, c.dendrogram.heights());
-            let (c, _) = cluster(&s, l, Threshold::Gap).unwrap();
+            let (c, _) = cluster(&s, l, Threshold::Gap, Guard::Paper).unwrap();
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l} gap");
         }
-        let (c, _) = cluster(&s, Linkage::Single, Threshold::Clusters(2)).unwrap();
+        let (c, _) = cluster(&s, Linkage::Single, Threshold::Clusters(2), Guard::Paper).unwrap();
         assert_eq!(c.n_clusters, 2);
         // Centroids by hand: mean(0, 0.1, 0.2) = 0.1, mean(10, 10.1) = 10.05.
         assert!((c.centroids[0][0] - 0.1).abs() < 1e-6);

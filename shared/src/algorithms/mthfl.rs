@@ -79,6 +79,7 @@ use serde::{Deserialize, Serialize};
 use crate::algorithms::fedclust::{Clustering, Threshold, cut_tree};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
+use crate::cluster::robust::{Guard, isolated, quarantined_cut};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, RoundStats, Strategy, Target, fedavg_round, round0_uploads,
@@ -976,7 +977,10 @@ pub fn distances(relevance: &[Vec<f64>]) -> Result<CondensedMatrix, MtHflError> 
 
 /// HAC on `1 − R` (R from [`symmetrise`]), cut by `threshold` (`k=T` for `T` tasks). The result
 /// is FedClust's [`Clustering`] with empty `centroids` (place newcomers with
-/// [`assign_newcomer`]); the distances come back too, for plots.
+/// [`assign_newcomer`]); the distances come back too, for plots. Under [`Guard::Robust`],
+/// isolated clients (a row unlike every other, as eigenvectors unrelated to anybody's give) are
+/// set apart as clusters of their own and the cut is chosen on the others
+/// ([`crate::cluster::robust`]); relevance is bounded, so there is no norm to rescale.
 ///
 /// # Errors
 ///
@@ -985,13 +989,22 @@ pub fn cluster(
     relevance: &[Vec<f64>],
     method: Linkage,
     threshold: Threshold,
+    guard: Guard,
 ) -> Result<(Clustering, CondensedMatrix), MtHflError> {
     if relevance.is_empty() {
         return Err(MtHflError::Empty);
     }
     let d = distances(relevance)?;
     let dendrogram = linkage(&d, method);
-    let (assignment, height, cut) = cut_tree(&dendrogram, &d, threshold);
+    let quarantined = match guard {
+        Guard::Robust => isolated(&d),
+        Guard::Paper => Vec::new(),
+    };
+    let (assignment, (height, cut)) =
+        quarantined_cut(&dendrogram, &d, method, &quarantined, |tree, d| {
+            let (labels, height, cut) = cut_tree(tree, d, threshold);
+            (labels, (height, cut))
+        });
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
     Ok((
         Clustering {
@@ -1002,6 +1015,8 @@ pub fn cluster(
             linkage: method,
             centroids: Vec::new(),
             cut,
+            rescaled: Vec::new(),
+            quarantined,
         },
         d,
     ))
@@ -1210,7 +1225,10 @@ impl Strategy for MtHfl {
             }
         };
         let relevance = symmetrise(&rows)?;
-        let (clustering, distances) = cluster(&relevance, cfg.linkage, cfg.threshold)?;
+        let (mut clustering, distances) =
+            cluster(&relevance, cfg.linkage, cfg.threshold, cfg.signature_guard)?;
+        let present: Vec<usize> = (0..n).filter(|p| !absent.contains(p)).collect();
+        clustering.map_positions(&present);
         let floats = sigs[0].k * sigs[0].d + sigs[0].k;
         let mut init = Init::plain(clustering.assignment.clone(), env.initial, true);
         init.absent = absent;

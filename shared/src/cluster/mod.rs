@@ -6,6 +6,7 @@
 //! | [`hc`] | [`linkage`] equal to `scipy.cluster.hierarchy.linkage` (single, complete, average, weighted, ward), [`Dendrogram`] cuts |
 //! | [`cut`] | the automatic cut: [`silhouette_cut`] (best mean silhouette over the candidate cuts, the default `auto`) and [`gap_cut`] (largest gap) |
 //! | [`metrics`] | [`adjusted_rand_index`] and [`rand_index`] equal to scikit-learn's |
+//! | [`robust`] | the guards of the one-shot cut against one client's upload: norm outliers rescaled, isolated clients quarantined |
 //!
 //! ```
 //! use edgecfl_shared::cluster::{
@@ -26,6 +27,7 @@ pub mod cut;
 pub mod distance;
 pub mod hc;
 pub mod metrics;
+pub mod robust;
 
 pub use cut::{
     CutCandidate, CutError, CutRule, CutScores, MIN_SILHOUETTE, SILHOUETTE_TIE, gap_cut,

@@ -7,6 +7,7 @@ use crate::algorithms::Algorithm;
 use crate::algorithms::fedclust::{ClusterStart, Threshold};
 use crate::algorithms::mthfl::{DEFAULT_EIGENVECTORS, Estimate, Relevance};
 use crate::cluster::hc::Linkage;
+use crate::cluster::robust::Guard;
 use crate::hierarchy::CommonLayers;
 use crate::model::{LayerSet, ModelKind};
 use crate::protocol::Encoding;
@@ -38,6 +39,11 @@ pub struct FederationConfig {
     pub threshold: Threshold,
     /// HC linkage (FedClust).
     pub linkage: Linkage,
+    /// The one-shot cut's guards against one client's upload (FedClust, MT-HFL): robust (norm
+    /// outliers rescaled, isolated clients quarantined; the default) or paper (the uploads as
+    /// they came). See [`crate::cluster::robust`].
+    #[serde(default, skip_serializing_if = "Guard::is_robust")]
+    pub signature_guard: Guard,
     /// Layers uploaded in round 0 (FedClust: the final layer).
     pub signature_layers: LayerSet,
     /// Evaluate every this many rounds (and always after the last).
@@ -240,6 +246,7 @@ impl Default for FederationConfig {
             momentum: 0.5,
             threshold: Threshold::Auto,
             linkage: Linkage::Average,
+            signature_guard: Guard::Robust,
             signature_layers: LayerSet::Final,
             eval_every: 1,
             seed: 0,

@@ -1,0 +1,343 @@
+//! What one client's upload may not do to everybody else's clusters.
+//!
+//! The one-shot clusterings (FedClust's final-layer weights, MT-HFL's relevance rows, AdaCFL's
+//! smallest layer) cut a tree built from every client's upload. A client may send any vector it
+//! likes within the protocol's bounds: its honest signature multiplied by 3 is far from every
+//! other, and the automatic cut then separates that one client from all the rest, merging every
+//! honest cluster into one (issue 28). Two guards, both of them invisible on an honest fleet:
+//!
+//! 1. **Norm outliers are rescaled** ([`rescale_norm_outliers`]): a signature whose L2 norm is far
+//!    from the fleet's median norm (by the modified z-score of the norms, and by more than
+//!    [`NORM_TOLERANCE`] of the median) is scaled to the median norm. Scaling an honest
+//!    signature then changes nothing: it lands back where it was.
+//! 2. **Isolated clients are quarantined** ([`isolated`]): a client whose nearest neighbour is far
+//!    compared with everybody else's (the modified z-score of the nearest-neighbour distances
+//!    above [`QUARANTINE_Z`], that distance above [`QUARANTINE_RATIO`] × their median, and above
+//!    the median distance of all pairs: as far from its nearest as a typical pair is from each
+//!    other) becomes a cluster of its own, and the tree and its cut are built from the others
+//!    ([`quarantined_cut`]). Any other distortion that puts one upload far from every other
+//!    lands here. An honest client that is alone of its kind becomes a singleton, which an
+//!    automatic cut would mostly have made it anyway.
+//!
+//! The modified z-score is Iglewicz & Hoaglin's: `0.6745 (x − median) / MAD`, flagged above 3.5.
+//! Fewer than [`MIN_CLIENTS`] clients: no guard (a median of three says little).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::distance::CondensedMatrix;
+use super::hc::{Dendrogram, Linkage, linkage};
+
+/// Whether the one-shot cut guards against a single client's upload (`--signature-guard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guard {
+    /// Norm outliers rescaled and isolated clients quarantined (module docs). The default.
+    #[default]
+    Robust,
+    /// The papers' clustering of the uploads as they came.
+    Paper,
+}
+
+impl Guard {
+    /// Whether this is the default, [`Guard::Robust`] (for `skip_serializing_if`).
+    pub fn is_robust(&self) -> bool {
+        *self == Guard::Robust
+    }
+}
+
+impl fmt::Display for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Guard::Robust => "robust",
+            Guard::Paper => "paper",
+        })
+    }
+}
+
+impl FromStr for Guard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "robust" => Ok(Guard::Robust),
+            "paper" => Ok(Guard::Paper),
+            _ => Err(format!(
+                "unknown signature guard {s:?} (expected robust or paper)"
+            )),
+        }
+    }
+}
+
+/// The modified z-score above which a value is an outlier (Iglewicz & Hoaglin, 1993).
+pub const QUARANTINE_Z: f64 = 3.5;
+/// ... and a nearest-neighbour distance must also be this many times the median one.
+pub const QUARANTINE_RATIO: f64 = 3.0;
+/// ... and a norm must also differ from the median norm by this fraction of it.
+pub const NORM_TOLERANCE: f64 = 0.05;
+/// The fewest clients the guards act on.
+pub const MIN_CLIENTS: usize = 5;
+
+/// The median of `values` (the mean of the middle two for an even count); NaN when empty.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Positions of the values that are high outliers: modified z-score above [`QUARANTINE_Z`] and
+/// value above `floor(median)`. When the MAD is 0 (more than half the values equal), any value
+/// above the floor counts.
+fn high_outliers(values: &[f64], floor: impl Fn(f64) -> f64) -> Vec<usize> {
+    if values.len() < MIN_CLIENTS {
+        return Vec::new();
+    }
+    let m = median(values);
+    let deviations: Vec<f64> = values.iter().map(|v| (v - m).abs()).collect();
+    let mad = median(&deviations);
+    let bound = floor(m);
+    values
+        .iter()
+        .enumerate()
+        .filter(|&(_, &v)| v > bound && (mad == 0.0 || 0.6745 * (v - m) / mad > QUARANTINE_Z))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The distance from each point to its nearest other point (∞ for a lone point).
+pub fn nearest_neighbour(d: &CondensedMatrix) -> Vec<f64> {
+    let n = d.n();
+    (0..n)
+        .map(|i| {
+            (0..n)
+                .filter(|&j| j != i)
+                .filter_map(|j| d.get(i, j))
+                .fold(f64::INFINITY, f64::min)
+        })
+        .collect()
+}
+
+/// The isolated points of `d`, ascending: those whose nearest neighbour is a high outlier among
+/// the nearest-neighbour distances, at least [`QUARANTINE_RATIO`] × their median and the
+/// median of all pairwise distances (module docs). Empty below [`MIN_CLIENTS`] points.
+pub fn isolated(d: &CondensedMatrix) -> Vec<usize> {
+    let typical = median(d.as_slice());
+    high_outliers(&nearest_neighbour(d), |m| {
+        (QUARANTINE_RATIO * m).max(typical)
+    })
+}
+
+/// Scales each signature whose L2 norm is an outlier (module docs) to the median norm; returns
+/// their positions, ascending. A signature of norm 0 is left as it is (it has no direction).
+pub fn rescale_norm_outliers(signatures: &mut [Vec<f32>]) -> Vec<usize> {
+    let norms: Vec<f64> = signatures
+        .iter()
+        .map(|s| s.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt())
+        .collect();
+    if norms.len() < MIN_CLIENTS {
+        return Vec::new();
+    }
+    let m = median(&norms);
+    // Outliers on either side: the deviation from the median, with the tolerance as its floor.
+    let deviations: Vec<f64> = norms.iter().map(|n| (n - m).abs()).collect();
+    let flagged: Vec<usize> = {
+        let mad = median(&deviations);
+        deviations
+            .iter()
+            .enumerate()
+            .filter(|&(_, &dev)| {
+                dev > NORM_TOLERANCE * m && (mad == 0.0 || 0.6745 * dev / mad > QUARANTINE_Z)
+            })
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let mut rescaled = Vec::new();
+    for i in flagged {
+        if norms[i] > 0.0 {
+            let f = m / norms[i];
+            for x in &mut signatures[i] {
+                *x = (f64::from(*x) * f) as f32;
+            }
+            rescaled.push(i);
+        }
+    }
+    rescaled
+}
+
+/// The distances among the points `keep` (ascending positions of `d`).
+pub fn submatrix(d: &CondensedMatrix, keep: &[usize]) -> CondensedMatrix {
+    let mut data = Vec::with_capacity(keep.len() * keep.len().saturating_sub(1) / 2);
+    for (a, &i) in keep.iter().enumerate() {
+        for &j in &keep[a + 1..] {
+            data.push(d.get(i, j).unwrap_or(0.0));
+        }
+    }
+    CondensedMatrix::from_condensed(data).unwrap_or_else(|_| CondensedMatrix::empty())
+}
+
+/// A cut with `quarantined` points set apart: `cut` cuts the tree of the other points (built
+/// with `method` from their distances), each quarantined point becomes a cluster of its own, and
+/// the labels are renumbered in order of first appearance. Returns the labels of all points and
+/// whatever `cut` returned besides its labels. Without quarantined points, `cut` cuts `tree`.
+pub fn quarantined_cut<T>(
+    tree: &Dendrogram,
+    d: &CondensedMatrix,
+    method: Linkage,
+    quarantined: &[usize],
+    cut: impl FnOnce(&Dendrogram, &CondensedMatrix) -> (Vec<usize>, T),
+) -> (Vec<usize>, T) {
+    if quarantined.is_empty() {
+        return cut(tree, d);
+    }
+    let n = d.n();
+    let keep: Vec<usize> = (0..n).filter(|i| !quarantined.contains(i)).collect();
+    let sub = submatrix(d, &keep);
+    let (labels, extra) = cut(&linkage(&sub, method), &sub);
+    let mut raw = vec![0usize; n];
+    for (&i, &l) in keep.iter().zip(&labels) {
+        raw[i] = l;
+    }
+    let mut next = labels.iter().max().map_or(0, |m| m + 1);
+    for &q in quarantined {
+        raw[q] = next;
+        next += 1;
+    }
+    (first_appearance(&raw), extra)
+}
+
+/// `labels` renumbered 0, 1, … in order of first appearance.
+pub fn first_appearance(labels: &[usize]) -> Vec<usize> {
+    let mut map = std::collections::HashMap::new();
+    labels
+        .iter()
+        .map(|&l| {
+            let next = map.len();
+            *map.entry(l).or_insert(next)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::silhouette_cut;
+
+    /// Two groups of four on a line, 2 apart, each 0.3 wide.
+    fn two_groups() -> Vec<Vec<f32>> {
+        [0.0, 0.1, 0.2, 0.3, 2.0, 2.1, 2.2, 2.3]
+            .iter()
+            .map(|&x| vec![x, 1.0])
+            .collect()
+    }
+
+    #[test]
+    fn median_by_hand() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn nearest_neighbours_by_hand() {
+        let d = CondensedMatrix::euclidean(&[vec![0.0f32], vec![1.0], vec![5.0]]).unwrap();
+        assert_eq!(nearest_neighbour(&d), vec![1.0, 1.0, 4.0]);
+    }
+
+    #[test]
+    fn a_far_point_is_isolated_and_the_honest_ones_are_not() {
+        let mut p = two_groups();
+        assert!(isolated(&CondensedMatrix::euclidean(&p).unwrap()).is_empty());
+        // Nearest-neighbour distances 0.1 × 8 and the far point's ~60: flagged alone.
+        p.push(vec![5.0, 60.0]);
+        assert_eq!(isolated(&CondensedMatrix::euclidean(&p).unwrap()), vec![8]);
+    }
+
+    #[test]
+    fn a_point_just_beyond_its_group_is_not_isolated() {
+        // 0.25 from its nearest neighbour where the others have 0.1: below 3 × the median.
+        let mut p = two_groups();
+        p.push(vec![2.55, 1.0]);
+        assert!(isolated(&CondensedMatrix::euclidean(&p).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn too_few_points_are_never_flagged() {
+        let p = vec![vec![0.0f32], vec![0.1], vec![0.2], vec![100.0]];
+        assert!(isolated(&CondensedMatrix::euclidean(&p).unwrap()).is_empty());
+        let mut p = p;
+        assert!(rescale_norm_outliers(&mut p).is_empty());
+    }
+
+    #[test]
+    fn a_scaled_signature_is_scaled_back() {
+        let honest = two_groups();
+        let mut sent = honest.clone();
+        for x in &mut sent[2] {
+            *x *= 3.0;
+        }
+        // Norms: the first group's 1.0-1.04 and the second's 2.24-2.51 give a median of ~1.6;
+        // the scaled one (3 × 1.02) is no outlier against that spread.
+        assert!(rescale_norm_outliers(&mut sent.clone()).is_empty());
+        // Among signatures of similar norms (as final-layer weights are: θ⁰ dominates them), it
+        // is: it comes back to the median norm, the direction kept.
+        let mut alike: Vec<Vec<f32>> = (0..8).map(|i| vec![1.0, 0.01 * i as f32]).collect();
+        alike[5] = vec![3.0, 0.15];
+        let norm = |s: &[f32]| s.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+        let m = median(&alike.iter().map(|s| norm(s)).collect::<Vec<_>>());
+        assert_eq!(rescale_norm_outliers(&mut alike), vec![5]);
+        let n5 = norm(&alike[5]);
+        assert!((n5 - m).abs() < 1e-6, "{n5} vs {m}");
+        assert!((alike[5][1] / alike[5][0] - 0.05).abs() < 1e-6);
+    }
+
+    #[test]
+    fn norms_within_the_tolerance_are_left_alone() {
+        let mut p: Vec<Vec<f32>> = (0..8).map(|i| vec![1.0 + 0.001 * i as f32]).collect();
+        p[3] = vec![1.04];
+        let before = p.clone();
+        assert!(rescale_norm_outliers(&mut p).is_empty());
+        assert_eq!(p, before);
+    }
+
+    #[test]
+    fn submatrix_keeps_the_chosen_points() {
+        let p = vec![vec![0.0f32], vec![1.0], vec![3.0], vec![7.0]];
+        let d = CondensedMatrix::euclidean(&p).unwrap();
+        let s = submatrix(&d, &[0, 2, 3]);
+        assert_eq!(s.n(), 3);
+        assert_eq!(s.as_slice(), &[3.0, 7.0, 4.0]);
+    }
+
+    #[test]
+    fn first_appearance_renumbers() {
+        assert_eq!(first_appearance(&[4, 4, 2, 9, 2]), vec![0, 0, 1, 2, 1]);
+    }
+
+    #[test]
+    fn the_quarantined_cut_recovers_the_groups_the_far_point_would_merge() {
+        let mut p = two_groups();
+        p.push(vec![5.0, 60.0]);
+        let d = CondensedMatrix::euclidean(&p).unwrap();
+        let tree = linkage(&d, Linkage::Average);
+        let auto = |t: &Dendrogram, d: &CondensedMatrix| {
+            let s = silhouette_cut(t, d).unwrap();
+            (t.cut_distance(s.threshold()), ())
+        };
+        // Unguarded: the far point against all the rest (silhouette ~0.98 against ~0.9 for
+        // the two groups and the far point).
+        let (plain, ()) = auto(&tree, &d);
+        assert_eq!(plain, vec![0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        // Guarded: the two groups, and the far point alone.
+        let q = isolated(&d);
+        let (labels, ()) = quarantined_cut(&tree, &d, Linkage::Average, &q, auto);
+        assert_eq!(labels, vec![0, 0, 0, 0, 1, 1, 1, 1, 2]);
+        // Nothing quarantined: the tree's own cut.
+        let (same, ()) = quarantined_cut(&tree, &d, Linkage::Average, &[], auto);
+        assert_eq!(same, plain);
+    }
+}
