@@ -1,5 +1,6 @@
 //! `edge-client`: argument parsing only; the work is in the library.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -45,10 +46,13 @@ fn main() -> ExitCode {
         }),
         Command::Signature(a) => signature::run(&a).map(|_| ()),
         Command::Predict(a) => predict::run(&a).and_then(|r| {
+            // An error (e.g. a closed pipe), not a panic, when stdout goes away.
+            let mut out = std::io::stdout().lock();
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                serde_json::to_writer_pretty(&mut out, &r)?;
+                writeln!(out)?;
             } else {
-                print!("{}", predict::text(&r));
+                write!(out, "{}", predict::text(&r))?;
             }
             Ok(())
         }),

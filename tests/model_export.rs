@@ -1,0 +1,313 @@
+//! Models out (issue 29 §1): the cluster models a run leaves as `cluster-<k>.safetensors` are
+//! right against independent truth, and `coordinator export` gives the same files from a
+//! checkpoint.
+//!
+//! - `exported_models_give_our_logits_in_numpy`: a FedClust LeNet-5 run and an MT-HFL MLP run
+//!   (`coordinator simulate`); for each cluster model, `edge-client predict --json` on bundled
+//!   test images, then `tests/python/check_safetensors.py` (only `safetensors` and numpy) loads
+//!   the file, checks the PyTorch names, shapes and dtype, runs the module's forward pass in
+//!   numpy and compares the logits to 1e-4. Skipped, with a printed line, when python3 lacks
+//!   numpy or safetensors (`.ci/run` installs them).
+//! - `served_run_writes_models_and_export_of_its_checkpoint_gives_the_same`: a `serve` run
+//!   over the embedded broker writes the cluster files; `coordinator export RUN_DIR` of its
+//!   `checkpoint.json` writes the same models with the same headers.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use edgecfl_shared::data::fmnist::NUM_CLASSES;
+use edgecfl_shared::model::ModelKind;
+use edgecfl_shared::model_file;
+use edgecfl_tests::*;
+use serde_json::Value;
+
+/// The bundled test images.
+fn test_images() -> PathBuf {
+    bundled_data().join("t10k-images-idx3-ubyte.gz")
+}
+
+/// Runs a binary, asserts success, returns stdout.
+fn run_ok(cmd: &mut Command) -> String {
+    let o = cmd.output().expect("start");
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).expect("utf-8")
+}
+
+/// The `cluster-<k>.safetensors` files of a directory, by k.
+fn cluster_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
+        .expect("results dir")
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let k = p
+                .file_name()?
+                .to_str()?
+                .strip_prefix("cluster-")?
+                .strip_suffix(".safetensors")?
+                .parse()
+                .ok()?;
+            Some((k, p))
+        })
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Whether python3 has numpy and safetensors; prints why not.
+fn python_ready() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import numpy, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        println!(
+            "SKIPPED the numpy check: python3 with numpy and safetensors not found \
+             (`python3 -m pip install safetensors numpy`; .ci/run installs them)"
+        );
+    }
+    ok
+}
+
+/// `edge-client predict --json` of `model` on the first `n` bundled test images, written to
+/// `json`, and its numpy check.
+fn predict_and_check(model: &Path, n: usize, json: &Path, python: bool) -> Value {
+    let out = run_ok(
+        Command::new(bin("edge-client"))
+            .args(["predict", "--json", "--limit", &n.to_string(), "--model"])
+            .arg(model)
+            .arg("--images")
+            .arg(test_images()),
+    );
+    std::fs::write(json, &out).unwrap();
+    let v: Value = serde_json::from_str(&out).expect("predict --json");
+    assert_eq!(v["images"], n);
+    assert!(v.get("accuracy").is_none(), "unlabelled: no accuracy");
+    let preds = v["predictions"].as_array().unwrap();
+    assert_eq!(preds.len(), n);
+    for p in preds {
+        let probs: Vec<f64> = p["probabilities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(probs.len(), NUM_CLASSES);
+        assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+    if python {
+        let o = Command::new("python3")
+            .arg(root().join("tests/python/check_safetensors.py"))
+            .arg(model)
+            .arg(json)
+            .arg(test_images())
+            .output()
+            .expect("python3");
+        let text = String::from_utf8_lossy(&o.stdout);
+        print!("{text}");
+        assert!(
+            o.status.success(),
+            "numpy check of {} failed:\n{text}{}",
+            model.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    v
+}
+
+#[test]
+fn exported_models_give_our_logits_in_numpy() {
+    let dir = scratch("model-export-numpy");
+    let python = python_ready();
+    let data = bundled_data();
+    let data = data.to_str().unwrap();
+    let runs: [(&str, &[&str], ModelKind, usize); 2] = [
+        (
+            "fedclust",
+            &[
+                "--partition",
+                "groups:01234-56789",
+                "--clients",
+                "4",
+                "--rounds",
+                "2",
+            ],
+            ModelKind::LeNet5,
+            2,
+        ),
+        (
+            "mthfl",
+            &[
+                "--algorithm",
+                "mthfl",
+                "--model",
+                "mlp",
+                "--lambda",
+                "k=3",
+                "--partition",
+                "tasks:fmnist3",
+                "--clients",
+                "10",
+                "--rounds",
+                "1",
+            ],
+            ModelKind::Mlp,
+            3,
+        ),
+    ];
+    for (name, flags, model, clusters) in runs {
+        let out = dir.join(name);
+        run_ok(
+            Command::new(bin("coordinator"))
+                .arg("simulate")
+                .args(flags)
+                .args([
+                    "--frac", "1", "--epochs", "1", "--seed", "3", "--data", data,
+                ])
+                .arg("--out")
+                .arg(&out),
+        );
+        let summary = summary(&out);
+        let files = cluster_files(&out);
+        assert_eq!(files.len(), clusters, "{name}: {files:?}");
+        assert_eq!(summary["n_clusters"], clusters);
+        for (k, f) in files.iter().enumerate() {
+            let m = model_file::read(f).unwrap();
+            assert_eq!(m.params.model, model);
+            assert_eq!(m.meta.cluster, Some(k));
+            assert_eq!(m.meta.method.as_deref(), Some(name));
+            assert_eq!(
+                m.meta.round,
+                summary["accuracy_per_round"].as_array().map(Vec::len)
+            );
+            // Members as the run assigned them.
+            let assignment: Vec<u64> = summary["assignment"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_u64().unwrap())
+                .collect();
+            assert_eq!(
+                m.meta.members.len(),
+                assignment.iter().filter(|&&a| a == k as u64).count()
+            );
+            predict_and_check(f, 48, &dir.join(format!("{name}-{k}.json")), python);
+        }
+        // Labelled data: accuracy and a confusion matrix over all of it.
+        let v: Value = serde_json::from_str(&run_ok(
+            Command::new(bin("edge-client"))
+                .args(["predict", "--json", "--data", data, "--model"])
+                .arg(&files[0]),
+        ))
+        .unwrap();
+        let n = v["images"].as_u64().unwrap();
+        assert_eq!(n, 1000, "the bundled test set");
+        let conf = v["confusion"].as_array().unwrap();
+        assert_eq!(conf.len(), NUM_CLASSES);
+        let cell = |t: usize, p: usize| conf[t][p].as_u64().unwrap();
+        let total: u64 = (0..10)
+            .flat_map(|t| (0..10).map(move |p| (t, p)))
+            .map(|(t, p)| cell(t, p))
+            .sum();
+        assert_eq!(total, n);
+        for t in 0..NUM_CLASSES {
+            assert_eq!((0..10).map(|p| cell(t, p)).sum::<u64>(), 100, "class {t}");
+        }
+        let correct: u64 = (0..10).map(|k| cell(k, k)).sum();
+        assert_eq!(v["accuracy"].as_f64(), Some(correct as f64 / n as f64));
+    }
+    // A damaged file is a clear error, not a panic.
+    let good = std::fs::read(dir.join("fedclust/cluster-0.safetensors")).unwrap();
+    let cut = dir.join("cut.safetensors");
+    std::fs::write(&cut, &good[..good.len() - 100]).unwrap();
+    let o = Command::new(bin("edge-client"))
+        .args(["predict", "--model"])
+        .arg(&cut)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("truncated model file"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn served_run_writes_models_and_export_of_its_checkpoint_gives_the_same() {
+    const PARTITION: &str = "groups:01234-56789";
+    const CLIENTS: usize = 4;
+    let dir = scratch("model-export-serve");
+    let port = free_port();
+    let prefix = "edgecfl/t-model-export";
+    let flags = run_flags(PARTITION, CLIENTS, 2, 1.0, 5);
+    let log = dir.join("coordinator.log");
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(&flags)
+        .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+        .args(["--prefix", prefix, "--run-id", "export-run"])
+        .args([
+            "--min-clients",
+            &CLIENTS.to_string(),
+            "--join-timeout",
+            "120",
+        ])
+        .arg("--out")
+        .arg(dir.join("out"));
+    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &log);
+    wait_listening(port, Duration::from_secs(60));
+    let clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 5);
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, l) in clients {
+        p.wait_ok(Duration::from_secs(30), &l);
+    }
+    let s = summary(&dir.join("out"));
+    let ended = cluster_files(&dir.join("out"));
+    assert_eq!(ended.len() as u64, s["n_clusters"].as_u64().unwrap());
+    let text = run_ok(
+        Command::new(bin("coordinator"))
+            .arg("export")
+            .arg(dir.join("out"))
+            .arg("--out")
+            .arg(dir.join("exported")),
+    );
+    print!("{text}");
+    let exported = cluster_files(&dir.join("exported"));
+    assert_eq!(exported.len(), ended.len());
+    let ids: Vec<&str> = s["client_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for (k, (a, b)) in ended.iter().zip(&exported).enumerate() {
+        let (a, b) = (model_file::read(a).unwrap(), model_file::read(b).unwrap());
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&a.params.values),
+            bits(&b.params.values),
+            "cluster {k}"
+        );
+        assert_eq!(a.meta, b.meta, "cluster {k}");
+        assert_eq!(a.meta.run_id.as_deref(), Some("export-run"));
+        assert_eq!(a.meta.round, Some(2));
+        let members: Vec<&str> = (0..ids.len())
+            .filter(|&p| s["assignment"][p] == k)
+            .map(|p| ids[p])
+            .collect();
+        assert_eq!(a.meta.members, members, "cluster {k}");
+        assert!(a.meta.accuracy.is_some_and(|x| (0.0..=1.0).contains(&x)));
+    }
+    // Not a checkpoint: a clear error.
+    let o = Command::new(bin("coordinator"))
+        .arg("export")
+        .arg(dir.join("out/summary.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("is not a checkpoint"), "{err}");
+}
