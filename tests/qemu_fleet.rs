@@ -251,10 +251,13 @@ fn aarch64_fleet_under_qemu_clusters_and_learns() {
             report.push('\n');
         }};
     }
-    say!(
-        "qemu fleet: {CLIENTS} × {QEMU} -L {SYSROOT} {}",
-        client.display()
+    // The binary as a path relative to the repository when it is inside it (the report is
+    // committed under bench-results/, where a machine's absolute path does not belong).
+    let shown = client.strip_prefix(root()).map_or_else(
+        |_| client.display().to_string(),
+        |p| p.display().to_string(),
     );
+    say!("qemu fleet: {CLIENTS} × {QEMU} -L {SYSROOT} {shown}");
     say!("  {PARTITION}, seed {SEED}, {RUN}; broker mosquitto, coordinator x86-64");
     say!("  wall time, coordinator started → exited: {wall:.1} s");
     say!(

@@ -503,6 +503,26 @@ mod tests {
     }
 
     #[test]
+    fn signature_guard_flag_and_key() {
+        let c = RunFlags::default().resolve().unwrap();
+        assert_eq!(c.federation.signature_guard, Guard::Robust);
+        let flags = RunFlags {
+            signature_guard: Some("paper".parse().unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(
+            flags.resolve().unwrap().federation.signature_guard,
+            Guard::Paper
+        );
+        let text =
+            DEFAULT_CONFIG.replace("[federation]", "[federation]\nsignature_guard = \"paper\"");
+        let c = RunConfig::parse(&text, "t").unwrap();
+        assert_eq!(c.federation.signature_guard, Guard::Paper);
+        let err = "strict".parse::<Guard>().unwrap_err();
+        assert!(err.contains("robust or paper"), "{err}");
+    }
+
+    #[test]
     fn weighting_and_norm_bound_flags_and_keys() {
         let c = RunFlags::default().resolve().unwrap();
         assert_eq!(c.federation.weighting, Weighting::Samples);

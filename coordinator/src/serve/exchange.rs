@@ -181,10 +181,11 @@ impl MqttPool {
             },
             (TopicKind::Status, None) => match msg {
                 Ok(Envelope {
-                    body: ToCoordinator::Hello(hello),
+                    body: ToCoordinator::Hello(mut hello),
                     ..
                 }) if self.accept_newcomers => match protocol::id(id) {
                     Ok(new) => {
+                        self.declared.hold(id, &mut hello);
                         if let Some(q) = self.queued.iter_mut().find(|q| q.0 == new) {
                             q.1 = hello;
                         } else {

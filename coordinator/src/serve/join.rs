@@ -34,6 +34,36 @@ pub(super) fn stray(tally: &mut Tally, context: impl std::fmt::Display, id: &str
     tally.add(r.reason);
 }
 
+/// The counts each client declared in its first `Hello` of the run (training and test samples):
+/// a later `Hello`, re-sent while clients join or by a newcomer before it is admitted, may lower
+/// them but never raise them. The training count bounds every update's claimed samples and, with
+/// `--weighting samples`, weighs the GPS's averages; a client must not raise it once it has seen
+/// the fleet (issue 28).
+#[derive(Debug, Default)]
+pub(super) struct Declared(BTreeMap<String, (u64, u64)>);
+
+impl Declared {
+    /// Caps `hello`'s counts at the lowest `id` declared before (none: these are its first);
+    /// true when it lowered one.
+    pub(super) fn hold(&mut self, id: &str, hello: &mut Hello) -> bool {
+        let first = self
+            .0
+            .entry(id.to_string())
+            .or_insert((hello.samples, hello.test_samples));
+        let raised = hello.samples > first.0 || hello.test_samples > first.1;
+        hello.samples = hello.samples.min(first.0);
+        hello.test_samples = hello.test_samples.min(first.1);
+        *first = (hello.samples, hello.test_samples);
+        if raised {
+            warn!(
+                "{id}: a later Hello declared more samples than its first; kept {} training / {} test",
+                first.0, first.1
+            );
+        }
+        raised
+    }
+}
+
 /// An answer where only `Hello` and `Gone` belong.
 pub(super) fn upload_on_status() -> Rejected {
     Rejected {
@@ -110,6 +140,7 @@ impl MqttPool {
         let mut candidates: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut joined: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut tally = Tally::default();
+        let mut declared = Declared::default();
         let mut probe_bytes = 0;
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
         info!(
@@ -130,7 +161,8 @@ impl MqttPool {
                     let mut announced = BTreeMap::new();
                     if let Some(r) = join_status(&mut announced, id, &payload) {
                         stray(&mut tally, "joining", id, r);
-                    } else if let Some((valid, hello)) = announced.remove(id) {
+                    } else if let Some((valid, mut hello)) = announced.remove(id) {
+                        declared.hold(id, &mut hello);
                         if let Some(j) = joined.get_mut(id) {
                             j.1 = hello;
                         } else {
@@ -218,6 +250,7 @@ impl MqttPool {
         pool.accept_newcomers = true;
         pool.wire.probe_down = probe_bytes;
         pool.probing = candidates.into_values().collect();
+        pool.declared = declared;
         Ok(pool)
     }
 
@@ -238,6 +271,7 @@ impl MqttPool {
     ) -> anyhow::Result<Self> {
         let mut hellos: BTreeMap<&str, Hello> = BTreeMap::new();
         let mut tally = Tally::default();
+        let mut declared = Declared::default();
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
         while hellos.len() < ids.len() {
             let Some(ev) = link.recv_until(deadline) else {
@@ -257,9 +291,10 @@ impl MqttPool {
             };
             match Envelope::<ToCoordinator>::from_bytes(&payload) {
                 Ok(Envelope {
-                    body: ToCoordinator::Hello(h),
+                    body: ToCoordinator::Hello(mut h),
                     ..
                 }) => {
+                    declared.hold(id, &mut h);
                     hellos.insert(member.as_str(), h);
                 }
                 Ok(Envelope {
@@ -293,7 +328,9 @@ impl MqttPool {
                 alive: true,
             })
             .collect();
-        Ok(Self::of_members(link, topics, run, net, members, tally))
+        let mut pool = Self::of_members(link, topics, run, net, members, tally);
+        pool.declared = declared;
+        Ok(pool)
     }
 }
 
@@ -348,6 +385,34 @@ mod tests {
         assert_eq!(joined["c0"].0.as_str(), "c0");
         assert_eq!(join_status(&mut joined, "c0", &gone), None);
         assert_eq!(joined.keys().collect::<Vec<_>>(), ["c2"]);
+    }
+
+    /// A client's first `Hello` fixes the most it may declare: a later one lowers, never raises.
+    #[test]
+    fn a_later_hello_cannot_raise_the_declared_counts() {
+        let mut d = Declared::default();
+        let h = |samples, test_samples| Hello {
+            samples,
+            test_samples,
+            backend: protocol::text("flex"),
+            shard: None,
+        };
+        let mut first = h(600, 100);
+        assert!(!d.hold("c0", &mut first));
+        assert_eq!((first.samples, first.test_samples), (600, 100));
+        let mut inflated = h(600_000, 100_000);
+        assert!(d.hold("c0", &mut inflated));
+        assert_eq!((inflated.samples, inflated.test_samples), (600, 100));
+        let mut lower = h(500, 100);
+        assert!(!d.hold("c0", &mut lower));
+        assert_eq!(lower.samples, 500);
+        let mut again = h(600, 100);
+        assert!(d.hold("c0", &mut again));
+        assert_eq!(again.samples, 500, "the lowest declared sticks");
+        // Each client its own.
+        let mut other = h(9_000, 10);
+        assert!(!d.hold("c1", &mut other));
+        assert_eq!(other.samples, 9_000);
     }
 
     /// A log sink for one test: the lines written while `f` runs, with every level on.

@@ -116,6 +116,8 @@ pub struct MqttPool {
     /// Clients that announced themselves and were pinged, not answered yet: one that answers
     /// is queued as a newcomer.
     pub(super) probing: Vec<(Id, Hello)>,
+    /// The counts each client first declared ([`super::join::Declared`]).
+    pub(super) declared: super::join::Declared,
     /// Where the checkpoint goes after every round (`serve`: `--out`), with what a resumed run
     /// needs of this pool.
     pub(super) checkpoint: Option<(PathBuf, usize)>,
@@ -151,6 +153,7 @@ impl MqttPool {
             accept_newcomers: false,
             queued: Vec::new(),
             probing: Vec::new(),
+            declared: Default::default(),
             checkpoint: None,
         }
     }

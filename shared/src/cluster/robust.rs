@@ -74,8 +74,11 @@ impl FromStr for Guard {
 pub const QUARANTINE_Z: f64 = 3.5;
 /// ... and a nearest-neighbour distance must also be this many times the median one.
 pub const QUARANTINE_RATIO: f64 = 3.0;
-/// ... and a norm must also differ from the median norm by this fraction of it.
-pub const NORM_TOLERANCE: f64 = 0.05;
+/// ... and a norm must also differ from the median norm by this fraction of it. Honest
+/// final-layer signatures spread by about ±6 % around their median (LeNet-5 after a warm-up
+/// epoch on the `groups:012-34-56-789` shards of the bundled Fashion-MNIST: 2.13-2.35 about
+/// 2.26), enough for a modified z-score above 3.5 on its own among 8 clients.
+pub const NORM_TOLERANCE: f64 = 0.25;
 /// The fewest clients the guards act on.
 pub const MIN_CLIENTS: usize = 5;
 
@@ -297,8 +300,14 @@ mod tests {
 
     #[test]
     fn norms_within_the_tolerance_are_left_alone() {
-        let mut p: Vec<Vec<f32>> = (0..8).map(|i| vec![1.0 + 0.001 * i as f32]).collect();
-        p[3] = vec![1.04];
+        // The honest spread that flagged a client at a 5 % tolerance: 5.7 % below the median,
+        // a modified z-score of 3.6.
+        let mut p: Vec<Vec<f32>> = [
+            2.2582, 2.2283, 2.2761, 2.3118, 2.2497, 2.1323, 2.2695, 2.3501,
+        ]
+        .iter()
+        .map(|&x| vec![x])
+        .collect();
         let before = p.clone();
         assert!(rescale_norm_outliers(&mut p).is_empty());
         assert_eq!(p, before);
