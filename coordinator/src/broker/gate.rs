@@ -245,6 +245,14 @@ impl Gate {
         if first[0] >> 4 != 1 {
             return Err("the first packet is not CONNECT".into());
         }
+        // rumqttc's 3.1.1 parser takes level 5 and then fails on its properties, so the level
+        // is read first: any other than 4 gets the CONNACK refusal MQTT 3.1.1 defines (0x01).
+        if let Some(level) = connect_level(&first).filter(|&l| l != 4) {
+            send_connack(&mut cw, ConnectReturnCode::RefusedProtocolVersion).await;
+            return Err(format!(
+                "refused: MQTT protocol level {level} (only 3.1.1, level 4, is served)"
+            ));
+        }
         let mut connect = match Packet::read(&mut first.clone(), MAX_PACKET) {
             Ok(Packet::Connect(c)) => c,
             Ok(_) => return Err("the first packet is not CONNECT".into()),
@@ -400,6 +408,16 @@ async fn send_connack<W: AsyncWrite + Unpin>(w: &mut W, code: ConnectReturnCode)
         let _ = w.flush().await;
         let _ = w.shutdown().await;
     }
+}
+
+/// The protocol level of a CONNECT frame (4: MQTT 3.1.1, 5: MQTT 5, 3: MQTT 3.1 as `MQIsdp`),
+/// read from its variable header; `None` when the frame is too short to hold one.
+pub fn connect_level(frame: &[u8]) -> Option<u8> {
+    // Fixed header: the type byte, then 1-4 bytes of remaining length (the last below 0x80).
+    let len_bytes = frame.iter().skip(1).take(4).position(|b| b & 0x80 == 0)? + 1;
+    let rest = frame.get(1 + len_bytes..)?;
+    let name_len = usize::from(u16::from_be_bytes([*rest.first()?, *rest.get(1)?]));
+    rest.get(2 + name_len).copied()
 }
 
 /// The length of the MQTT packet at the start of `buf` (fixed header included) once it is
@@ -647,6 +665,53 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn the_protocol_level_is_read_from_the_connect() {
+        let v4 = encode(Packet::Connect(connect("c0", None, None)));
+        assert_eq!(connect_level(&v4), Some(4));
+        // An MQTT 5 CONNECT as a v5 client writes it: name, level 5, flags, keepalive, an empty
+        // property block, the client id.
+        let v5 = [
+            0x10, 0x10, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x05, 0x02, 0x00, 0x3c, 0x00, 0x00,
+            0x03, b'c', b'0', b'1',
+        ];
+        assert_eq!(connect_level(&v5), Some(5));
+        // MQTT 3.1.
+        let v3 = [
+            0x10, 0x0c, 0x00, 0x06, b'M', b'Q', b'I', b's', b'd', b'p', 0x03, 0x02, 0x00, 0x3c,
+        ];
+        assert_eq!(connect_level(&v3), Some(3));
+        for short in [
+            &[0x10][..],
+            &[0x10, 0x80],
+            &[0x10, 0x02, 0x00],
+            &[0x10, 0x06, 0x00, 0x04, b'M'],
+        ] {
+            assert_eq!(connect_level(short), None, "{short:?}");
+        }
+    }
+
+    /// Over a socket: an MQTT 5 CONNECT gets CONNACK "unacceptable protocol version" (0x01) and
+    /// the connection is closed, as MQTT 3.1.1 §3.2.2.3 says, not dropped without a word.
+    #[tokio::test]
+    async fn an_mqtt5_connect_is_refused_with_its_return_code() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(Arc::new(gate(ACL, Some("c1"))).run(listener));
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let v5 = [
+            0x10, 0x10, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x05, 0x02, 0x00, 0x3c, 0x00, 0x00,
+            0x03, b'c', b'0', b'1',
+        ];
+        tcp.write_all(&v5).await.unwrap();
+        let mut reply = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut reply))
+            .await
+            .expect("the gate answers and closes")
+            .unwrap();
+        assert_eq!(reply, [0x20, 0x02, 0x00, 0x01]);
     }
 
     #[test]
