@@ -152,7 +152,7 @@ pub struct ExportArgs {
     pub out: Option<PathBuf>,
 }
 
-/// A checkpoint read for export: the driver's state and the run id when the file has one.
+/// What `coordinator export` wrote.
 #[derive(Debug, Clone)]
 pub struct Exported {
     /// The models written, with their headers.

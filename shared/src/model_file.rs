@@ -18,12 +18,12 @@
 //! [`read`] never panics on a bad file: a truncated file, an unknown model, a missing or extra
 //! tensor, a wrong shape or dtype, a non-finite value each have their [`ModelFileError`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors, TensorView};
+use safetensors::tensor::{Dtype, SafeTensorError, TensorView};
 
 use crate::data::fmnist::{CLASS_NAMES, IMAGE_COLS, IMAGE_ROWS, IMAGE_SIZE, NUM_CLASSES};
 use crate::model::{ModelError, ModelKind, Net, ParamLayout, Params};
@@ -123,8 +123,8 @@ impl ModelMeta {
     }
 
     /// The `__metadata__` map.
-    pub fn to_map(&self) -> HashMap<String, String> {
-        let mut m = HashMap::new();
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
         let mut put = |k: &str, v: String| {
             m.insert(k.to_string(), v);
         };
@@ -167,7 +167,7 @@ impl ModelMeta {
 
     /// Reads the metadata of a file whose tensors are of `model` (from the header's `model`
     /// key, else from the tensor names).
-    fn from_map(model: ModelKind, m: &HashMap<String, String>) -> Result<Self, ModelFileError> {
+    fn from_map(model: ModelKind, m: &BTreeMap<String, String>) -> Result<Self, ModelFileError> {
         let bad = |key: &'static str, value: &str| ModelFileError::BadMetadata {
             key,
             value: value.to_string(),
@@ -379,7 +379,11 @@ pub fn to_bytes(params: &Params, meta: &ModelMeta) -> Result<Vec<u8>, ModelFileE
         .iter()
         .map(|(n, s, b)| Ok((n.as_str(), TensorView::new(Dtype::F32, s.clone(), b)?)))
         .collect::<Result<Vec<_>, SafeTensorError>>()?;
-    Ok(safetensors::serialize(views, Some(meta.to_map()))?)
+    // The map type is safetensors' (hashbrown's without its `std` feature, std's with it).
+    Ok(safetensors::serialize(
+        views,
+        Some(meta.to_map().into_iter().collect()),
+    )?)
 }
 
 /// Writes `params` with `meta` to `path` atomically (a temporary file in the same directory,
@@ -419,106 +423,184 @@ pub fn read(path: &Path) -> Result<ModelFile, ModelFileError> {
     from_bytes(&bytes)
 }
 
-/// The end of the data region the header announces, when the header itself is complete and
-/// parses: used to tell a truncated file from a malformed one.
-fn announced_len(bytes: &[u8]) -> Result<u64, ModelFileError> {
+/// One tensor entry of a safetensors header.
+#[derive(Debug, serde::Deserialize)]
+struct RawTensor {
+    dtype: String,
+    shape: Vec<usize>,
+    data_offsets: (u64, u64),
+}
+
+/// A safetensors header: the `__metadata__` map and every tensor entry, in the file's order.
+/// Parsed by hand (one map visitor) rather than with the crate's header type, which goes through
+/// serde's `flatten` (see [`from_bytes`] for why).
+#[derive(Debug, Default)]
+struct RawHeader {
+    metadata: Option<BTreeMap<String, String>>,
+    tensors: Vec<(String, RawTensor)>,
+}
+
+impl RawHeader {
+    fn tensor(&self, name: &str) -> Option<&RawTensor> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RawHeader {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = RawHeader;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a safetensors header (a JSON object)")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<RawHeader, A::Error> {
+                let mut h = RawHeader::default();
+                while let Some(k) = m.next_key::<String>()? {
+                    if k == "__metadata__" {
+                        h.metadata = Some(m.next_value()?);
+                    } else {
+                        let t = m.next_value()?;
+                        h.tensors.push((k, t));
+                    }
+                }
+                Ok(h)
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
+
+/// A parsed file: its header and its data region.
+struct Parsed<'a> {
+    header: RawHeader,
+    data: &'a [u8],
+}
+
+/// Splits a safetensors file into header and data and parses the header: the 8-byte
+/// little-endian header length, the JSON header, then the data, which the tensors' offsets must
+/// cover exactly, one after the other (the format's rule, as the crate checks it).
+fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ModelFileError> {
     let got = bytes.len() as u64;
     let Some(prefix) = bytes.get(..8) else {
         return Err(ModelFileError::Truncated { expected: 8, got });
     };
     let n = u64::from_le_bytes(prefix.try_into().unwrap_or([0; 8]));
-    let header_end = n.saturating_add(8);
+    // The crate's bound on a header: a length prefix beyond it is garbage, not truncation.
+    if n > 100_000_000 {
+        return Err(ModelFileError::Format(format!("header length {n}")));
+    }
+    let header_end = n + 8;
     if header_end > got {
-        // A length prefix beyond any sane header is garbage, not truncation.
-        if n > 100_000_000 {
-            return Err(ModelFileError::Format(format!("header length {n}")));
-        }
         return Err(ModelFileError::Truncated {
             expected: header_end,
             got,
         });
     }
-    let header = &bytes[8..header_end as usize];
-    let header: serde_json::Value = serde_json::from_slice(header)
+    let header = std::str::from_utf8(&bytes[8..header_end as usize])
         .map_err(|e| ModelFileError::Format(format!("header: {e}")))?;
-    let mut end = 0u64;
-    if let Some(map) = header.as_object() {
-        for (k, v) in map {
-            if k == "__metadata__" {
-                continue;
-            }
-            if let Some(e) = v
-                .get("data_offsets")
-                .and_then(|o| o.get(1))
-                .and_then(serde_json::Value::as_u64)
-            {
-                end = end.max(e);
-            }
-        }
+    let header: RawHeader =
+        serde_json::from_str(header).map_err(|e| ModelFileError::Format(format!("header: {e}")))?;
+    let data = &bytes[header_end as usize..];
+    let mut spans: Vec<(u64, u64)> = header.tensors.iter().map(|(_, t)| t.data_offsets).collect();
+    let announced = spans.iter().map(|s| s.1).max().unwrap_or(0);
+    if announced > data.len() as u64 {
+        return Err(ModelFileError::Truncated {
+            expected: header_end + announced,
+            got,
+        });
     }
-    Ok(header_end.saturating_add(end))
+    spans.sort_unstable();
+    let mut at = 0;
+    for (s, e) in spans {
+        if s != at || e < s {
+            return Err(ModelFileError::Format(format!(
+                "tensor data at bytes {s}..{e}, expected to start at {at}"
+            )));
+        }
+        at = e;
+    }
+    if at != data.len() as u64 {
+        return Err(ModelFileError::Format(format!(
+            "{} bytes after the tensors' data",
+            data.len() as u64 - at
+        )));
+    }
+    Ok(Parsed { header, data })
 }
 
 /// Reads a model file's bytes: its architecture from the header's `model` key (else from the
 /// tensor names: `conv1.weight` means LeNet-5), then every tensor checked against the PyTorch
 /// module's names, shapes and dtype.
 ///
+/// The files are written with the `safetensors` crate ([`to_bytes`]) and read here without
+/// it: the edge client, which reads them, must stay under 8 MiB on aarch64, and the crate's
+/// reader added 90 KB of code to it. The unit tests read files the crate wrote, whole and
+/// damaged in each way.
+///
 /// # Errors
 ///
 /// The [`ModelFileError`] naming what is wrong.
 pub fn from_bytes(bytes: &[u8]) -> Result<ModelFile, ModelFileError> {
-    let announced = announced_len(bytes)?;
-    if announced > bytes.len() as u64 {
-        return Err(ModelFileError::Truncated {
-            expected: announced,
-            got: bytes.len() as u64,
-        });
-    }
-    let (_, metadata) = SafeTensors::read_metadata(bytes)?;
-    let st = SafeTensors::deserialize(bytes)?;
-    let header = metadata.metadata().clone().unwrap_or_default();
+    let Parsed { header: raw, data } = parse(bytes)?;
+    let header = raw.metadata.clone().unwrap_or_default();
     let model = match header.get(key::MODEL) {
         Some(m) => m
             .parse::<ModelKind>()
             .map_err(|_| ModelFileError::UnknownModel(m.clone()))?,
-        None if st.names().contains(&"conv1.weight") => ModelKind::LeNet5,
+        None if raw.tensor("conv1.weight").is_some() => ModelKind::LeNet5,
         None => ModelKind::Mlp,
     };
     let layout = ParamLayout::of(model);
-    // Extra tensors first (sorted, for a deterministic error).
-    let mut names: Vec<&str> = st.names();
-    names.sort_unstable();
-    if let Some(extra) = names.iter().find(|n| layout.entry(n).is_none()) {
+    // Extra tensors first (the first by name, for a deterministic error).
+    if let Some(extra) = raw
+        .tensors
+        .iter()
+        .map(|(n, _)| n)
+        .filter(|n| layout.entry(n).is_none())
+        .min()
+    {
         return Err(ModelFileError::UnexpectedTensor {
             model,
-            name: (*extra).to_string(),
+            name: extra.clone(),
         });
     }
     let mut values = Vec::with_capacity(layout.len());
     for e in &layout.entries {
-        let t = st
+        let t = raw
             .tensor(e.name)
-            .map_err(|_| ModelFileError::MissingTensor {
+            .ok_or_else(|| ModelFileError::MissingTensor {
                 model,
                 name: e.name.to_string(),
             })?;
         let expected = torch_shape(e.name, &e.shape);
-        if t.shape() != expected.as_slice() {
+        if t.shape != expected {
             return Err(ModelFileError::WrongShape {
                 model,
                 name: e.name.to_string(),
                 expected,
-                got: t.shape().to_vec(),
+                got: t.shape.clone(),
             });
         }
-        if t.dtype() != Dtype::F32 {
+        if t.dtype != "F32" {
             return Err(ModelFileError::WrongDtype {
                 name: e.name.to_string(),
-                got: format!("{:?}", t.dtype()),
+                got: t.dtype.clone(),
             });
         }
-        let v: Vec<f32> = t
-            .data()
+        let (s, end) = t.data_offsets;
+        if end - s != 4 * e.len() as u64 {
+            return Err(ModelFileError::Format(format!(
+                "tensor {}: {} bytes for {} f32 values",
+                e.name,
+                end - s,
+                e.len()
+            )));
+        }
+        let v: Vec<f32> = data[s as usize..end as usize]
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
@@ -540,13 +622,7 @@ pub fn from_bytes(bytes: &[u8]) -> Result<ModelFile, ModelFileError> {
 ///
 /// As [`from_bytes`] for a file whose header cannot be read.
 pub fn header(bytes: &[u8]) -> Result<BTreeMap<String, String>, ModelFileError> {
-    let (_, metadata) = SafeTensors::read_metadata(bytes)?;
-    Ok(metadata
-        .metadata()
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .collect())
+    Ok(parse(bytes)?.header.metadata.unwrap_or_default())
 }
 
 /// Logits (`images.len() / 784` rows of [`NUM_CLASSES`], row-major) of `net` for 28 × 28 grey
@@ -593,6 +669,7 @@ pub fn softmax(logits: &[f32]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use safetensors::tensor::SafeTensors;
 
     fn meta(model: ModelKind) -> ModelMeta {
         ModelMeta {
@@ -612,7 +689,7 @@ mod tests {
             .iter()
             .map(|(n, d, s, b)| (*n, TensorView::new(*d, s.clone(), b).unwrap()))
             .collect();
-        safetensors::serialize(views, meta.map(ModelMeta::to_map)).unwrap()
+        safetensors::serialize(views, meta.map(|m| m.to_map().into_iter().collect())).unwrap()
     }
 
     /// The tensors of a valid file (PyTorch layout), to damage one by one.
@@ -722,6 +799,33 @@ mod tests {
         let mut junk = 20u64.to_le_bytes().to_vec();
         junk.extend_from_slice(b"not json at all!!!!!");
         assert!(matches!(from_bytes(&junk), Err(ModelFileError::Format(_))));
+        // Offsets that leave a gap, or overlap: the header rewritten around the same data.
+        let rewrite = |f: &dyn Fn(&mut serde_json::Value)| -> Vec<u8> {
+            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            let mut h: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+            f(&mut h);
+            let h = serde_json::to_vec(&h).unwrap();
+            let mut out = (h.len() as u64).to_le_bytes().to_vec();
+            out.extend_from_slice(&h);
+            out.extend_from_slice(&bytes[8 + n..]);
+            out
+        };
+        for shift in [4i64, -4] {
+            let moved = rewrite(&|h| {
+                let o = &mut h["fc3.bias"]["data_offsets"];
+                let s = o[0].as_i64().unwrap() + shift;
+                o[0] = s.into();
+            });
+            assert!(
+                matches!(from_bytes(&moved), Err(ModelFileError::Format(_))),
+                "{shift}"
+            );
+        }
+        let not_a_tensor = rewrite(&|h| h["fc3.bias"] = serde_json::json!("F32"));
+        assert!(matches!(
+            from_bytes(&not_a_tensor),
+            Err(ModelFileError::Format(_))
+        ));
         // A missing tensor.
         let without: Vec<_> = good.iter().filter(|t| t.0 != "fc2.bias").cloned().collect();
         match from_bytes(&file(&without, Some(&m))) {
@@ -794,14 +898,15 @@ mod tests {
             .iter()
             .map(|(n, d, s, b)| (*n, TensorView::new(*d, s.clone(), b).unwrap()))
             .collect();
-        let bytes = safetensors::serialize(views.clone(), Some(other)).unwrap();
+        let bytes =
+            safetensors::serialize(views.clone(), Some(other.into_iter().collect())).unwrap();
         assert!(matches!(
             from_bytes(&bytes),
             Err(ModelFileError::UnknownModel(m)) if m == "resnet18"
         ));
         let mut mlp = m.to_map();
         mlp.insert("model".into(), "mlp".into());
-        let bytes = safetensors::serialize(views.clone(), Some(mlp)).unwrap();
+        let bytes = safetensors::serialize(views.clone(), Some(mlp.into_iter().collect())).unwrap();
         assert!(matches!(
             from_bytes(&bytes),
             Err(ModelFileError::UnexpectedTensor {
@@ -820,7 +925,8 @@ mod tests {
         ] {
             let mut h = m.to_map();
             h.insert(key.into(), value.into());
-            let bytes = safetensors::serialize(views.clone(), Some(h)).unwrap();
+            let bytes =
+                safetensors::serialize(views.clone(), Some(h.into_iter().collect())).unwrap();
             match from_bytes(&bytes) {
                 Err(ModelFileError::BadMetadata { key: k, .. }) => assert_eq!(k, key),
                 other => panic!("{key}={value}: {other:?}"),
