@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use edgecfl_shared::aggregate::Aggregate;
 use edgecfl_shared::algorithms::fedclust::{ClusterStart, Threshold};
 use edgecfl_shared::algorithms::mthfl::{Estimate, Relevance};
 use edgecfl_shared::cluster::hc::Linkage;
@@ -210,6 +211,13 @@ pub struct RunFlags {
     /// default; both invisible on an honest fleet) | paper (the uploads as they came).
     #[arg(long)]
     pub signature_guard: Option<Guard>,
+    /// How a cluster's updates become its model: mean (FedAvg, weighted as --weighting says;
+    /// the default) | median (coordinate-wise, unweighted) | trimmed:F (coordinate-wise mean
+    /// without the F·n lowest and highest values, 0 ≤ F < 0.5) | norm-clip (each update's
+    /// change clipped to the round's median change norm, then the weighted mean). Robust
+    /// choices against a client that lies with its updates.
+    #[arg(long)]
+    pub aggregate: Option<Aggregate>,
     /// The local test view of the headline accuracy: labels (every test image of each label a
     /// client holds, PACFL's and FedClust's "local view"; the default) | proportional (the same
     /// images weighted in the proportions of the client's training labels). Both views are
@@ -318,6 +326,7 @@ impl RunFlags {
         }
         set!(weighting => f.weighting);
         set!(signature_guard => f.signature_guard);
+        set!(aggregate => f.aggregate);
         set!(local_test => f.local_test);
         set!(sampling => f.sampling);
         if self.personalize.is_some() {
@@ -520,6 +529,25 @@ mod tests {
         assert_eq!(c.federation.signature_guard, Guard::Paper);
         let err = "strict".parse::<Guard>().unwrap_err();
         assert!(err.contains("robust or paper"), "{err}");
+    }
+
+    #[test]
+    fn aggregate_flag_and_key() {
+        let c = RunFlags::default().resolve().unwrap();
+        assert_eq!(c.federation.aggregate, Aggregate::Mean);
+        let flags = RunFlags {
+            aggregate: Some("trimmed:0.2".parse().unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(
+            flags.resolve().unwrap().federation.aggregate,
+            Aggregate::Trimmed(0.2)
+        );
+        let text = DEFAULT_CONFIG.replace("[federation]", "[federation]\naggregate = \"median\"");
+        let c = RunConfig::parse(&text, "t").unwrap();
+        assert_eq!(c.federation.aggregate, Aggregate::Median);
+        let text = DEFAULT_CONFIG.replace("[federation]", "[federation]\naggregate = \"krum\"");
+        assert!(RunConfig::parse(&text, "t").is_err());
     }
 
     #[test]

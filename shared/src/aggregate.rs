@@ -1,6 +1,84 @@
-//! Sample-count-weighted federated averaging (FedAvg, McMahan et al. 2017).
+//! Sample-count-weighted federated averaging (FedAvg, McMahan et al. 2017), and the robust
+//! aggregates a run may choose instead (`--aggregate`, [`Aggregate`]): the coordinate-wise median
+//! and trimmed mean (Yin et al. 2018; Flower's FedMedian and FedTrimmedAvg) and the mean of
+//! updates clipped to the round's median update norm.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::model::Params;
+
+/// How a cluster's updates become its model.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Aggregate {
+    /// FedAvg: the mean weighted as `--weighting` says. The default.
+    #[default]
+    Mean,
+    /// The coordinate-wise median of the updates (unweighted): one update cannot move any
+    /// coordinate past the others.
+    Median,
+    /// The coordinate-wise mean after dropping the ⌊F·n⌋ lowest and highest values of each
+    /// coordinate (unweighted), `0 ≤ F < 0.5`.
+    Trimmed(f64),
+    /// Each update's change from the model it was sent is clipped to the median change norm of
+    /// the round, then the weighted mean is taken: no update moves the model further than a
+    /// typical one, and no bound is set by hand.
+    NormClip,
+}
+
+impl Aggregate {
+    /// Whether this is [`Aggregate::Mean`] (for `skip_serializing_if`).
+    pub fn is_mean(&self) -> bool {
+        *self == Aggregate::Mean
+    }
+}
+
+impl fmt::Display for Aggregate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Aggregate::Mean => f.write_str("mean"),
+            Aggregate::Median => f.write_str("median"),
+            Aggregate::Trimmed(x) => write!(f, "trimmed:{x}"),
+            Aggregate::NormClip => f.write_str("norm-clip"),
+        }
+    }
+}
+
+impl FromStr for Aggregate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || {
+            format!(
+                "unknown aggregate {s:?} (expected mean, median, trimmed:F with 0 ≤ F < 0.5, or norm-clip)"
+            )
+        };
+        match s {
+            "mean" => Ok(Aggregate::Mean),
+            "median" => Ok(Aggregate::Median),
+            "norm-clip" => Ok(Aggregate::NormClip),
+            _ => match s.strip_prefix("trimmed:").map(str::parse::<f64>) {
+                Some(Ok(f)) if (0.0..0.5).contains(&f) => Ok(Aggregate::Trimmed(f)),
+                _ => Err(err()),
+            },
+        }
+    }
+}
+
+impl From<Aggregate> for String {
+    fn from(a: Aggregate) -> String {
+        a.to_string()
+    }
+}
+
+impl TryFrom<String> for Aggregate {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
 
 /// Errors of aggregation.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -71,9 +149,173 @@ pub fn fedavg(updates: &[(&Params, u64)]) -> Result<Params, AggregateError> {
     })
 }
 
+/// Checks that `items` is non-empty and of one length; returns it.
+fn common_len(items: &[(&[f32], u64)]) -> Result<usize, AggregateError> {
+    let (first, _) = items.first().ok_or(AggregateError::Empty)?;
+    let len = first.len();
+    for (index, (v, _)) in items.iter().enumerate() {
+        if v.len() != len {
+            return Err(AggregateError::Mismatch {
+                index,
+                expected: len,
+                got: v.len(),
+            });
+        }
+    }
+    Ok(len)
+}
+
+/// The coordinate-wise trimmed mean: per coordinate, the mean of the values left after dropping
+/// the `trim` lowest and the `trim` highest (`trim` < n/2; 0: the plain mean). Weights are
+/// ignored.
+fn trimmed_mean(items: &[(&[f32], u64)], trim: usize) -> Result<Vec<f32>, AggregateError> {
+    let len = common_len(items)?;
+    let n = items.len();
+    let trim = trim.min((n - 1) / 2);
+    let mut column = vec![0f32; n];
+    Ok((0..len)
+        .map(|j| {
+            for (c, (v, _)) in column.iter_mut().zip(items) {
+                *c = v[j];
+            }
+            column.sort_by(f32::total_cmp);
+            let kept = &column[trim..n - trim];
+            (kept.iter().map(|&x| f64::from(x)).sum::<f64>() / kept.len() as f64) as f32
+        })
+        .collect())
+}
+
+/// The coordinate-wise median (the mean of the middle two for an even count). Weights are
+/// ignored.
+pub fn median(items: &[(&[f32], u64)]) -> Result<Vec<f32>, AggregateError> {
+    let n = items.len();
+    trimmed_mean(items, n.saturating_sub(1) / 2)
+}
+
+/// [`Aggregate::NormClip`]: each `x − reference` clipped to the median of their L2 norms, then
+/// the weighted mean of `reference + clipped`.
+fn norm_clipped(items: &[(&[f32], u64)], reference: &[f32]) -> Result<Vec<f32>, AggregateError> {
+    let len = common_len(items)?;
+    if reference.len() != len {
+        return Err(AggregateError::Mismatch {
+            index: 0,
+            expected: reference.len(),
+            got: len,
+        });
+    }
+    let deltas: Vec<Vec<f64>> = items
+        .iter()
+        .map(|(v, _)| {
+            v.iter()
+                .zip(reference)
+                .map(|(x, r)| f64::from(*x) - f64::from(*r))
+                .collect()
+        })
+        .collect();
+    let norms: Vec<f64> = deltas
+        .iter()
+        .map(|d| d.iter().map(|x| x * x).sum::<f64>().sqrt())
+        .collect();
+    let bound = crate::cluster::robust::median(&norms);
+    let clipped: Vec<Vec<f32>> = deltas
+        .iter()
+        .zip(&norms)
+        .map(|(d, &n)| {
+            let f = if n > bound && n > 0.0 { bound / n } else { 1.0 };
+            d.iter()
+                .zip(reference)
+                .map(|(x, r)| (f64::from(*r) + f * x) as f32)
+                .collect()
+        })
+        .collect();
+    let items: Vec<(&[f32], u64)> = clipped
+        .iter()
+        .zip(items)
+        .map(|(c, (_, w))| (c.as_slice(), *w))
+        .collect();
+    weighted_average(&items)
+}
+
+/// `how` over `items` (values and weights); `reference` is the model the updates were trained
+/// from (needed by [`Aggregate::NormClip`]; the others ignore it).
+pub fn aggregate(
+    items: &[(&[f32], u64)],
+    how: Aggregate,
+    reference: &[f32],
+) -> Result<Vec<f32>, AggregateError> {
+    match how {
+        Aggregate::Mean => weighted_average(items),
+        Aggregate::Median => median(items),
+        Aggregate::Trimmed(f) => trimmed_mean(items, (f * items.len() as f64).floor() as usize),
+        Aggregate::NormClip => norm_clipped(items, reference),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_and_trimmed_mean_by_hand() {
+        let (a, b, c, d, e) = (
+            [1.0f32, 10.0],
+            [2.0, 20.0],
+            [3.0, 30.0],
+            [4.0, 40.0],
+            [1000.0, -1000.0],
+        );
+        let items = [
+            (&a[..], 1),
+            (&b[..], 1),
+            (&c[..], 1),
+            (&d[..], 1),
+            (&e[..], 1_000_000),
+        ];
+        // Column 0: 1 2 3 4 1000 → 3; column 1: −1000 10 20 30 40 → 20. The weight is ignored.
+        assert_eq!(median(&items).unwrap(), vec![3.0, 20.0]);
+        // Even count: the middle two's mean.
+        assert_eq!(median(&items[..4]).unwrap(), vec![2.5, 25.0]);
+        // trimmed:0.2 of 5 drops one at each end: (2+3+4)/3, (10+20+30)/3.
+        assert_eq!(
+            aggregate(&items, Aggregate::Trimmed(0.2), &[0.0, 0.0]).unwrap(),
+            vec![3.0, 20.0]
+        );
+        // trimmed:0 is the unweighted mean.
+        assert_eq!(
+            aggregate(&items[..2], Aggregate::Trimmed(0.0), &[0.0, 0.0]).unwrap(),
+            vec![1.5, 15.0]
+        );
+        assert_eq!(median(&items[..1]).unwrap(), vec![1.0, 10.0]);
+    }
+
+    #[test]
+    fn norm_clip_holds_an_update_to_the_median_change() {
+        let reference = [0.0f32, 0.0];
+        // Changes of norm 1, 1, 1 and 100 (the last in another direction): the median is 1, so
+        // the last is scaled to [0, 1]; the mean is ([1,0]·3 + [0,1]) / 4.
+        let (a, b, c, d) = ([1.0f32, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 100.0]);
+        let items = [(&a[..], 1), (&b[..], 1), (&c[..], 1), (&d[..], 1)];
+        assert_eq!(
+            aggregate(&items, Aggregate::NormClip, &reference).unwrap(),
+            vec![0.75, 0.25]
+        );
+        // Unclipped, the weighted mean as usual.
+        assert_eq!(
+            aggregate(&items[..3], Aggregate::NormClip, &reference).unwrap(),
+            vec![1.0, 0.0]
+        );
+        assert!(aggregate(&items, Aggregate::NormClip, &[0.0]).is_err());
+    }
+
+    #[test]
+    fn aggregate_names_parse_and_print() {
+        for s in ["mean", "median", "trimmed:0.1", "norm-clip"] {
+            assert_eq!(s.parse::<Aggregate>().unwrap().to_string(), s);
+        }
+        for bad in ["trimmed:0.5", "trimmed:-0.1", "trimmed:x", "krum", ""] {
+            assert!(bad.parse::<Aggregate>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn weighted_mean_by_hand() {

@@ -441,7 +441,7 @@ impl Strategy for Cfl {
             }
             self.norms.push(record);
         }
-        state.fedavg(&updates)?;
+        state.fedavg(&updates, env.cfg.aggregate)?;
         Ok(RoundStats::of(sampled.len(), &updates))
     }
 

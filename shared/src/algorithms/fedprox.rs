@@ -67,7 +67,7 @@ impl Strategy for FedProx {
             })
             .collect();
         let updates = updates_of(env.run(round, jobs)?);
-        state.fedavg(&updates)?;
+        state.fedavg(&updates, env.cfg.aggregate)?;
         Ok(RoundStats::of(sampled.len(), &updates))
     }
 

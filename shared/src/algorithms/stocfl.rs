@@ -570,7 +570,7 @@ impl Strategy for StoCfl {
             let c = state.assignment()[*p];
             self.trained[c] += u.samples;
         }
-        state.fedavg(&locals)?;
+        state.fedavg(&locals, env.cfg.aggregate)?;
         Ok(RoundStats::of(sampled.len(), &locals))
     }
 

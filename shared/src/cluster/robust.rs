@@ -205,10 +205,9 @@ pub fn quarantined_cut<T>(
     for (&i, &l) in keep.iter().zip(&labels) {
         raw[i] = l;
     }
-    let mut next = labels.iter().max().map_or(0, |m| m + 1);
-    for &q in quarantined {
-        raw[q] = next;
-        next += 1;
+    let next = labels.iter().max().map_or(0, |m| m + 1);
+    for (k, &q) in quarantined.iter().enumerate() {
+        raw[q] = next + k;
     }
     (first_appearance(&raw), extra)
 }

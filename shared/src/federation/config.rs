@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::FederationError;
+use crate::aggregate::Aggregate;
 use crate::algorithms::Algorithm;
 use crate::algorithms::fedclust::{ClusterStart, Threshold};
 use crate::algorithms::mthfl::{DEFAULT_EIGENVECTORS, Estimate, Relevance};
@@ -105,6 +106,11 @@ pub struct FederationConfig {
     /// equally.
     #[serde(default, skip_serializing_if = "Weighting::is_samples")]
     pub weighting: Weighting,
+    /// How a cluster's updates become its model: the weighted mean (FedAvg; the default), the
+    /// coordinate-wise median or trimmed mean, or the mean of updates clipped to the round's
+    /// median change ([`Aggregate`]).
+    #[serde(default, skip_serializing_if = "Aggregate::is_mean")]
+    pub aggregate: Aggregate,
     /// The local test view of the headline accuracy (`accuracy` per round, per cluster and per
     /// client; progress and plots). Both views are recorded per round either way.
     #[serde(default, skip_serializing_if = "LocalTest::is_labels")]
@@ -267,6 +273,7 @@ impl Default for FederationConfig {
             eps1: None,
             eps2: None,
             weighting: Weighting::Samples,
+            aggregate: Aggregate::Mean,
             local_test: LocalTest::Labels,
             sampling: Sampling::Uniform,
             personalize_epochs: None,

@@ -66,7 +66,7 @@ pub use result::{
 
 use std::collections::HashMap;
 
-use crate::aggregate::{AggregateError, fedavg};
+use crate::aggregate::{Aggregate, AggregateError, aggregate, fedavg};
 use crate::algorithms::fedclust::{Clustering, FedClustError};
 use crate::algorithms::mthfl::MtHflError;
 use crate::cluster::distance::CondensedMatrix;
@@ -550,24 +550,40 @@ impl Clusters {
         s
     }
 
-    /// Cluster FedAvg: each cluster with at least one update becomes the sample-weighted average
-    /// of its members' updates (`(position, update)`, in the order given); the others keep
-    /// their model.
+    /// Cluster FedAvg: each cluster with at least one update becomes the aggregate `how` (the
+    /// sample-weighted average for [`Aggregate::Mean`]) of its members' updates
+    /// (`(position, update)`, in the order given), each trained from the cluster's model; the
+    /// others keep their model.
     ///
     /// # Errors
     ///
     /// [`FederationError::Aggregate`] for updates of mismatched shapes.
-    pub fn fedavg(&mut self, updates: &[(usize, Update)]) -> Result<(), FederationError> {
+    pub fn fedavg(
+        &mut self,
+        updates: &[(usize, Update)],
+        how: Aggregate,
+    ) -> Result<(), FederationError> {
         for c in 0..self.models.len() {
             let mine: Vec<(&Params, u64)> = updates
                 .iter()
                 .filter(|(p, _)| self.assignment[*p] == c)
                 .map(|(_, u)| (&u.params, u.samples))
                 .collect();
-            if !mine.is_empty() {
-                let avg = fedavg(&mine)?;
-                self.set_model(c, avg);
+            if mine.is_empty() {
+                continue;
             }
+            let next = match how {
+                Aggregate::Mean => fedavg(&mine)?,
+                _ => {
+                    let items: Vec<(&[f32], u64)> = mine
+                        .iter()
+                        .map(|(p, w)| (p.values.as_slice(), *w))
+                        .collect();
+                    let values = aggregate(&items, how, &self.models[c].values)?;
+                    Params::new(self.models[c].model, values)?
+                }
+            };
+            self.set_model(c, next);
         }
         Ok(())
     }
@@ -820,7 +836,7 @@ pub fn fedavg_round(
         })
         .collect();
     let updates = updates_of(env.run(round, jobs)?);
-    state.fedavg(&updates)?;
+    state.fedavg(&updates, env.cfg.aggregate)?;
     Ok(RoundStats::of(sampled.len(), &updates))
 }
 
