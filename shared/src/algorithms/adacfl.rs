@@ -58,12 +58,12 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::algorithms::fedclust::{
-    Clustering, FedClustError, Threshold, centroids, cut_tree, nearest_centroid,
+    Clustering, FedClustError, Threshold, centroids, guarded_cut, nearest_centroid,
 };
 use crate::cluster::cut::CutScores;
 use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
-use crate::cluster::robust::{Guard, isolated, quarantined_cut, rescale_norm_outliers};
+use crate::cluster::robust::Guard;
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, LabelStats,
     NewcomerError, Placement, RoundStats, Strategy, Target, Training, bad_state, client_seed,
@@ -198,16 +198,10 @@ pub fn adaptive_clustering(
         });
     }
     let mut points = signatures.to_vec();
-    let rescaled = match guard {
-        Guard::Robust => rescale_norm_outliers(&mut points),
-        Guard::Paper => Vec::new(),
-    };
+    let rescaled = guard.rescale(&mut points);
     let distances = CondensedMatrix::euclidean(&points)?;
     let dendrogram = linkage(&distances, method);
-    let quarantined = match guard {
-        Guard::Robust => isolated(&distances),
-        Guard::Paper => Vec::new(),
-    };
+    let quarantined = guard.quarantine(&distances);
     let pre = renumber(pre);
     let groups = pre.iter().max().map_or(0, |m| m + 1);
     // The pre-clusters without the quarantined (a pre-cluster of quarantined clients only is
@@ -239,11 +233,8 @@ pub fn adaptive_clustering(
     let (local, height): (Vec<Vec<usize>>, f64) = match threshold {
         Threshold::Distance(t) => (trees.iter().map(|d| d.cut_distance(t)).collect(), t),
         Threshold::Auto | Threshold::Gap => {
-            let (_, (t, scores)) =
-                quarantined_cut(&dendrogram, &distances, method, &quarantined, |tree, d| {
-                    let (labels, t, scores) = cut_tree(tree, d, threshold);
-                    (labels, (t, scores))
-                });
+            let (_, t, scores) =
+                guarded_cut(&dendrogram, &distances, method, threshold, &quarantined);
             cut = scores;
             (trees.iter().map(|d| d.cut_distance(t)).collect(), t)
         }

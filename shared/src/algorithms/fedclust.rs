@@ -25,7 +25,7 @@ use crate::aggregate::weighted_average;
 use crate::cluster::cut::{CutScores, gap_cut, silhouette_cut};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
-use crate::cluster::robust::{Guard, isolated, quarantined_cut, rescale_norm_outliers};
+use crate::cluster::robust::{Guard, quarantined_cut};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, RoundStats, Strategy, Target, Training, Weighting, client_seed, fedavg_round,
@@ -221,21 +221,12 @@ pub fn cluster(
         return Err(FedClustError::Empty);
     }
     let mut points = signatures.to_vec();
-    let rescaled = match guard {
-        Guard::Robust => rescale_norm_outliers(&mut points),
-        Guard::Paper => Vec::new(),
-    };
+    let rescaled = guard.rescale(&mut points);
     let distances = CondensedMatrix::euclidean(&points)?;
     let dendrogram = linkage(&distances, method);
-    let quarantined = match guard {
-        Guard::Robust => isolated(&distances),
-        Guard::Paper => Vec::new(),
-    };
-    let (assignment, (height, cut)) =
-        quarantined_cut(&dendrogram, &distances, method, &quarantined, |tree, d| {
-            let (labels, height, cut) = cut_tree(tree, d, threshold);
-            (labels, (height, cut))
-        });
+    let quarantined = guard.quarantine(&distances);
+    let (assignment, height, cut) =
+        guarded_cut(&dendrogram, &distances, method, threshold, &quarantined);
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
     let centroids = centroids(&points, &assignment, n_clusters);
     Ok((
@@ -290,6 +281,24 @@ pub fn cut_tree(
             (dendrogram.cut_k(k), h, None)
         }
     }
+}
+
+/// [`cut_tree`] with the `quarantined` points set apart ([`quarantined_cut`]): each is a cluster
+/// of its own, and the tree of the others (linkage `method`) is cut by `threshold`. Without
+/// quarantined points, exactly [`cut_tree`] of `dendrogram`.
+pub fn guarded_cut(
+    dendrogram: &Dendrogram,
+    distances: &CondensedMatrix,
+    method: Linkage,
+    threshold: Threshold,
+    quarantined: &[usize],
+) -> (Vec<usize>, f64, Option<CutScores>) {
+    let (labels, (height, cut)) =
+        quarantined_cut(dendrogram, distances, method, quarantined, |tree, d| {
+            let (labels, height, cut) = cut_tree(tree, d, threshold);
+            (labels, (height, cut))
+        });
+    (labels, height, cut)
 }
 
 /// Mean signature of each cluster's members.

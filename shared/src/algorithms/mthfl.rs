@@ -76,10 +76,10 @@ use burn::tensor::TensorData;
 use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
-use crate::algorithms::fedclust::{Clustering, Threshold, cut_tree};
+use crate::algorithms::fedclust::{Clustering, Threshold, guarded_cut};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
-use crate::cluster::robust::{Guard, isolated, quarantined_cut};
+use crate::cluster::robust::Guard;
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, RoundStats, Strategy, Target, fedavg_round, round0_uploads,
@@ -996,15 +996,8 @@ pub fn cluster(
     }
     let d = distances(relevance)?;
     let dendrogram = linkage(&d, method);
-    let quarantined = match guard {
-        Guard::Robust => isolated(&d),
-        Guard::Paper => Vec::new(),
-    };
-    let (assignment, (height, cut)) =
-        quarantined_cut(&dendrogram, &d, method, &quarantined, |tree, d| {
-            let (labels, height, cut) = cut_tree(tree, d, threshold);
-            (labels, (height, cut))
-        });
+    let quarantined = guard.quarantine(&d);
+    let (assignment, height, cut) = guarded_cut(&dendrogram, &d, method, threshold, &quarantined);
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
     Ok((
         Clustering {

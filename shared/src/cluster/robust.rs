@@ -46,6 +46,22 @@ impl Guard {
     pub fn is_robust(&self) -> bool {
         *self == Guard::Robust
     }
+
+    /// [`rescale_norm_outliers`] of `points` under [`Guard::Robust`]; nothing under `Paper`.
+    pub fn rescale(self, points: &mut [Vec<f32>]) -> Vec<usize> {
+        match self {
+            Guard::Robust => rescale_norm_outliers(points),
+            Guard::Paper => Vec::new(),
+        }
+    }
+
+    /// The [`isolated`] points of `d` under [`Guard::Robust`]; none under `Paper`.
+    pub fn quarantine(self, d: &CondensedMatrix) -> Vec<usize> {
+        match self {
+            Guard::Robust => isolated(d),
+            Guard::Paper => Vec::new(),
+        }
+    }
 }
 
 impl fmt::Display for Guard {
