@@ -8,7 +8,6 @@
 //! the wire (proximal training, model pairs, picks among K models, anchor gradients, signatures
 //! with label statistics, FedClust's whole-model round 0 under `--cluster-start members`).
 
-use std::process::Command;
 use std::time::Duration;
 
 use edgecfl_tests::*;
@@ -28,21 +27,14 @@ fn serve(method: &str, extra: &[&str], net: &[&str]) -> (Value, Vec<String>, std
     let mut flags = run_flags(PARTITION, CLIENTS, 2, 0.5, 3);
     flags.extend(["--algorithm", method].map(String::from));
     flags.extend(extra.iter().map(|s| s.to_string()));
-    let mut cmd = Command::new(bin("coordinator"));
-    cmd.arg("serve")
-        .args(&flags)
-        .args(net)
-        .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
-        .args(["--prefix", &prefix, "--run-id", &name])
-        .args([
-            "--min-clients",
-            &CLIENTS.to_string(),
-            "--join-timeout",
-            "120",
-        ])
-        .arg("--out")
-        .arg(dir.join("out"));
-    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"));
+    let mut net: Vec<String> = net.iter().map(|s| s.to_string()).collect();
+    net.extend(
+        ["--port", &port.to_string(), "--listen", "127.0.0.1"]
+            .into_iter()
+            .chain(["--prefix", &prefix, "--run-id", &name])
+            .map(String::from),
+    );
+    let mut coordinator = edgecfl_tests::serve(&dir, CLIENTS, &net, &flags);
     wait_listening(port, Duration::from_secs(60));
     let clients = fleet(&dir, port, &prefix, PARTITION, CLIENTS, 3);
     coordinator.wait_ok(Duration::from_secs(600), &dir.join("coordinator.log"));

@@ -244,20 +244,12 @@ fn served_run_writes_models_and_export_of_its_checkpoint_gives_the_same() {
     let prefix = "edgecfl/t-model-export";
     let flags = run_flags(PARTITION, CLIENTS, 2, 1.0, 5);
     let log = dir.join("coordinator.log");
-    let mut cmd = Command::new(bin("coordinator"));
-    cmd.arg("serve")
-        .args(&flags)
-        .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
-        .args(["--prefix", prefix, "--run-id", "export-run"])
-        .args([
-            "--min-clients",
-            &CLIENTS.to_string(),
-            "--join-timeout",
-            "120",
-        ])
-        .arg("--out")
-        .arg(dir.join("out"));
-    let mut coordinator = Proc::spawn(cmd, "coordinator serve", &log);
+    let net: Vec<String> = ["--port", &port.to_string(), "--listen", "127.0.0.1"]
+        .into_iter()
+        .chain(["--prefix", prefix, "--run-id", "export-run"])
+        .map(String::from)
+        .collect();
+    let mut coordinator = serve(&dir, CLIENTS, &net, &flags);
     wait_listening(port, Duration::from_secs(60));
     let clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 5);
     coordinator.wait_ok(Duration::from_secs(600), &log);

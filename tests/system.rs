@@ -21,22 +21,6 @@ const PARTITION: &str = "groups:012-34-56-789";
 const CLIENTS: usize = 8;
 const TOLERANCE: f64 = 0.005;
 
-fn serve(dir: &Path, net: &[String], flags: &[String]) -> Proc {
-    let mut cmd = Command::new(bin("coordinator"));
-    cmd.arg("serve")
-        .args(flags)
-        .args(net)
-        .args([
-            "--min-clients",
-            &CLIENTS.to_string(),
-            "--join-timeout",
-            "120",
-        ])
-        .arg("--out")
-        .arg(dir.join("out"));
-    Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"))
-}
-
 fn finish(dir: &Path, mut coordinator: Proc, clients: Vec<(Proc, std::path::PathBuf)>) -> Value {
     coordinator.wait_ok(Duration::from_secs(600), &dir.join("coordinator.log"));
     for (mut p, log) in clients {
@@ -86,7 +70,7 @@ fn embedded_broker_run_recovers_groups_and_equals_simulate() {
         .chain(["--prefix", prefix, "--run-id", "embedded"])
         .map(String::from)
         .collect();
-    let coordinator = serve(&dir, &net, &flags);
+    let coordinator = serve(&dir, CLIENTS, &net, &flags);
     wait_listening(port, Duration::from_secs(60));
     let clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 1);
     let s = finish(&dir, coordinator, clients);
@@ -142,7 +126,7 @@ fn mosquitto_run_ignores_bad_input_and_equals_simulate() {
         )
         .unwrap();
     }
-    let coordinator = serve(&dir, &net, &flags);
+    let coordinator = serve(&dir, CLIENTS, &net, &flags);
     let clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 2);
 
     // While round 1 trains, publish bad uploads straight to the coordinator's topics.
@@ -230,7 +214,7 @@ fn killed_client_does_not_stop_the_round() {
         .chain(["--prefix", prefix, "--phase-timeout", "60"])
         .map(String::from)
         .collect();
-    let coordinator = serve(&dir, &net, &flags);
+    let coordinator = serve(&dir, CLIENTS, &net, &flags);
     wait_listening(port, Duration::from_secs(60));
     let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
     let mut clients = fleet(&dir, port, prefix, PARTITION, CLIENTS, 3);

@@ -249,6 +249,24 @@ pub fn fleet_of(
         .collect()
 }
 
+/// Starts `coordinator serve` with `flags` and `net` (broker, prefix, run id), waiting for
+/// `clients` clients (join timeout 120 s), results into `dir/out`, its log `dir/coordinator.log`.
+pub fn serve(dir: &Path, clients: usize, net: &[String], flags: &[String]) -> Proc {
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.arg("serve")
+        .args(flags)
+        .args(net)
+        .args([
+            "--min-clients",
+            &clients.to_string(),
+            "--join-timeout",
+            "120",
+        ])
+        .arg("--out")
+        .arg(dir.join("out"));
+    Proc::spawn(cmd, "coordinator serve", &dir.join("coordinator.log"))
+}
+
 /// Runs `coordinator simulate` with `flags` into `out` and returns its summary.
 pub fn simulate(flags: &[String], out: &Path) -> Value {
     let o: Output = Command::new(bin("coordinator"))
