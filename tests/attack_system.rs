@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use edge_client::run::{RunArgs, run_with};
-use edgecfl_shared::protocol::{Encoding, Tensor, ToCoordinator};
+use edgecfl_shared::protocol::{Tensor, ToCoordinator};
+use serde_json::json;
 use edgecfl_tests::*;
 use serde_json::Value;
 
@@ -43,10 +44,11 @@ struct Client {
     run: RunArgs,
 }
 
-/// A served, secured run of `flags` with client `ATTACKER` sending what `tamper` makes of each
-/// of its messages; returns the run's summary.
+/// A served, secured run of `flags` (whose partition is `partition`) with client `ATTACKER`
+/// sending what `tamper` makes of each of its messages; returns the run's summary.
 fn attacked_run(
     name: &str,
+    partition: &'static str,
     flags: &[String],
     tamper: impl FnMut(&mut ToCoordinator) + Send + 'static,
 ) -> Value {
@@ -97,7 +99,7 @@ fn attacked_run(
         a.extend(
             [
                 "--partition",
-                PARTITION,
+                partition,
                 "--seed",
                 &SEED.to_string(),
                 "--index",
@@ -154,13 +156,7 @@ fn attacked_run(
 fn scale_signature(factor: f32) -> impl FnMut(&mut ToCoordinator) + Send + 'static {
     move |m| {
         if let ToCoordinator::Signature { values } = m {
-            let v: Vec<f32> = values
-                .decode(None)
-                .expect("own signature")
-                .iter()
-                .map(|x| x * factor)
-                .collect();
-            *values = Tensor::encode(&v, Encoding::F32);
+            *values = scaled(values, factor);
         }
     }
 }
@@ -217,7 +213,7 @@ fn a_scaled_signature_cannot_change_the_honest_clusters() {
     // The papers' clustering: the attacker against everybody else.
     let mut paper = flags.clone();
     paper.extend(["--signature-guard".into(), "paper".into()]);
-    let broken = attacked_run("attack-scale-paper", &paper, scale_signature(10.0));
+    let broken = attacked_run("attack-scale-paper", PARTITION, &paper, scale_signature(10.0));
     assert_ne!(
         honest_partition(&broken),
         honest_partition(&clean),
@@ -225,7 +221,7 @@ fn a_scaled_signature_cannot_change_the_honest_clusters() {
     );
 
     // The default guard: the honest clusters and accuracy of the clean run.
-    let guarded = attacked_run("attack-scale-robust", &flags, scale_signature(10.0));
+    let guarded = attacked_run("attack-scale-robust", PARTITION, &flags, scale_signature(10.0));
     assert_eq!(
         honest_partition(&guarded),
         honest_partition(&clean),
@@ -249,7 +245,7 @@ fn a_scaled_signature_cannot_change_the_honest_clusters() {
 
     // Turned around as well (×−10): rescaled, it is still far from everybody, so it is
     // quarantined, a cluster of its own, and the others are cut as in the clean run.
-    let turned = attacked_run("attack-turn-robust", &flags, scale_signature(-10.0));
+    let turned = attacked_run("attack-turn-robust", PARTITION, &flags, scale_signature(-10.0));
     assert_eq!(
         turned["quarantined"],
         serde_json::json!([format!("c{ATTACKER}")])
@@ -263,5 +259,153 @@ fn a_scaled_signature_cannot_change_the_honest_clusters() {
     println!(
         "turned signature ×−10: robust: honest clusters as clean, honest accuracy {t:.4} (clean {c:.4}); rescaled {}, quarantined {}",
         turned["rescaled"], turned["quarantined"]
+    );
+}
+
+/// The honest clients' final accuracies are those of the clean run, within 2 points on average,
+/// and their clusters are the clean run's.
+fn assert_honest_as_clean(attacked: &Value, clean: &Value, what: &str) -> (f64, f64) {
+    assert_eq!(
+        honest_partition(attacked),
+        honest_partition(clean),
+        "{what}: honest clusters, attacked {} vs clean {}",
+        attacked["assignment"],
+        clean["assignment"]
+    );
+    let (a, c) = (honest_accuracy(attacked), honest_accuracy(clean));
+    assert!(
+        (a - c).abs() <= 0.02,
+        "{what}: honest clients' final accuracy {a} vs the clean run's {c}"
+    );
+    (a, c)
+}
+
+/// Issue 28, attacks 2 and 3a: the attacker declares 1 000 times its samples in its first `Hello`
+/// and names another ground-truth group there, then claims 1 000 times its samples with every
+/// model it sends, each the honest one turned around (−θ). In testbed mode the coordinator
+/// computes the partition itself: the declared count is held to the shard's size, so every
+/// inflated update is dropped (`too_many_samples`), and the ARI is scored against the groups of
+/// the partition, not of the `Hello`s.
+#[test]
+fn inflated_sample_counts_and_a_false_group_change_nothing() {
+    let flags = flags();
+    let clean = clean_run(&scratch("attack-inflate-clean"), &flags);
+    let attacked = attacked_run("attack-inflate", PARTITION, &flags, |m| match m {
+        ToCoordinator::Hello(h) => {
+            h.samples *= 1_000;
+            if let Some(s) = &mut h.shard {
+                s.group = s.group.map(|g| (g + 1) % 4);
+            }
+        }
+        ToCoordinator::Update {
+            params, samples, ..
+        } => {
+            *samples *= 1_000;
+            *params = scaled(params, -1.0);
+        }
+        _ => {}
+    });
+    let (a, c) = assert_honest_as_clean(&attacked, &clean, "inflated counts");
+    assert_eq!(attacked["ari"], clean["ari"], "{attacked:#}");
+    let dropped = attacked["dropped_updates"].as_array().expect("dropped_updates");
+    assert!(
+        !dropped.is_empty()
+            && dropped
+                .iter()
+                .all(|d| d["client"] == format!("c{ATTACKER}") && d["reason"] == "too_many_samples"),
+        "{dropped:?}"
+    );
+    println!(
+        "inflated samples ×1000 and a false group: ARI {} (clean {}); honest accuracy {a:.4} (clean {c:.4}); {} updates of c{ATTACKER} dropped",
+        attacked["ari"],
+        clean["ari"],
+        dropped.len()
+    );
+}
+
+/// `params` multiplied by `factor` (−1: turned around), in its own encoding.
+fn scaled(params: &Tensor, factor: f32) -> Tensor {
+    let v: Vec<f32> = params
+        .decode(None)
+        .expect("own model")
+        .iter()
+        .map(|x| x * factor)
+        .collect();
+    Tensor::encode(&v, params.encoding)
+}
+
+/// Issue 28, attack 2 with honest counts: the attacker trains, then sends its model turned
+/// around and tripled (−3θ: with three honest models the mean is near 0) claiming its true
+/// sample count, in a cluster of four (`groups:01234-56789`: the
+/// even and the odd clients). The plain mean (the default) lets it drag its cluster down;
+/// `--aggregate median` (the coordinate-wise median) leaves the honest clients at the clean
+/// run's accuracy (the clean run with the same aggregate). In a cluster of two an attacker is
+/// half of it, which no aggregate can outvote (README, threat model).
+#[test]
+fn a_poisoned_update_is_outvoted_by_the_median() {
+    const HALVES: &str = "groups:01234-56789";
+    let base = run_flags(HALVES, CLIENTS, 2, 1.0, SEED);
+    let poison = |m: &mut ToCoordinator| {
+        if let ToCoordinator::Update { params, .. } = m {
+            *params = scaled(params, -3.0);
+        }
+    };
+    let clean_mean = clean_run(&scratch("attack-poison-clean-mean"), &base);
+    let mean = attacked_run("attack-poison-mean", HALVES, &base, poison);
+    let (hm, cm) = (honest_accuracy(&mean), honest_accuracy(&clean_mean));
+    assert!(
+        hm < cm - 0.02,
+        "the plain mean is expected to suffer: honest {hm} vs clean {cm}"
+    );
+    let mut median = base.clone();
+    median.extend(["--aggregate".into(), "median".into()]);
+    let clean_median = clean_run(&scratch("attack-poison-clean-median"), &median);
+    let robust = attacked_run("attack-poison-median", HALVES, &median, poison);
+    let (a, c) = assert_honest_as_clean(&robust, &clean_median, "--aggregate median");
+    println!(
+        "update −3θ, true counts, clusters of 4: honest accuracy with mean {hm:.4} (clean {cm:.4}), with median {a:.4} (clean {c:.4})"
+    );
+}
+
+/// Issue 28, attack 3b: the attacker's first evaluation claims 100 times its test samples (refused:
+/// more than it declared, `too_many_test_samples`), its later ones 0 correct of each label. The
+/// honest clients' accuracies are the clean run's; `summary.json` flags the attacker's report as
+/// an outlier, and the median and trimmed mean of the reports stay within 2 points of the
+/// clean run's mean while the plain mean falls.
+#[test]
+fn evaluation_lies_are_refused_or_flagged() {
+    let flags = flags();
+    let clean = clean_run(&scratch("attack-eval-clean"), &flags);
+    let mut evaluations = 0;
+    let attacked = attacked_run("attack-eval", PARTITION, &flags, move |m| {
+        if let ToCoordinator::Evaluation { per_label } = m {
+            evaluations += 1;
+            for l in per_label.iter_mut() {
+                if evaluations == 1 {
+                    l.total *= 100;
+                    l.correct = 0;
+                } else {
+                    l.correct = 0;
+                }
+            }
+        }
+    });
+    let (a, c) = assert_honest_as_clean(&attacked, &clean, "evaluation lies");
+    assert_eq!(attacked["client_accuracy_outliers"], json!([format!("c{ATTACKER}")]));
+    assert_eq!(
+        attacked["rejected_per_client"][format!("c{ATTACKER}")]["too_many_test_samples"], 1,
+        "{attacked:#}"
+    );
+    let clean_mean = clean["client_accuracy_mean"].as_f64().expect("mean");
+    for key in ["client_accuracy_median", "client_accuracy_trimmed"] {
+        let v = attacked[key].as_f64().expect(key);
+        assert!((v - clean_mean).abs() <= 0.02, "{key} {v} vs clean mean {clean_mean}");
+    }
+    println!(
+        "evaluation lies: mean of the reports {:.4}, median {:.4}, trimmed {:.4} (clean mean {clean_mean:.4}); outliers {}; honest accuracy {a:.4} (clean {c:.4})",
+        attacked["client_accuracy_mean"],
+        attacked["client_accuracy_median"],
+        attacked["client_accuracy_trimmed"],
+        attacked["client_accuracy_outliers"]
     );
 }

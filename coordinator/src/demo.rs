@@ -45,6 +45,9 @@ pub struct DemoArgs {
     /// its TLS/login/ACL gate, and starts each client with its own credentials.
     #[arg(long)]
     pub secure: bool,
+    /// The live view (`--http`).
+    #[command(flatten)]
+    pub http: crate::live::HttpArgs,
 }
 
 /// Edge-client processes, killed when dropped (so an error never leaves them behind).
@@ -156,6 +159,22 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         ..NetFlags::default()
     };
     let broker = serve::broker_for(&net, &cfg)?;
+    // Up before the fleet starts, so the page sees every client join.
+    let (view, server) = crate::live::start_served(&args.http, &net, &cfg, "demo")?;
+    if let Some(s) = &server {
+        println!(
+            "live view: {}{}",
+            s.url(),
+            match &material {
+                Some(m) => format!(
+                    " (user {}, password in {})",
+                    args.http.http_user,
+                    m.dir.join("users").join(format!("{}.password", args.http.http_user)).display()
+                ),
+                None => String::new(),
+            }
+        );
+    }
     let logs = cfg.out.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let fleet = spawn_fleet(
@@ -178,6 +197,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         &cfg,
         &NetFlags {
             broker: Some(broker.clone()),
+            live: view,
             ..net
         },
         &broker,

@@ -16,6 +16,7 @@
 //! | [`offline`] | `coordinator cluster`: HC on signatures from a `.npy`/`.csv` file |
 //! | [`inspect`] | `coordinator partition`: each client's labels; clusters found vs label sets |
 //! | [`config`] | the TOML configuration and the flags that override it |
+//! | [`live`] | `--http`: the live view of a run (page over server-sent events, `/metrics`) |
 //! | [`plots`] | SVG plots: accuracy per round, dendrogram with the cut, distance heatmap |
 //! | [`report`] | `summary.json`, `rounds.csv`, `clusters.json`, progress bars |
 
@@ -26,6 +27,8 @@ pub mod demo;
 pub mod export;
 pub mod gps;
 pub mod inspect;
+pub mod log_throttle;
+pub mod live;
 pub mod lps;
 pub mod offline;
 pub mod plots;

@@ -510,6 +510,7 @@ fn serve_cluster(
         ..NetFlags::default()
     };
     let mut pool = MqttPool::join_members(link, topics.clone(), run.clone(), &net, &a.members)?;
+    pool.vouch(net.sample_cap, None);
     let mut cfg = RunConfig::load(None)?;
     cfg.clients = a.members.len();
     cfg.out = out.to_path_buf();

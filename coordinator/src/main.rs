@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
 use coordinator::serve::{self, NetFlags};
-use coordinator::{credentials, demo, export, inspect, lps, offline, simulate};
+use coordinator::{credentials, demo, export, inspect, live, lps, offline, simulate};
 use edgecfl_shared::logging::LogArgs;
 use tracing::{error, info};
 
@@ -29,7 +29,7 @@ enum Command {
     /// (`serve --lps remote`), trains it with its clients, shares the common layers.
     Lps(Box<lps::LpsArgs>),
     /// Run a federation (any --algorithm) with every client in this process.
-    Simulate(Box<RunFlags>),
+    Simulate(Box<SimulateArgs>),
     /// Cluster signatures from a .npy or .csv file (rows = clients) and print labels and merges as JSON.
     Cluster(offline::ClusterArgs),
     /// Print what each client of a partition holds (JSON); with --clusters, compare a run's
@@ -53,6 +53,17 @@ struct ServeArgs {
     run: RunFlags,
     #[command(flatten)]
     net: NetFlags,
+    #[command(flatten)]
+    http: live::HttpArgs,
+}
+
+/// Arguments of `coordinator simulate`.
+#[derive(clap::Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    run: RunFlags,
+    #[command(flatten)]
+    http: live::HttpArgs,
 }
 
 fn final_line(r: &edgecfl_shared::federation::RunResult, out: &std::path::Path) {
@@ -76,7 +87,10 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args).map(|s| final_line(&s.result, &s.out)),
         Command::Serve(args) => args.run.resolve().and_then(|cfg| {
             let broker = serve::broker_for(&args.net, &cfg)?;
-            let s = serve::run(&cfg, &args.net, &broker, None)?;
+            let mut net = args.net.clone();
+            let (view, _server) = live::start_served(&args.http, &net, &cfg, "serve")?;
+            net.live = view;
+            let s = serve::run(&cfg, &net, &broker, None)?;
             for p in &s.plots {
                 info!("plot: {}", p.display());
             }
@@ -101,11 +115,19 @@ fn main() -> ExitCode {
             }
             None => println!("no cluster for this LPS"),
         }),
-        Command::Simulate(flags) => flags.resolve().and_then(|cfg| {
+        Command::Simulate(args) => args.run.resolve().and_then(|cfg| {
             // Every client trains in this process: glibc's allocator kept as the edge client
             // keeps it (same results, 1.09-1.11× as fast here; BENCHMARKS §3). `serve` trains nothing.
             edgecfl_shared::malloc::tune();
-            let r = simulate::run(&cfg)?;
+            let algorithm = cfg.federation.algorithm.to_string();
+            let (view, _server) = live::start(
+                &args.http,
+                live::Access::Open,
+                "simulate",
+                &algorithm,
+                cfg.federation.rounds,
+            )?;
+            let r = simulate::run(&cfg, &view)?;
             final_line(&r, &cfg.out);
             Ok(())
         }),

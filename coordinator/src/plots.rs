@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use edgecfl_shared::algorithms::fedclust::Clustering;
 use edgecfl_shared::cluster::cut::{CutRule, CutScores};
 use edgecfl_shared::cluster::hc::Dendrogram;
 use edgecfl_shared::federation::RunResult;
@@ -200,10 +201,41 @@ const MAX_LEAF_LABELS: usize = 40;
 /// each candidate cut's score (x) at its threshold (y, the tree's height axis), the chosen one in
 /// red, and the score needed to beat one cluster as a dotted line.
 fn dendrogram(path: &Path, d: &Dendrogram, cut: f64, scores: Option<&CutScores>) -> DrawResult {
-    let n = d.n();
-    if n < 2 {
+    if d.n() < 2 {
         return Ok(());
     }
+    let root = SVGBackend::new(path, dendrogram_size(scores)).into_drawing_area();
+    dendrogram_on(root, d, cut, scores)
+}
+
+/// The dendrogram plot's size in pixels (wider with the cut-score panel).
+fn dendrogram_size(scores: Option<&CutScores>) -> (u32, u32) {
+    (if scores.is_some() { 1400 } else { 1000 }, 520)
+}
+
+/// A clustering's dendrogram with its cut as SVG text (the file `dendrogram.svg` holds;
+/// the live view serves it once round 0 is done). Empty below 2 clients.
+pub fn dendrogram_svg(c: &Clustering) -> anyhow::Result<String> {
+    let mut svg = String::new();
+    if c.dendrogram.n() >= 2 {
+        let scores = c.cut.as_ref();
+        let root = SVGBackend::with_string(&mut svg, dendrogram_size(scores)).into_drawing_area();
+        dendrogram_on(root, &c.dendrogram, c.threshold, scores)
+            .map_err(|e| anyhow::anyhow!("cannot draw the dendrogram: {e}"))?;
+    }
+    Ok(svg)
+}
+
+fn dendrogram_on<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    d: &Dendrogram,
+    cut: f64,
+    scores: Option<&CutScores>,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let n = d.n();
     let (order, x) = dendrogram_layout(d);
     let merges = d.merges();
     let top = merges
@@ -219,8 +251,6 @@ fn dendrogram(path: &Path, d: &Dendrogram, cut: f64, scores: Option<&CutScores>)
             merges[node - n].height
         }
     };
-    let width = if scores.is_some() { 1400 } else { 1000 };
-    let root = SVGBackend::new(path, (width, 520)).into_drawing_area();
     root.fill(&WHITE)?;
     let (left, right) = root.split_horizontally(1000);
     let k = d.n_clusters_at(cut);

@@ -83,6 +83,7 @@ pub fn summary(
         "max_update_norm": f.max_update_norm,
         "config": cfg,
     });
+    let reported = result.reported_accuracy();
     // Who and what the run did not take (apart: one json! of every key exceeds the macro's
     // recursion limit).
     let faults = json!({
@@ -97,6 +98,12 @@ pub fn summary(
         // The one-shot cut's guards (cluster::robust): the clients set apart as clusters of
         // their own, and those whose upload's norm was rescaled (null: no one-shot clustering).
         "quarantined": result.clustering.as_ref().map(|c| ids(result, &c.quarantined)),
+        // The clients' own reports of their last accuracy (self-reported: the coordinator cannot
+        // check them), summarised robustly, and the clients whose report is an outlier.
+        "client_accuracy_mean": reported.as_ref().map(|r| r.mean),
+        "client_accuracy_median": reported.as_ref().map(|r| r.median),
+        "client_accuracy_trimmed": reported.as_ref().map(|r| r.trimmed),
+        "client_accuracy_outliers": reported.as_ref().map(|r| ids(result, &r.outliers)),
         "rescaled": result.clustering.as_ref().map(|c| ids(result, &c.rescaled)),
     });
     // Both local test views (`accuracy_per_round` is the one `local_test` names).
@@ -291,6 +298,17 @@ pub fn write_all(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    if let Some(r) = result.reported_accuracy()
+        && !r.outliers.is_empty()
+    {
+        warn!(
+            "the last accuracy that {} reported is an outlier among the clients' reports (self-reported; the clients' mean {:.4}, median {:.4}, trimmed mean {:.4}: summary.json)",
+            ids(result, &r.outliers).join(", "),
+            r.mean,
+            r.median,
+            r.trimmed
+        );
+    }
     let write = |name: &str, text: String| {
         let p = dir.join(name);
         std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))

@@ -115,6 +115,10 @@ pub enum Rejection {
     /// A client announced itself after the clients were fixed, where the clients cannot grow (an
     /// LPS's cluster; `serve` queues it as a newcomer instead).
     LateJoiner,
+    /// A testbed client claimed a shard (partition, seed, index) that another client holds.
+    ShardTaken,
+    /// An evaluation of more test samples than the client declared (or its shard holds).
+    TooManyTestSamples,
 }
 
 impl Rejection {
@@ -146,7 +150,7 @@ pub struct Rejected {
 }
 
 impl Rejected {
-    fn new(reason: Rejection, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(reason: Rejection, detail: impl Into<String>) -> Self {
         Rejected {
             reason,
             detail: detail.into(),

@@ -9,11 +9,19 @@ use tracing::info;
 
 use crate::config::RunConfig;
 use crate::export;
+use crate::live::Live;
 use crate::plots;
 use crate::report::{self, Progress};
 
-/// Runs `cfg` in process, writes the result files into `cfg.out` and returns the result.
-pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
+/// Runs `cfg` in process, writes the result files into `cfg.out` and returns the result;
+/// `live` (off unless `--http`) follows it.
+pub fn run(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
+    let result = run_inner(cfg, live);
+    live.finished(&result);
+    result
+}
+
+fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
     let data = FashionMnist::load(cfg.data.as_deref()).context("loading Fashion-MNIST")?;
     info!(
         "data: {} ({} train / {} test images)",
@@ -51,7 +59,15 @@ pub fn run(cfg: &RunConfig) -> anyhow::Result<RunResult> {
         backend: cfg.backend,
         ..RunContext::of_partition(&part)
     };
-    let result = federation::run(&cfg.federation, &mut pool, &ctx, &mut progress)?;
+    // Every client is in every round of the in-process runner: the live view shows whole rounds.
+    live.fleet(&edgecfl_shared::federation::ClientPool::clients(&pool));
+    live.in_process_round(0);
+    let result = federation::run(
+        &cfg.federation,
+        &mut pool,
+        &ctx,
+        &mut live.observer(&mut progress),
+    )?;
     progress.finish();
     report::write_all(&cfg.out, cfg, &result, &data.source.to_string(), None)?;
     export::write_run(&cfg.out, &result, None)?;

@@ -39,6 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
 use super::acl::{self, Acl};
+use crate::log_throttle::LogThrottle;
 use super::passwd::PasswordDb;
 
 /// Time a new connection has for the TLS handshake and its CONNECT packet.
@@ -60,13 +61,19 @@ pub struct GateConfig {
     pub rate: Option<Rate>,
 }
 
-/// A token bucket's settings: `bytes_per_second` sustained, up to `burst` bytes at once.
+/// A user's pace: two token buckets, `bytes_per_second` sustained up to `burst` bytes at once,
+/// and `messages_per_second` up to `message_burst` messages at once, so that neither large
+/// messages nor a flood of small (even empty) ones go faster.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rate {
     /// Sustained rate.
     pub bytes_per_second: f64,
     /// Bytes that may go at once after a quiet spell.
     pub burst: f64,
+    /// Sustained messages a second.
+    pub messages_per_second: f64,
+    /// Messages that may go at once after a quiet spell.
+    pub message_burst: f64,
 }
 
 /// A token bucket: its tokens (negative: owed) as of `at`.
@@ -77,25 +84,53 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn full(rate: Rate) -> Self {
+    fn full(burst: f64) -> Self {
         Bucket {
-            tokens: rate.burst,
+            tokens: burst,
             at: Instant::now(),
         }
     }
 
-    /// Takes `bytes` at `now`; returns how long the taker must wait before it may go on (zero
-    /// while the bucket holds enough). Debts add up, so concurrent takers queue behind each
-    /// other.
-    fn take(&mut self, rate: Rate, bytes: usize, now: Instant) -> Duration {
-        let refill = now.saturating_duration_since(self.at).as_secs_f64() * rate.bytes_per_second;
-        self.tokens = (self.tokens + refill).min(rate.burst) - bytes as f64;
+    /// Takes `amount` at `now` from a bucket refilled at `per_second` up to `burst`; returns how
+    /// long the taker must wait before it may go on (zero while the bucket holds enough). Debts
+    /// add up, so concurrent takers queue behind each other.
+    fn take(&mut self, per_second: f64, burst: f64, amount: f64, now: Instant) -> Duration {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * per_second;
+        self.tokens = (self.tokens + refill).min(burst) - amount;
         self.at = now;
         if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(-self.tokens / rate.bytes_per_second)
+            Duration::from_secs_f64(-self.tokens / per_second)
         }
+    }
+}
+
+/// A user's two buckets ([`Rate`]).
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    bytes: Bucket,
+    messages: Bucket,
+}
+
+impl Pace {
+    fn full(rate: Rate) -> Self {
+        Pace {
+            bytes: Bucket::full(rate.burst),
+            messages: Bucket::full(rate.message_burst),
+        }
+    }
+
+    /// One message of `bytes` at `now`: how long to wait before it goes (the longer of the two
+    /// buckets' waits).
+    fn take(&mut self, rate: Rate, bytes: usize, now: Instant) -> Duration {
+        let b = self
+            .bytes
+            .take(rate.bytes_per_second, rate.burst, bytes as f64, now);
+        let m = self
+            .messages
+            .take(rate.messages_per_second, rate.message_burst, 1.0, now);
+        b.max(m)
     }
 }
 
@@ -106,7 +141,9 @@ pub struct Gate {
     secret: String,
     /// The publish rate's buckets of logged-in users (one per user, whatever its connections;
     /// at most one per user of the password file).
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<HashMap<String, Pace>>,
+    /// Refused connections and closed sessions, logged once per interval per peer address.
+    refusals: Mutex<LogThrottle>,
 }
 
 /// Why a connection was refused at CONNECT, with the CONNACK code sent.
@@ -143,6 +180,7 @@ impl Gate {
             inner,
             secret,
             buckets: Mutex::new(HashMap::new()),
+            refusals: Mutex::new(LogThrottle::default()),
         }
     }
 
@@ -184,15 +222,67 @@ impl Gate {
                 Some(l.username.clone())
             }
         };
-        if let (Some(acl), Some(will)) = (&self.cfg.acl, &c.last_will)
-            && !acl.may_publish(user.as_deref(), &c.client_id, &will.topic)
-        {
-            return Err(refuse(
-                ConnectReturnCode::NotAuthorized,
-                format!("last will on {:?} is outside the ACL", will.topic),
-            ));
+        if let Some(will) = &c.last_will {
+            if let Some(acl) = &self.cfg.acl
+                && !acl.may_publish(user.as_deref(), &c.client_id, &will.topic)
+            {
+                return Err(refuse(
+                    ConnectReturnCode::NotAuthorized,
+                    format!("last will on {:?} is outside the ACL", will.topic),
+                ));
+            }
+            // A will is a PUBLISH the broker makes for the client later: the same bound.
+            if let Some(max) = self.payload_limit(&will.topic)
+                && will.message.len() > max
+            {
+                return Err(refuse(
+                    ConnectReturnCode::NotAuthorized,
+                    format!(
+                        "a last will of {} bytes on {:?} (at most {max} there)",
+                        will.message.len(),
+                        will.topic
+                    ),
+                ));
+            }
         }
         Ok(user)
+    }
+
+    /// The payload bound of `topic` ([`GateConfig::payload_limits`]): `None` where none applies
+    /// (nor the pace).
+    fn payload_limit(&self, topic: &str) -> Option<usize> {
+        self.cfg
+            .payload_limits
+            .iter()
+            .find(|(f, _)| acl::filter_matches(f, topic))
+            .map(|&(_, max)| max)
+    }
+
+    /// How long a message of `bytes` from `user` (on a paced topic) waits, by its pace: one pace
+    /// per authenticated user over all its connections, else the connection's own (`own`).
+    fn pace(
+        &self,
+        user: Option<&String>,
+        own: &mut Option<Pace>,
+        bytes: usize,
+    ) -> Result<Duration, String> {
+        let Some(rate) = self.cfg.rate else {
+            return Ok(Duration::ZERO);
+        };
+        let now = Instant::now();
+        // An unchecked username shares nothing.
+        Ok(match user.filter(|_| self.cfg.passwords.is_some()) {
+            Some(u) => self
+                .buckets
+                .lock()
+                .map_err(|_| "the gate's rate table is poisoned".to_string())?
+                .entry(u.clone())
+                .or_insert_with(|| Pace::full(rate))
+                .take(rate, bytes, now),
+            None => own
+                .get_or_insert_with(|| Pace::full(rate))
+                .take(rate, bytes, now),
+        })
     }
 
     /// Accepts connections on `listener` forever (run on a tokio runtime).
@@ -210,9 +300,21 @@ impl Gate {
             let gate = self.clone();
             tokio::spawn(async move {
                 if let Err(e) = gate.connection(tcp, peer).await {
-                    warn!("broker: {peer}: {e}");
+                    gate.log_refusal(peer, &e);
                 }
             });
+        }
+    }
+
+    /// Logs why a connection from `peer` was refused or closed: the first from its address,
+    /// then once per interval with the count held back, so a peer that reconnects in a loop
+    /// cannot flood the log.
+    fn log_refusal(&self, peer: SocketAddr, e: &str) {
+        let Ok(mut t) = self.refusals.lock() else {
+            return;
+        };
+        if let Some(held) = t.admit(&peer.ip().to_string(), Instant::now()) {
+            warn!("broker: {peer}: {e}{}", t.held_back(held));
         }
     }
 
@@ -274,6 +376,17 @@ impl Gate {
                 ));
             }
         };
+        // An anonymous connection's own pace.
+        let mut own: Option<Pace> = None;
+        // The will is published when the connection ends, outside the gate's reading: it is
+        // paid for now, on the user's pace, before the CONNECT goes on (500 connections with a
+        // will each get through at the pace of 500 publishes).
+        if let Some(will) = &connect.last_will
+            && self.payload_limit(&will.topic).is_some()
+        {
+            let wait = self.pace(user.as_ref(), &mut own, will.message.len())?;
+            tokio::time::sleep(wait).await;
+        }
         let client_id = connect.client_id.clone();
         let who = format!(
             "client {client_id:?} (user {:?}, {peer})",
@@ -296,8 +409,6 @@ impl Gate {
             .await
             .map_err(|e| format!("{who}: rumqttd: {e}"))?;
         let upstream = async {
-            // An anonymous connection's own bucket.
-            let mut own: Option<Bucket> = None;
             loop {
                 let Some(frame) = read_frame(&mut cr, &mut buf).await? else {
                     return Ok(());
@@ -305,24 +416,9 @@ impl Gate {
                 let paced = self
                     .check(&frame, user.as_deref(), &client_id)
                     .map_err(|e| format!("closed {who}: {e}"))?;
-                if let (Some(rate), Some(bytes)) = (self.cfg.rate, paced) {
-                    let now = Instant::now();
-                    // One bucket per authenticated user; an unchecked username shares nothing.
-                    let login = user.as_ref().filter(|_| self.cfg.passwords.is_some());
-                    let wait = match login {
-                        Some(u) => self
-                            .buckets
-                            .lock()
-                            .map_err(|_| "the gate's rate table is poisoned".to_string())?
-                            .entry(u.clone())
-                            .or_insert_with(|| Bucket::full(rate))
-                            .take(rate, bytes, now),
-                        None => own
-                            .get_or_insert_with(|| Bucket::full(rate))
-                            .take(rate, bytes, now),
-                    };
+                if let Some(bytes) = paced {
                     // Not reading from the client meanwhile: TCP holds the rest back.
-                    tokio::time::sleep(wait).await;
+                    tokio::time::sleep(self.pace(user.as_ref(), &mut own, bytes)?).await;
                 }
                 iw.write_all(&frame)
                     .await
@@ -362,13 +458,8 @@ impl Gate {
                 {
                     return Err(format!("may not publish on {topic:?}"));
                 }
-                match self
-                    .cfg
-                    .payload_limits
-                    .iter()
-                    .find(|(f, _)| acl::filter_matches(f, topic))
-                {
-                    Some((_, max)) if payload > *max => Err(format!(
+                match self.payload_limit(topic) {
+                    Some(max) if payload > max => Err(format!(
                         "a payload of {payload} bytes on {topic:?} (at most {max} there)"
                     )),
                     Some(_) => Ok(Some(payload)),
@@ -570,6 +661,15 @@ mod tests {
             )),
             ConnectReturnCode::NotAuthorized
         );
+        // A will on its own status within the topic's payload bound (10 bytes here) passes, a
+        // larger one is refused like a PUBLISH of it would be (issue 28: 65 000-byte wills).
+        let mut big = connect("c1", Some(("c1", "pw-c1")), Some("f/clients/c1/status"));
+        big.last_will.as_mut().unwrap().message = vec![0; 10].into();
+        assert!(g.admit(&big).is_ok());
+        big.last_will.as_mut().unwrap().message = vec![0; 11].into();
+        let refused = g.admit(&big).unwrap_err();
+        assert_eq!(refused.code, ConnectReturnCode::NotAuthorized);
+        assert!(refused.reason.contains("last will of 11 bytes"), "{refused:?}");
         let mut v5 = connect("c1", Some(("c1", "pw-c1")), None);
         v5.protocol = Protocol::V5;
         assert_eq!(code(v5), ConnectReturnCode::RefusedProtocolVersion);
@@ -577,26 +677,59 @@ mod tests {
 
     #[test]
     fn buckets_pace_by_the_rate_after_the_burst() {
-        let rate = Rate {
-            bytes_per_second: 100.0,
-            burst: 200.0,
-        };
+        let (per_second, burst) = (100.0, 200.0);
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut b = Bucket {
-            tokens: rate.burst,
+            tokens: burst,
             at: t0,
         };
+        let mut take = |n: f64, now| b.take(per_second, burst, n, now);
         // 150 of the 200 banked: no wait; 150 more: 100 owed, 1 s at 100 B/s.
-        assert_eq!(b.take(rate, 150, t0), Duration::ZERO);
-        assert_eq!(b.take(rate, 150, t0), Duration::from_secs(1));
+        assert_eq!(take(150.0, t0), Duration::ZERO);
+        assert_eq!(take(150.0, t0), Duration::from_secs(1));
         // Another taker right behind queues after the debt: 100 + 50 owed, 1.5 s.
-        assert_eq!(b.take(rate, 50, t0), Duration::from_millis(1500));
+        assert_eq!(take(50.0, t0), Duration::from_millis(1500));
         // 3.5 s later the debt (150) is paid and 200 banked (the burst caps the 350 refilled).
-        assert_eq!(b.take(rate, 200, at(3500)), Duration::ZERO);
-        assert_eq!(b.take(rate, 0, at(3500)), Duration::ZERO);
+        assert_eq!(take(200.0, at(3500)), Duration::ZERO);
+        assert_eq!(take(0.0, at(3500)), Duration::ZERO);
         // Half a second refills 50.
-        assert_eq!(b.take(rate, 100, at(4000)), Duration::from_millis(500));
+        assert_eq!(take(100.0, at(4000)), Duration::from_millis(500));
+    }
+
+    /// Empty messages cost no bytes but count as messages: past the message burst they wait
+    /// at the message rate (issue 28: 50 000 empty publishes went through at ~1 700/s).
+    #[test]
+    fn empty_messages_are_paced_by_the_message_bucket() {
+        let rate = Rate {
+            bytes_per_second: 1e6,
+            burst: 1e6,
+            messages_per_second: 10.0,
+            message_burst: 20.0,
+        };
+        let t0 = Instant::now();
+        let mut p = Pace {
+            bytes: Bucket {
+                tokens: rate.burst,
+                at: t0,
+            },
+            messages: Bucket {
+                tokens: rate.message_burst,
+                at: t0,
+            },
+        };
+        for i in 0..20 {
+            assert_eq!(p.take(rate, 0, t0), Duration::ZERO, "message {i}");
+        }
+        // The 21st owes one message: 0.1 s; 100 more queue behind it: 10.1 s.
+        assert_eq!(p.take(rate, 0, t0), Duration::from_millis(100));
+        for _ in 0..99 {
+            p.take(rate, 0, t0);
+        }
+        assert_eq!(p.take(rate, 0, t0), Duration::from_millis(10_100));
+        // A large message waits by the byte bucket, whichever is longer.
+        let mut q = Pace::full(rate);
+        assert_eq!(q.take(rate, 3_000_000, Instant::now()).as_secs_f64().round(), 2.0);
     }
 
     #[test]

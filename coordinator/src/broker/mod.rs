@@ -84,6 +84,11 @@ pub struct Limits {
 pub const UPLOADS_PER_SECOND: f64 = 2.0;
 /// Largest uploads a user may publish at once on the coordinator's topics.
 pub const BURST_UPLOADS: f64 = 4.0;
+/// Messages a second a user may publish on the coordinator's topics, sustained, whatever their
+/// size (a client sends one answer per job and a status message when it (re)connects).
+pub const MESSAGES_PER_SECOND: f64 = 10.0;
+/// Messages a user may publish at once there.
+pub const BURST_MESSAGES: f64 = 20.0;
 
 /// Segment size of an ordinary topic's log (see [`Limits`]).
 pub const TOPIC_SEGMENT_BYTES: usize = 64 << 10;
@@ -114,12 +119,15 @@ impl Limits {
         fleet_backlog(self.clients).div_ceil(FLEET_SEGMENT_BYTES)
     }
 
-    /// The pace of each user's publishes on the coordinator's topics: [`UPLOADS_PER_SECOND`]
-    /// largest uploads a second, [`BURST_UPLOADS`] at once.
+    /// The pace of each user's publishes (and last wills) on the coordinator's topics:
+    /// [`UPLOADS_PER_SECOND`] largest uploads a second, [`BURST_UPLOADS`] at once, and
+    /// [`MESSAGES_PER_SECOND`] messages a second, [`BURST_MESSAGES`] at once.
     pub fn rate(&self) -> Rate {
         Rate {
             bytes_per_second: UPLOADS_PER_SECOND * self.upload as f64,
             burst: BURST_UPLOADS * self.upload as f64,
+            messages_per_second: MESSAGES_PER_SECOND,
+            message_burst: BURST_MESSAGES,
         }
     }
 

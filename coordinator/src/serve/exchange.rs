@@ -1,7 +1,6 @@
 //! One awaiting phase over the broker: jobs out, answers in, with dropouts, reconnects and
 //! newcomers handled while it waits.
 
-use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 use edgecfl_shared::federation::PoolError;
@@ -9,12 +8,50 @@ use edgecfl_shared::mqtt::Inbound;
 use edgecfl_shared::protocol::{self, Envelope, ToClient, ToCoordinator, TopicKind};
 use tracing::{debug, info, warn};
 
-use crate::rounds::{Answer as WireAnswer, Awaiting, Expect, Phase, Rejected, Rejection, Tally};
+use crate::rounds::{Answer as WireAnswer, Awaiting, Expect, Phase, Rejected, Rejection};
 
-use super::join::{stray, upload_on_status};
+use super::join::{finish_fleet, shard_holder, shard_taken, stray, upload_on_status};
 use super::pool::{DropReason, MqttPool};
 
 impl MqttPool {
+    /// An evaluation of more test samples than client `c` declared (its first `Hello`, held to
+    /// its shard's size in testbed mode) is refused: a client cannot outweigh the others in the
+    /// reported accuracy. Other answers pass.
+    fn within_declared(&self, c: usize, a: WireAnswer) -> Result<WireAnswer, Rejected> {
+        let declared = self.members[c].hello.test_samples;
+        match &a {
+            WireAnswer::Evaluation(r) if r.total as u64 > declared => Err(Rejected::new(
+                Rejection::TooManyTestSamples,
+                format!(
+                    "an evaluation of {} test samples, the client declared {declared}",
+                    r.total
+                ),
+            )),
+            _ => Ok(a),
+        }
+    }
+
+    /// Counts an ignored message from `id` and logs it. A member's (`member`) is counted per
+    /// client too and logged once per interval with a count
+    /// ([`LogThrottle`](crate::log_throttle::LogThrottle)); one from outside
+    /// the run is a [`stray`].
+    fn reject(&mut self, phase: Phase, id: &str, member: bool, r: Rejected) {
+        self.live.rejected(id, &r.reason, &r.detail);
+        if !member {
+            return stray(&mut self.tally, phase, id, r);
+        }
+        if let Some(held) = self.throttle.admit(id, Instant::now()) {
+            warn!(
+                "{phase}: ignored message from {id:?}: {:?}: {}{}",
+                r.reason,
+                r.detail,
+                self.throttle.held_back(held)
+            );
+        }
+        self.per_client.entry(id.to_string()).or_default().add(r.reason);
+        self.tally.add(r.reason);
+    }
+
     /// One awaiting phase: sends each job, then collects answers until everyone asked has
     /// answered, failed or dropped out, or the phase timeout fires. `broadcast`, a message every
     /// job depends on, is published first on the broadcast topic (not retained) and again when an
@@ -28,6 +65,10 @@ impl MqttPool {
     ) -> Result<Vec<(usize, WireAnswer)>, PoolError> {
         let mut aw = Awaiting::new(phase, self.run.clone(), expect, jobs.iter().map(|j| j.0));
         let round = phase.round();
+        self.live.phase_started(
+            phase,
+            jobs.iter().map(|j| self.members[j.0].id.to_string()),
+        );
         if let Some(bytes) = broadcast {
             self.broadcast(bytes)?;
         }
@@ -97,6 +138,12 @@ impl MqttPool {
                 }
             }
         }
+        self.live.phase_ended();
+        let w = &self.wire;
+        self.live.bytes(
+            w.signature_up + w.update_up + w.evaluation_up + w.relevance_up,
+            w.down + w.probe_down,
+        );
         Ok(answers)
     }
 
@@ -114,17 +161,6 @@ impl MqttPool {
         let msg = Envelope::<ToCoordinator>::from_bytes(payload);
         let client = self.index.get(id).copied();
         let phase = aw.phase;
-        let reject = |tally: &mut Tally, per_client: &mut BTreeMap<String, Tally>, r: Rejected| {
-            if client.is_none() {
-                return stray(tally, phase, id, r);
-            }
-            warn!(
-                "{phase}: ignored message from {id:?}: {:?}: {}",
-                r.reason, r.detail
-            );
-            per_client.entry(id.to_string()).or_default().add(r.reason);
-            tally.add(r.reason);
-        };
         if kind == TopicKind::Up
             && let Ok(Envelope {
                 body: ToCoordinator::Pong,
@@ -137,6 +173,17 @@ impl MqttPool {
                 && let Some(at) = self.probing.iter().position(|p| p.0.as_str() == id)
             {
                 let (new, hello) = self.probing.remove(at);
+                let others = self
+                    .members
+                    .iter()
+                    .map(|m| (m.id.as_str(), &m.hello))
+                    .chain(self.queued.iter().map(|q| (q.0.as_str(), &q.1)));
+                if let Some(holder) = shard_holder(others, id, &hello) {
+                    let r = shard_taken(holder);
+                    finish_fleet(&self.link, &self.topics, &self.run, std::iter::once(&new));
+                    stray(&mut self.tally, phase, id, r);
+                    return Ok(None);
+                }
                 info!("{phase}: newcomer {id} queued; it joins at the next round");
                 self.queued.push((new, hello));
             }
@@ -176,8 +223,8 @@ impl MqttPool {
                         warn!("{}: {id} is gone; not waiting for it", aw.phase);
                     }
                 }
-                Ok(_) => reject(&mut self.tally, &mut self.per_client, upload_on_status()),
-                Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
+                Ok(_) => self.reject(phase, id, client.is_some(), upload_on_status()),
+                Err(e) => self.reject(phase, id, client.is_some(), e.into()),
             },
             (TopicKind::Status, None) => match msg {
                 Ok(Envelope {
@@ -201,14 +248,15 @@ impl MqttPool {
                             self.probing.push((new, hello));
                         }
                     }
-                    Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
+                    Err(e) => self.reject(phase, id, client.is_some(), e.into()),
                 },
                 Ok(Envelope {
                     body: ToCoordinator::Hello(_),
                     ..
-                }) => reject(
-                    &mut self.tally,
-                    &mut self.per_client,
+                }) => self.reject(
+                    phase,
+                    id,
+                    client.is_some(),
                     Rejected {
                         reason: Rejection::LateJoiner,
                         detail: "joined after round 0 was planned".into(),
@@ -221,12 +269,13 @@ impl MqttPool {
                     self.queued.retain(|q| q.0.as_str() != id);
                     self.probing.retain(|q| q.0.as_str() != id);
                 }
-                Ok(_) => reject(&mut self.tally, &mut self.per_client, upload_on_status()),
-                Err(e) => reject(&mut self.tally, &mut self.per_client, e.into()),
+                Ok(_) => self.reject(phase, id, client.is_some(), upload_on_status()),
+                Err(e) => self.reject(phase, id, client.is_some(), e.into()),
             },
-            (TopicKind::Up, None) => reject(
-                &mut self.tally,
-                &mut self.per_client,
+            (TopicKind::Up, None) => self.reject(
+                phase,
+                id,
+                false,
                 Rejected {
                     reason: Rejection::UnknownClient,
                     detail: "not a client of this run".into(),
@@ -234,9 +283,10 @@ impl MqttPool {
             ),
             (TopicKind::Up, Some(c)) => {
                 let len = payload.len() as u64;
-                match aw.accept(c, msg) {
+                match aw.accept(c, msg).and_then(|a| self.within_declared(c, a)) {
                     Ok(a) => {
                         debug!("{phase}: answer of {id} ({len} bytes)");
+                        self.live.answered(id, phase, len);
                         self.wire.answers_up += 1;
                         match &a {
                             WireAnswer::Signature(_)
@@ -256,7 +306,7 @@ impl MqttPool {
                         }
                         return Ok(Some((c, a)));
                     }
-                    Err(r) => reject(&mut self.tally, &mut self.per_client, r),
+                    Err(r) => self.reject(phase, id, client.is_some(), r),
                 }
             }
             (TopicKind::Down, _) => {}

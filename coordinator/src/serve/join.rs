@@ -36,31 +36,90 @@ pub(super) fn stray(tally: &mut Tally, context: impl std::fmt::Display, id: &str
 
 /// The counts each client declared in its first `Hello` of the run (training and test samples):
 /// a later `Hello`, re-sent while clients join or by a newcomer before it is admitted, may lower
-/// them but never raise them. The training count bounds every update's claimed samples and, with
-/// `--weighting samples`, weighs the GPS's averages; a client must not raise it once it has seen
-/// the fleet (issue 28).
+/// them but never raise them. Once the clients are fixed, two caps apply as well ([`Declared::limit`]):
+/// `--sample-cap K` times the median training count of the clients that joined, and in testbed
+/// mode each shard's true size ([`super::testbed::Testbed`]). The training count bounds every
+/// update's claimed samples and, with `--weighting samples`, weighs the averages; the test count
+/// bounds an evaluation's total. A client must not raise them once it has seen the fleet, nor
+/// claim a share of the fleet's data it could not hold (issue 28).
 #[derive(Debug, Default)]
-pub(super) struct Declared(BTreeMap<String, (u64, u64)>);
+pub(super) struct Declared {
+    first: BTreeMap<String, (u64, u64)>,
+    /// The most training samples any client may declare.
+    cap: Option<u64>,
+    /// Testbed mode: each shard index's (training, test) samples.
+    shards: Option<Vec<(u64, u64)>>,
+}
 
 impl Declared {
-    /// Caps `hello`'s counts at the lowest `id` declared before (none: these are its first);
-    /// true when it lowered one.
+    /// Caps `hello`'s counts at the lowest `id` declared before (none: these are its first) and at
+    /// the caps set by [`Declared::limit`]; true when it lowered one.
     pub(super) fn hold(&mut self, id: &str, hello: &mut Hello) -> bool {
         let first = self
-            .0
+            .first
             .entry(id.to_string())
             .or_insert((hello.samples, hello.test_samples));
-        let raised = hello.samples > first.0 || hello.test_samples > first.1;
-        hello.samples = hello.samples.min(first.0);
-        hello.test_samples = hello.test_samples.min(first.1);
+        let mut most = *first;
+        if let Some(cap) = self.cap {
+            most.0 = most.0.min(cap);
+        }
+        if let (Some(sizes), Some(shard)) = (&self.shards, &hello.shard)
+            && let Some(&(train, test)) = sizes.get(shard.index as usize)
+        {
+            most = (most.0.min(train), most.1.min(test));
+        }
+        let asked = (hello.samples, hello.test_samples);
+        let lowered = asked.0 > most.0 || asked.1 > most.1;
+        hello.samples = asked.0.min(most.0);
+        hello.test_samples = asked.1.min(most.1);
         *first = (hello.samples, hello.test_samples);
-        if raised {
+        if lowered {
             warn!(
-                "{id}: a later Hello declared more samples than its first; kept {} training / {} test",
-                first.0, first.1
+                "{id}: declared {} training / {} test samples, more than it may (its first Hello, \
+                 --sample-cap, its shard's size); kept {} / {}",
+                asked.0, asked.1, first.0, first.1
             );
         }
-        raised
+        lowered
+    }
+
+    /// Sets the caps that apply once the clients are fixed: `k` times the median training count
+    /// of `members` (`k = 0`: none), and in testbed mode `shards`, each shard's true sizes; then
+    /// holds each member's `Hello` to them.
+    pub(super) fn limit(&mut self, members: &mut [Member], k: u64, shards: Option<Vec<(u64, u64)>>) {
+        let mut counts: Vec<u64> = members.iter().map(|m| m.hello.samples).collect();
+        counts.sort_unstable();
+        if k > 0 && !counts.is_empty() {
+            // The lower median of the fleet: a few inflated counts cannot move it.
+            self.cap = Some(counts[(counts.len() - 1) / 2].saturating_mul(k));
+        }
+        self.shards = shards;
+        for m in members {
+            self.hold(m.id.as_str(), &mut m.hello);
+        }
+    }
+}
+
+/// The client among `others` (other than `id`) that already holds `hello`'s shard (the same
+/// partition, seed and index), if any: in testbed mode one shard is one client.
+pub(super) fn shard_holder<'a>(
+    others: impl IntoIterator<Item = (&'a str, &'a Hello)>,
+    id: &str,
+    hello: &Hello,
+) -> Option<&'a str> {
+    let mine = hello.shard.as_ref()?;
+    others.into_iter().find_map(|(other, h)| {
+        let s = h.shard.as_ref()?;
+        (other != id && s.index == mine.index && s.partition == mine.partition && s.seed == mine.seed)
+            .then_some(other)
+    })
+}
+
+/// A testbed client claiming a shard that `holder` already holds.
+pub(super) fn shard_taken(holder: &str) -> Rejected {
+    Rejected {
+        reason: Rejection::ShardTaken,
+        detail: format!("claims the shard that {holder} holds"),
     }
 }
 
@@ -160,6 +219,7 @@ impl MqttPool {
                 Some((id, TopicKind::Status)) => {
                     let mut announced = BTreeMap::new();
                     if let Some(r) = join_status(&mut announced, id, &payload) {
+                        net.live.rejected(id, &r.reason, &r.detail);
                         stray(&mut tally, "joining", id, r);
                     } else if let Some((valid, mut hello)) = announced.remove(id) {
                         declared.hold(id, &mut hello);
@@ -179,6 +239,7 @@ impl MqttPool {
                         candidates.remove(id);
                         if joined.remove(id).is_some() {
                             info!("left: {id} ({}/{min_clients})", joined.len());
+                            net.live.left(id);
                         }
                     }
                 }
@@ -189,10 +250,19 @@ impl MqttPool {
                             run: r,
                             ..
                         }) if r == run => {
-                            if let Some(c) = candidates.remove(id) {
-                                joined.insert(id.to_string(), c);
-                                info!("joined: {id} ({}/{min_clients})", joined.len());
+                            let Some(c) = candidates.remove(id) else {
+                                continue;
+                            };
+                            let others = joined.iter().map(|(k, v)| (k.as_str(), &v.1));
+                            if let Some(holder) = shard_holder(others, id, &c.1) {
+                                stray(&mut tally, "joining", id, shard_taken(holder));
+                                // Refused for this run: told so, it does not wait for jobs.
+                                finish_fleet(&link, &topics, &run, std::iter::once(&c.0));
+                                continue;
                             }
+                            joined.insert(id.to_string(), c);
+                            info!("joined: {id} ({}/{min_clients})", joined.len());
+                            net.live.joined(id);
                         }
                         Ok(_) => tally.add(Rejection::NotAsked),
                         Err(e) => tally.add(Rejected::from(e).reason),
@@ -413,6 +483,61 @@ mod tests {
         let mut other = h(9_000, 10);
         assert!(!d.hold("c1", &mut other));
         assert_eq!(other.samples, 9_000);
+    }
+
+    /// The caps set once the clients are fixed: `k` × the lower median, and each shard's size;
+    /// a newcomer's `Hello` later is held to them too. One shard is one client.
+    #[test]
+    fn declared_counts_are_capped_by_the_fleet_and_the_shards() {
+        let member = |id: &str, samples, index| Member {
+            id: protocol::id(id).unwrap(),
+            hello: Hello {
+                samples,
+                test_samples: 300,
+                backend: protocol::text("flex"),
+                shard: Some(protocol::ShardInfo {
+                    partition: protocol::text("groups:012-34-56-789"),
+                    seed: 0,
+                    index,
+                    of: 4,
+                    group: None,
+                }),
+            },
+            alive: true,
+        };
+        let mut members = vec![
+            member("c0", 450, 0),
+            member("c1", 300, 1),
+            member("c2", 300_000, 2),
+            member("c3", 400, 3),
+        ];
+        let mut d = Declared::default();
+        // Lower median of 300, 400, 450, 300 000: 400; k = 10: 4 000. No shard sizes.
+        d.limit(&mut members, 10, None);
+        let counts: Vec<u64> = members.iter().map(|m| m.hello.samples).collect();
+        assert_eq!(counts, [450, 300, 4_000, 400]);
+        // Shard sizes (testbed): each held to its own shard's.
+        let mut d = Declared::default();
+        d.limit(&mut members, 0, Some(vec![(450, 300), (300, 200), (300, 300), (400, 300)]));
+        let counts: Vec<(u64, u64)> = members
+            .iter()
+            .map(|m| (m.hello.samples, m.hello.test_samples))
+            .collect();
+        assert_eq!(counts, [(450, 300), (300, 200), (300, 300), (400, 300)]);
+        // A newcomer declaring shard 1 again is the second holder of it.
+        let newcomer = member("c9", 10, 1);
+        let others = members.iter().map(|m| (m.id.as_str(), &m.hello));
+        assert_eq!(shard_holder(others, "c9", &newcomer.hello), Some("c1"));
+        let others = members.iter().map(|m| (m.id.as_str(), &m.hello));
+        assert_eq!(shard_holder(others, "c1", &members[1].hello), None, "itself");
+        let mut elsewhere = member("c9", 10, 7);
+        let others = members.iter().map(|m| (m.id.as_str(), &m.hello));
+        assert_eq!(shard_holder(others, "c9", &elsewhere.hello), None);
+        // Another partition's shard 1 is another shard.
+        elsewhere.hello.shard.as_mut().unwrap().index = 1;
+        elsewhere.hello.shard.as_mut().unwrap().seed = 5;
+        let others = members.iter().map(|m| (m.id.as_str(), &m.hello));
+        assert_eq!(shard_holder(others, "c9", &elsewhere.hello), None);
     }
 
     /// A log sink for one test: the lines written while `f` runs, with every level on.

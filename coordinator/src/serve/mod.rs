@@ -80,6 +80,15 @@ pub struct NetFlags {
     /// GPS round (`gps-checkpoint.json`); its LPS processes must still be running.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
+    /// The live view this run feeds (`--http`, [`crate::live`]); off by default.
+    #[arg(skip)]
+    pub live: crate::live::Live,
+    /// A client's declared training count is capped at K times the median count of the clients
+    /// that joined (0: no cap), so that no client can claim most of the fleet's data; in testbed
+    /// mode (clients holding shards of one partition) also at its shard's size, computed from
+    /// the partition and this process's copy of the labels (`--data`).
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    pub sample_cap: u64,
 }
 
 /// Where the local parameter servers of a hierarchical run live.
@@ -129,6 +138,8 @@ impl Default for NetFlags {
             login: SecurityArgs::default(),
             embedded: BrokerSecurity::default(),
             resume: None,
+            live: crate::live::Live::default(),
+            sample_cap: 10,
         }
     }
 }
@@ -149,6 +160,7 @@ mod exchange;
 mod join;
 mod pool;
 mod resume;
+mod testbed;
 
 pub use pool::{DropReason, Dropout, MqttPool, WireStats};
 pub use resume::CHECKPOINT_FILE;
@@ -249,8 +261,19 @@ pub struct Served {
 }
 
 /// Runs the federation over the broker at `broker` and writes the result files into
-/// `cfg.out`.
+/// `cfg.out`; `net.live` (off unless `--http`) follows it.
 pub fn run(
+    cfg: &RunConfig,
+    net: &NetFlags,
+    broker: &BrokerAddr,
+    observer: Option<&mut dyn Observer>,
+) -> anyhow::Result<Served> {
+    let served = run_inner(cfg, net, broker, observer);
+    net.live.finished(&served);
+    served
+}
+
+fn run_inner(
     cfg: &RunConfig,
     net: &NetFlags,
     broker: &BrokerAddr,
@@ -316,6 +339,7 @@ pub fn run(
     })?;
     link.wait_connected(&link_addr, Duration::from_secs(30))?;
     info!("connected to {broker}; run {}", run.as_str());
+    net.live.run_id(run.as_str());
     let min_clients = net.min_clients.unwrap_or(cfg.clients);
     let (mut pool, resume) = match saved {
         Some(saved) => {
@@ -334,7 +358,9 @@ pub fn run(
             (pool, None)
         }
     };
+    pool.vouch(net.sample_cap, cfg.data.as_deref());
     let round0 = resume.as_ref().map_or(pool.members.len(), |r| r.1);
+    net.live.fleet(&federation::ClientPool::clients(&pool)[..round0.min(pool.members.len())]);
     // The ground truth of the round-0 clients (newcomers' is added at the end).
     let truth = pool.truth().map(|t| t[..round0.min(t.len())].to_vec());
     let mut cfg = cfg.clone();
@@ -361,7 +387,7 @@ pub fn run(
         &federation_cfg,
         &mut pool,
         &ctx,
-        observer.unwrap_or(&mut progress),
+        &mut net.live.observer(observer.unwrap_or(&mut progress)),
         resume.map(|r| r.0),
     ) {
         Ok(r) => r,

@@ -2,7 +2,7 @@
 //! `summary.json` reports.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use edgecfl_shared::algorithms::mthfl;
@@ -20,6 +20,9 @@ use crate::rounds::{Answer as WireAnswer, Expect, Phase, Tally};
 
 use super::NetFlags;
 use super::join::finish_fleet;
+use super::testbed::Testbed;
+use crate::log_throttle::LogThrottle;
+use tracing::warn;
 use super::resume::{CHECKPOINT_FILE, SavedMember, SavedPool, SavedRun, write_atomically};
 
 /// Byte counts of MQTT payloads (topic and MQTT headers not included).
@@ -121,6 +124,12 @@ pub struct MqttPool {
     /// Where the checkpoint goes after every round (`serve`: `--out`), with what a resumed run
     /// needs of this pool.
     pub(super) checkpoint: Option<(PathBuf, usize)>,
+    /// The live view (`--http`; off: no-ops).
+    pub(super) live: crate::live::Live,
+    /// Testbed mode: the clients' partition as this process computed it ([`MqttPool::vouch`]).
+    pub(super) testbed: Option<Testbed>,
+    /// The warnings about members' ignored messages, once per interval per client.
+    pub(super) throttle: LogThrottle,
 }
 
 impl MqttPool {
@@ -155,6 +164,9 @@ impl MqttPool {
             probing: Vec::new(),
             declared: Default::default(),
             checkpoint: None,
+            live: net.live.clone(),
+            testbed: None,
+            throttle: LogThrottle::default(),
         }
     }
 
@@ -169,12 +181,48 @@ impl MqttPool {
         self.link.disconnect();
     }
 
-    /// Ground-truth groups, when every client holds a shard of a partition that has them.
+    /// Ground-truth groups, by [`MqttPool::vouch`]'s partition: never what the clients say of
+    /// themselves (a `Hello` could name any group).
     pub fn truth(&self) -> Option<Vec<usize>> {
+        let truth = self.testbed.as_ref()?.truth.as_ref()?;
         self.members
             .iter()
-            .map(|m| m.hello.shard.as_ref()?.group.map(|g| g as usize))
+            .map(|m| truth.get(m.hello.shard.as_ref()?.index as usize).copied())
             .collect()
+    }
+
+    /// What this process can vouch for: caps the counts the clients declared at `k` times their
+    /// median (`k = 0`: no cap) and, in testbed mode (every client holds a shard of one partition,
+    /// [`MqttPool::partition`]), computes that partition from its own labels (`data`, found by
+    /// `FashionMnist::load`'s rule) for the ground truth ([`MqttPool::truth`]) and to cap each
+    /// client's counts at its shard's sizes. Labels unlike the clients' (most declare more than
+    /// their shard would hold) leave the sizes unchecked, with a warning.
+    pub fn vouch(&mut self, k: u64, data: Option<&Path>) {
+        self.testbed = self.partition().and_then(|(spec, seed)| {
+            let of = self.members.first()?.hello.shard.as_ref()?.of as usize;
+            Testbed::compute(&spec, seed, of, data)
+                .inspect_err(|e| {
+                    warn!("testbed: cannot compute the clients' partition {spec} (seed {seed}): {e:#}; no ground truth, shard sizes unchecked")
+                })
+                .ok()
+        });
+        let declared: Vec<(u32, u64, u64)> = self
+            .members
+            .iter()
+            .filter_map(|m| Some((m.hello.shard.as_ref()?.index, m.hello.samples, m.hello.test_samples)))
+            .collect();
+        let sizes = self.testbed.as_ref().and_then(|t| {
+            if t.agrees(&declared) {
+                Some(t.sizes.clone())
+            } else {
+                warn!(
+                    "testbed: most clients declare more samples than their shard holds: their data are not this process's ({}); shard sizes unchecked (give the clients' data with --data)",
+                    t.source
+                );
+                None
+            }
+        });
+        self.declared.limit(&mut self.members, k, sizes);
     }
 
     /// The partition every client's shard comes from, when they agree.
@@ -217,6 +265,13 @@ impl MqttPool {
 
     /// Records that client `c` dropped out of `phase` (or was not asked, being gone).
     pub(super) fn dropped(&mut self, c: usize, phase: Phase, reason: DropReason) {
+        let id = self.members[c].id.as_str();
+        match reason {
+            DropReason::Gone => self.live.gone(id, false),
+            DropReason::Absent => self.live.gone(id, true),
+            DropReason::Timeout => self.live.late(id, phase),
+            DropReason::Back => self.live.back(id),
+        }
         self.dropouts.push(Dropout {
             id: self.members[c].id.to_string(),
             client: c,

@@ -128,6 +128,71 @@ fn high_outliers(values: &[f64], floor: impl Fn(f64) -> f64) -> Vec<usize> {
         .collect()
 }
 
+/// The trimmed fraction of [`Reported::trimmed`]: the lowest and the highest 20 % (Flower's
+/// FedTrimmedAvg default).
+pub const REPORT_TRIM: f64 = 0.2;
+
+/// A summary of values each client reported about itself (its accuracy), that one client's lie
+/// cannot move far: the plain mean beside the median and the trimmed mean, and who is an outlier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reported {
+    /// The mean.
+    pub mean: f64,
+    /// The median.
+    pub median: f64,
+    /// The mean without the lowest and the highest [`REPORT_TRIM`] of the values.
+    pub trimmed: f64,
+    /// Positions of the values whose modified z-score is above [`QUARANTINE_Z`] either way
+    /// (with [`MIN_CLIENTS`] values or more). Where more than half the values are equal (the
+    /// MAD is 0), the mean absolute deviation stands in for it (`z = (x − median) / (1.2533 ·
+    /// meanAD)`), so that one odd value among equal ones is still flagged.
+    pub outliers: Vec<usize>,
+}
+
+impl Reported {
+    /// The summary of `values` (NaN ones left out; positions count all of them); `None` when
+    /// none is left.
+    pub fn of(values: &[f64]) -> Option<Reported> {
+        let kept: Vec<(usize, f64)> = values
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, v)| !v.is_nan())
+            .collect();
+        if kept.is_empty() {
+            return None;
+        }
+        let v: Vec<f64> = kept.iter().map(|p| p.1).collect();
+        let n = v.len();
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        let trim = (REPORT_TRIM * n as f64).floor() as usize;
+        let middle = &sorted[trim..n - trim];
+        let m = median(&v);
+        let deviations: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+        let mad = median(&deviations);
+        let scale = if mad > 0.0 {
+            mad / 0.6745
+        } else {
+            1.2533 * deviations.iter().sum::<f64>() / n as f64
+        };
+        let outliers = if n < MIN_CLIENTS || scale == 0.0 {
+            Vec::new()
+        } else {
+            kept.iter()
+                .filter(|(_, x)| (x - m).abs() / scale > QUARANTINE_Z)
+                .map(|p| p.0)
+                .collect()
+        };
+        Some(Reported {
+            mean: v.iter().sum::<f64>() / n as f64,
+            median: m,
+            trimmed: middle.iter().sum::<f64>() / middle.len() as f64,
+            outliers,
+        })
+    }
+}
+
 /// The distance from each point to its nearest other point (∞ for a lone point).
 pub fn nearest_neighbour(d: &CondensedMatrix) -> Vec<f64> {
     let n = d.n();
@@ -363,5 +428,30 @@ mod tests {
         // Nothing quarantined: the tree's own cut.
         let (same, ()) = quarantined_cut(&tree, &d, Linkage::Average, &[], auto);
         assert_eq!(same, plain);
+    }
+    /// By hand: eight accuracies, one client reporting 0 (the evaluation lie of issue 28).
+    #[test]
+    fn reported_accuracy_by_hand() {
+        let acc = [0.9, 0.88, 0.92, 0.9, 0.91, 0.0, 0.89, 0.9];
+        let r = Reported::of(&acc).unwrap();
+        // Sum 6.30 over 8.
+        assert!((r.mean - 0.7875).abs() < 1e-12, "{r:?}");
+        // Sorted: 0, .88, .89, .9, .9, .9, .91, .92: middle two .9 and .9.
+        assert!((r.median - 0.9).abs() < 1e-12);
+        // Trim floor(0.2 · 8) = 1 each end: .89 + .9 · 3 + .91 + .88 = 5.38 over 6.
+        assert!((r.trimmed - 5.38 / 6.0).abs() < 1e-12, "{r:?}");
+        // Deviations from .9: 0, .02, .02, 0, .01, .9, .01, 0: MAD .01; the liar's z is
+        // .6745 · .9 / .01 = 60.7; .88's is 1.35.
+        assert_eq!(r.outliers, vec![5]);
+        // More than half equal (MAD 0): the mean absolute deviation stands in.
+        let r = Reported::of(&[1.0, 1.0, 1.0, 1.0, 1.0, 0.98, 0.0]).unwrap();
+        assert_eq!(r.outliers, vec![6], "{r:?}");
+        // All equal: no outlier; NaN (never evaluated) left out, positions kept.
+        let r = Reported::of(&[0.5, f64::NAN, 0.5, 0.5, 0.5, 0.5]).unwrap();
+        assert!(r.outliers.is_empty());
+        assert_eq!(r.mean, 0.5);
+        assert_eq!(Reported::of(&[f64::NAN]), None);
+        // Too few to judge.
+        assert!(Reported::of(&[0.9, 0.9, 0.0]).unwrap().outliers.is_empty());
     }
 }

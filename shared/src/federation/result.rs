@@ -6,6 +6,7 @@ use super::{ClientInfo, FederationConfig, RunContext};
 use crate::algorithms::Algorithm;
 use crate::algorithms::fedclust::{Clustering, FedClustError};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
+use crate::cluster::robust::Reported;
 use crate::model::Params;
 use crate::train::EvalReport;
 
@@ -318,6 +319,14 @@ impl RunResult {
     /// Mean local test accuracy after the last round.
     pub fn final_accuracy(&self) -> Option<f64> {
         self.rounds.iter().rev().find_map(|r| r.accuracy)
+    }
+
+    /// The clients' last reported accuracies ([`RunResult::final_client_accuracy`]) summarised
+    /// so that one client's lie cannot move it far: mean, median, trimmed mean and outliers
+    /// (positions in `clients`). These accuracies are what each client says of its own test
+    /// set; the coordinator cannot check them.
+    pub fn reported_accuracy(&self) -> Option<Reported> {
+        Reported::of(&self.final_client_accuracy)
     }
 
     /// The newcomers' mean accuracy after personalising ([`Newcomer::personalized_accuracy`]),
