@@ -169,7 +169,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
                 Some(m) => format!(
                     " (user {}, password in {})",
                     args.http.http_user,
-                    m.dir.join("users").join(format!("{}.password", args.http.http_user)).display()
+                    m.dir
+                        .join("users")
+                        .join(format!("{}.password", args.http.http_user))
+                        .display()
                 ),
                 None => String::new(),
             }
@@ -209,6 +212,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
     }
     drop(fleet);
     print_clusters(&served);
+    args.http.linger(server);
     Ok(served)
 }
 

@@ -88,9 +88,11 @@ fn main() -> ExitCode {
         Command::Serve(args) => args.run.resolve().and_then(|cfg| {
             let broker = serve::broker_for(&args.net, &cfg)?;
             let mut net = args.net.clone();
-            let (view, _server) = live::start_served(&args.http, &net, &cfg, "serve")?;
+            let (view, server) = live::start_served(&args.http, &net, &cfg, "serve")?;
             net.live = view;
-            let s = serve::run(&cfg, &net, &broker, None)?;
+            let s = serve::run(&cfg, &net, &broker, None);
+            args.http.linger(server);
+            let s = s?;
             for p in &s.plots {
                 info!("plot: {}", p.display());
             }
@@ -120,14 +122,16 @@ fn main() -> ExitCode {
             // keeps it (same results, 1.09-1.11× as fast here; BENCHMARKS §3). `serve` trains nothing.
             edgecfl_shared::malloc::tune();
             let algorithm = cfg.federation.algorithm.to_string();
-            let (view, _server) = live::start(
+            let (view, server) = live::start(
                 &args.http,
                 live::Access::Open,
                 "simulate",
                 &algorithm,
                 cfg.federation.rounds,
             )?;
-            let r = simulate::run(&cfg, &view)?;
+            let r = simulate::run(&cfg, &view);
+            args.http.linger(server);
+            let r = r?;
             final_line(&r, &cfg.out);
             Ok(())
         }),

@@ -191,12 +191,16 @@ impl Metrics {
     /// One client joined (`newcomer`: after round 0).
     pub fn joined(&self, newcomer: bool) {
         let when = if newcomer { "newcomer" } else { "start" };
-        self.joined.get_or_create(&vec![("when", when.into())]).inc();
+        self.joined
+            .get_or_create(&vec![("when", when.into())])
+            .inc();
     }
 
     /// One client missed `phase`'s timeout.
     pub fn late(&self, phase: &str) {
-        self.late.get_or_create(&vec![("phase", phase.into())]).inc();
+        self.late
+            .get_or_create(&vec![("phase", phase.into())])
+            .inc();
     }
 
     /// One client dropped out.
@@ -299,18 +303,36 @@ mod tests {
         assert_eq!(v("edgecfl_clusters", &[]), Some(4.0));
         assert_eq!(v("edgecfl_clients", &[("state", "working")]), Some(6.0));
         assert_eq!(v("edgecfl_clients", &[("state", "answered")]), Some(0.0));
-        assert_eq!(v("edgecfl_clients_joined_total", &[("when", "start")]), Some(2.0));
-        assert_eq!(v("edgecfl_clients_joined_total", &[("when", "newcomer")]), Some(1.0));
-        assert_eq!(v("edgecfl_clients_late_total", &[("phase", "training")]), Some(1.0));
-        assert_eq!(v("edgecfl_clients_dropped_total", &[("reason", "gone")]), Some(1.0));
         assert_eq!(
-            v("edgecfl_rejected_total", &[("what", "message"), ("reason", "wrong_round")]),
+            v("edgecfl_clients_joined_total", &[("when", "start")]),
+            Some(2.0)
+        );
+        assert_eq!(
+            v("edgecfl_clients_joined_total", &[("when", "newcomer")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            v("edgecfl_clients_late_total", &[("phase", "training")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            v("edgecfl_clients_dropped_total", &[("reason", "gone")]),
+            Some(1.0)
+        );
+        assert_eq!(
+            v(
+                "edgecfl_rejected_total",
+                &[("what", "message"), ("reason", "wrong_round")]
+            ),
             Some(2.0)
         );
         assert_eq!(v("edgecfl_bytes_up_total", &[]), Some(1500.0));
         assert_eq!(v("edgecfl_bytes_down_total", &[]), Some(500.0));
         assert_eq!(v("edgecfl_accuracy", &[]), Some(0.75));
-        assert_eq!(v("edgecfl_cluster_accuracy", &[("cluster", "2")]), Some(1.0));
+        assert_eq!(
+            v("edgecfl_cluster_accuracy", &[("cluster", "2")]),
+            Some(1.0)
+        );
         assert_eq!(v("edgecfl_cluster_accuracy", &[("cluster", "1")]), None);
         // The histogram: both observations counted, the 0.05 s one in the first bucket.
         let h = s
@@ -321,7 +343,10 @@ mod tests {
         let Value::Histogram(buckets) = &h.value else {
             panic!("not a histogram: {:?}", h.value)
         };
-        assert_eq!(buckets.first().map(|b| (b.less_than, b.count)), Some((0.1, 1.0)));
+        assert_eq!(
+            buckets.first().map(|b| (b.less_than, b.count)),
+            Some((0.1, 1.0))
+        );
         assert_eq!(buckets.last().map(|b| b.count), Some(2.0));
     }
 }

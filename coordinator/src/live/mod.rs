@@ -50,8 +50,33 @@ pub struct HttpArgs {
     #[arg(long, value_name = "ADDR", value_parser = parse_http_addr)]
     pub http: Option<SocketAddr>,
     /// The broker user whose password opens the live view when the run is secured.
-    #[arg(long, value_name = "USER", default_value = "coordinator", requires = "http")]
+    #[arg(
+        long,
+        value_name = "USER",
+        default_value = "coordinator",
+        requires = "http"
+    )]
     pub http_user: String,
+    /// Seconds the live view stays up after the run, showing its end (a demo on a small data
+    /// set is over in seconds).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0, requires = "http")]
+    pub http_linger: f64,
+}
+
+impl HttpArgs {
+    /// After the run: keeps `server` up for `--http-linger` seconds, then stops it.
+    pub fn linger(&self, server: Option<Server>) {
+        let Some(server) = server else { return };
+        if self.http_linger > 0.0 && self.http_linger.is_finite() {
+            tracing::info!(
+                "live view: {} stays up for {:.0} s (--http-linger)",
+                server.url(),
+                self.http_linger
+            );
+            std::thread::sleep(std::time::Duration::from_secs_f64(self.http_linger));
+        }
+        drop(server);
+    }
 }
 
 /// `PORT` (loopback) or `HOST:PORT`.
@@ -85,7 +110,11 @@ pub struct Live(Option<Arc<Inner>>);
 
 impl fmt::Debug for Live {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() { "Live(on)" } else { "Live(off)" })
+        f.write_str(if self.0.is_some() {
+            "Live(on)"
+        } else {
+            "Live(off)"
+        })
     }
 }
 
@@ -308,7 +337,9 @@ impl Live {
 
     /// The dendrogram with its cut (SVG), once round 0 is done.
     pub fn dendrogram(&self) -> Option<String> {
-        self.0.as_ref().and_then(|i| Self::lock(i).dendrogram.clone())
+        self.0
+            .as_ref()
+            .and_then(|i| Self::lock(i).dendrogram.clone())
     }
 
     /// A receiver that wakes on every change.
@@ -364,7 +395,12 @@ impl Observer for LiveObserver<'_> {
         self.inner.round(r, of);
         self.live.update(|s, m, now| {
             let per: Vec<f64> = r.cluster_accuracy.clone().unwrap_or_default();
-            s.round_done(r.round, of, r.accuracy.map(|a| (a, per.as_slice())), r.clusters);
+            s.round_done(
+                r.round,
+                of,
+                r.accuracy.map(|a| (a, per.as_slice())),
+                r.clusters,
+            );
             if let Some(p) = s.accuracy.last().filter(|p| p.round == r.round) {
                 m.accuracy(p.mean, &p.clusters);
             }
@@ -541,8 +577,14 @@ mod tests {
         assert_eq!(snap["counts"]["working"], 2);
         assert!(snap["version"].as_u64().unwrap() >= 2);
         let text = live.metrics();
-        assert!(text.contains("edgecfl_cluster_accuracy{cluster=\"1\"} 0.9"), "{text}");
-        assert!(text.contains("edgecfl_clients_joined_total{when=\"start\"} 2"), "{text}");
+        assert!(
+            text.contains("edgecfl_cluster_accuracy{cluster=\"1\"} 0.9"),
+            "{text}"
+        );
+        assert!(
+            text.contains("edgecfl_clients_joined_total{when=\"start\"} 2"),
+            "{text}"
+        );
         live.finished(&Ok(()));
         assert_eq!(live.snapshot()["outcome"], "finished");
     }

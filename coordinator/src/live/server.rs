@@ -114,7 +114,10 @@ impl Access {
             Access::PasswordFile { db, user: allowed } => {
                 user == *allowed && db.verify(&user, &password)
             }
-            Access::Login { username, password: p } => {
+            Access::Login {
+                username,
+                password: p,
+            } => {
                 // Both compared in full, whatever the first says.
                 let u = ct_eq(user.as_bytes(), username.as_bytes());
                 let w = ct_eq(password.as_bytes(), p.as_bytes());

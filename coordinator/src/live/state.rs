@@ -175,15 +175,17 @@ pub struct State {
 
 impl State {
     fn client(&mut self, id: &str, round: usize) -> &mut Client {
-        self.clients.entry(id.to_string()).or_insert_with(|| Client {
-            id: id.to_string(),
-            state: ClientState::Waiting,
-            cluster: None,
-            joined_round: round,
-            answers: 0,
-            bytes_up: 0,
-            rejected: 0,
-        })
+        self.clients
+            .entry(id.to_string())
+            .or_insert_with(|| Client {
+                id: id.to_string(),
+                state: ClientState::Waiting,
+                cluster: None,
+                joined_round: round,
+                answers: 0,
+                bytes_up: 0,
+                rejected: 0,
+            })
     }
 
     /// The round the run is in (the phase's, else the rounds done).
@@ -386,10 +388,7 @@ impl State {
             self.accuracy.push(AccuracyPoint {
                 round,
                 mean,
-                clusters: per
-                    .iter()
-                    .map(|&a| a.is_finite().then_some(a))
-                    .collect(),
+                clusters: per.iter().map(|&a| a.is_finite().then_some(a)).collect(),
             });
         }
     }
@@ -503,7 +502,11 @@ mod tests {
         assert_eq!(snap["counts"]["waiting"], 1);
         assert_eq!(s.phase_ended(14.0), Some(("training".into(), 4.0)));
         assert_eq!(s.phase_ended(15.0), None, "ended once");
-        assert_eq!(s.snapshot(20.0, 8)["phase"]["seconds"], 4.0, "its clock stopped");
+        assert_eq!(
+            s.snapshot(20.0, 8)["phase"]["seconds"],
+            4.0,
+            "its clock stopped"
+        );
         // The next phase: answered → working again; a gone client stays gone until it is back.
         s.phase_started("evaluation", 1, &ids(3), 14.0);
         assert_eq!(state_of(&s, "c0"), ClientState::Working);
@@ -519,7 +522,12 @@ mod tests {
         let mut s = State::default();
         s.fleet(&ids(4));
         s.left_out("c1");
-        s.clustered(&[0, 1, 1], 2, Some((0.5, "ward".into())), Some("<svg/>".into()));
+        s.clustered(
+            &[0, 1, 1],
+            2,
+            Some((0.5, "ward".into())),
+            Some("<svg/>".into()),
+        );
         assert_eq!(s.clients["c0"].cluster, Some(0));
         assert_eq!(s.clients["c1"].cluster, None);
         assert_eq!(s.clients["c2"].cluster, Some(1));
