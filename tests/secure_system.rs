@@ -212,23 +212,7 @@ fn brokers_with(
             let mut args = vec!["--port", &p, "--bind", "127.0.0.1"];
             args.extend_from_slice(extra);
             let creds = credentials(dir, prefix, &args);
-            let conf = creds.join("mosquitto.conf");
-            let mut text = edit(&std::fs::read_to_string(&conf).unwrap());
-            if running_as_root() {
-                // mosquitto started as root switches to the user `mosquitto`, which cannot read
-                // the 0600 key and password files written by root.
-                text.push_str("user root\n");
-            }
-            std::fs::write(&conf, text).unwrap();
-            let exe = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
-                .into_iter()
-                .find(|p| Path::new(p).exists())
-                .expect("mosquitto is not installed (apt-get install mosquitto)");
-            let mut cmd = Command::new(exe);
-            cmd.arg("-c").arg(&conf).arg("-v");
-            let proc = Proc::spawn(cmd, "mosquitto", &dir.join("mosquitto.log"));
-            wait_listening(port, Duration::from_secs(10));
-            wait_listening(port + 1, Duration::from_secs(10));
+            let proc = mosquitto_from(&creds, dir, port, edit);
             (port, port + 1, creds, Some(proc))
         }
     }
@@ -528,23 +512,6 @@ fn assert_matches_simulate(served: &Value, flags: &[String], dir: &Path) {
             round + 1
         );
     }
-}
-
-fn free_port_pair() -> u16 {
-    for _ in 0..100 {
-        let p = free_port();
-        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            return p;
-        }
-    }
-    panic!("no two consecutive free ports");
-}
-
-fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 #[test]

@@ -347,3 +347,46 @@ pub fn peak_rss_kb(pid: u32) -> Option<u64> {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
+
+/// Two consecutive free ports (mosquitto's from `coordinator credentials --port P`: P for the
+/// edge clients, P + 1 for the coordinator and LPSs).
+pub fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let p = free_port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no two consecutive free ports");
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// mosquitto started from `edit` of the `mosquitto.conf` that `coordinator credentials --port
+/// PORT --bind 127.0.0.1` wrote into `creds`, logging to `dir/mosquitto.log`; returns once both
+/// its listeners (`port`, `port + 1`) are up.
+pub fn mosquitto_from(creds: &Path, dir: &Path, port: u16, edit: &dyn Fn(&str) -> String) -> Proc {
+    let conf = creds.join("mosquitto.conf");
+    let mut text = edit(&std::fs::read_to_string(&conf).unwrap());
+    if running_as_root() {
+        // mosquitto started as root switches to the user `mosquitto`, which cannot read the
+        // 0600 key and password files written by root.
+        text.push_str("user root\n");
+    }
+    std::fs::write(&conf, text).unwrap();
+    let exe = ["/usr/sbin/mosquitto", "/usr/bin/mosquitto"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("mosquitto is not installed (apt-get install mosquitto)");
+    let mut cmd = Command::new(exe);
+    cmd.arg("-c").arg(&conf).arg("-v");
+    let proc = Proc::spawn(cmd, "mosquitto", &dir.join("mosquitto.log"));
+    wait_listening(port, Duration::from_secs(10));
+    wait_listening(port + 1, Duration::from_secs(10));
+    proc
+}

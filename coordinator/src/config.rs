@@ -214,8 +214,10 @@ pub struct RunFlags {
     /// How a cluster's updates become its model: mean (FedAvg, weighted as --weighting says;
     /// the default) | median (coordinate-wise, unweighted) | trimmed:F (coordinate-wise mean
     /// without the F·n lowest and highest values, 0 ≤ F < 0.5) | norm-clip (each update's
-    /// change clipped to the round's median change norm, then the weighted mean). Robust
-    /// choices against a client that lies with its updates.
+    /// change clipped to the round's median change norm, then the weighted mean) | krum:F
+    /// (multi-Krum for up to F bad updates: the weighted mean of the n − F updates nearest the
+    /// others). Robust choices against a client that lies with its updates; also how the GPS
+    /// averages the LPSs' common layers.
     #[arg(long)]
     pub aggregate: Option<Aggregate>,
     /// The local test view of the headline accuracy: labels (every test image of each label a

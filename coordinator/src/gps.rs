@@ -329,7 +329,7 @@ impl Gps {
             let parts = self.collect(g, gps_rounds, &common, budget, &mut records)?;
             let weighted: Vec<(&[f32], u64)> =
                 parts.iter().map(|(p, w)| (p.as_slice(), *w)).collect();
-            let average = hierarchy::gps_average(&common, &weighted)?;
+            let average = hierarchy::gps_average(&common, &weighted, cfg.aggregate)?;
             let bytes = average_message(&self.plan.run, g, &average);
             for r in &mut records {
                 r.down_bytes.push(bytes.len() as u64);

@@ -104,6 +104,7 @@ pub fn summary(
         "client_accuracy_median": reported.as_ref().map(|r| r.median),
         "client_accuracy_trimmed": reported.as_ref().map(|r| r.trimmed),
         "client_accuracy_outliers": reported.as_ref().map(|r| ids(result, &r.outliers)),
+        "client_accuracy_mean_inliers": reported.as_ref().map(|r| r.inlier_mean),
         "rescaled": result.clustering.as_ref().map(|c| ids(result, &c.rescaled)),
     });
     // Both local test views (`accuracy_per_round` is the one `local_test` names).

@@ -1,7 +1,8 @@
 //! Sample-count-weighted federated averaging (FedAvg, McMahan et al. 2017), and the robust
 //! aggregates a run may choose instead (`--aggregate`, [`Aggregate`]): the coordinate-wise median
-//! and trimmed mean (Yin et al. 2018; Flower's FedMedian and FedTrimmedAvg) and the mean of
-//! updates clipped to the round's median update norm.
+//! and trimmed mean (Yin et al. 2018; Flower's FedMedian and FedTrimmedAvg), the mean of
+//! updates clipped to the round's median update norm, and multi-Krum (Blanchard et al. 2017;
+//! Flower's Krum).
 
 use std::fmt;
 use std::str::FromStr;
@@ -27,6 +28,10 @@ pub enum Aggregate {
     /// the round, then the weighted mean is taken: no update moves the model further than a
     /// typical one, and no bound is set by hand.
     NormClip,
+    /// Multi-Krum for at most `f` bad updates: each update is scored by the sum of its squared
+    /// distances to its `n − f − 2` nearest others (at least 1), and the weighted mean is taken
+    /// over the `n − f` of lowest score: an update far from every other is left out whole.
+    Krum(usize),
 }
 
 impl Aggregate {
@@ -43,6 +48,7 @@ impl fmt::Display for Aggregate {
             Aggregate::Median => f.write_str("median"),
             Aggregate::Trimmed(x) => write!(f, "trimmed:{x}"),
             Aggregate::NormClip => f.write_str("norm-clip"),
+            Aggregate::Krum(n) => write!(f, "krum:{n}"),
         }
     }
 }
@@ -52,17 +58,25 @@ impl FromStr for Aggregate {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = || {
             format!(
-                "unknown aggregate {s:?} (expected mean, median, trimmed:F with 0 ≤ F < 0.5, or norm-clip)"
+                "unknown aggregate {s:?} (expected mean, median, trimmed:F with 0 ≤ F < 0.5, norm-clip, or krum:F with F ≥ 1 bad updates)"
             )
         };
         match s {
             "mean" => Ok(Aggregate::Mean),
             "median" => Ok(Aggregate::Median),
             "norm-clip" => Ok(Aggregate::NormClip),
-            _ => match s.strip_prefix("trimmed:").map(str::parse::<f64>) {
-                Some(Ok(f)) if (0.0..0.5).contains(&f) => Ok(Aggregate::Trimmed(f)),
-                _ => Err(err()),
-            },
+            _ => {
+                if let Some(f) = s.strip_prefix("krum:") {
+                    return match f.parse::<usize>() {
+                        Ok(f) if f >= 1 => Ok(Aggregate::Krum(f)),
+                        _ => Err(err()),
+                    };
+                }
+                match s.strip_prefix("trimmed:").map(str::parse::<f64>) {
+                    Some(Ok(f)) if (0.0..0.5).contains(&f) => Ok(Aggregate::Trimmed(f)),
+                    _ => Err(err()),
+                }
+            }
         }
     }
 }
@@ -248,7 +262,43 @@ pub fn aggregate(
         Aggregate::Median => median(items),
         Aggregate::Trimmed(f) => trimmed_mean(items, (f * items.len() as f64).floor() as usize),
         Aggregate::NormClip => norm_clipped(items, reference),
+        Aggregate::Krum(f) => krum(items, f),
     }
+}
+
+/// [`Aggregate::Krum`]: the weighted mean of the `n − f` updates (at least 1) whose summed
+/// squared distance to their `n − f − 2` nearest others (at least 1) is lowest.
+fn krum(items: &[(&[f32], u64)], f: usize) -> Result<Vec<f32>, AggregateError> {
+    common_len(items)?;
+    let n = items.len();
+    if n <= 2 {
+        return weighted_average(items);
+    }
+    let neighbours = n.saturating_sub(f + 2).max(1);
+    let distance = |a: &[f32], b: &[f32]| -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+            .sum()
+    };
+    let mut scores: Vec<(f64, usize)> = (0..n)
+        .map(|i| {
+            let mut d: Vec<f64> = (0..n)
+                .filter(|&j| j != i)
+                .map(|j| distance(items[i].0, items[j].0))
+                .collect();
+            d.sort_by(f64::total_cmp);
+            (d[..neighbours].iter().sum(), i)
+        })
+        .collect();
+    scores.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut kept: Vec<usize> = scores[..n.saturating_sub(f).max(1)]
+        .iter()
+        .map(|s| s.1)
+        .collect();
+    kept.sort_unstable();
+    let chosen: Vec<(&[f32], u64)> = kept.iter().map(|&i| items[i]).collect();
+    weighted_average(&chosen)
 }
 
 #[cfg(test)]
@@ -340,6 +390,27 @@ mod tests {
         assert_eq!(
             weighted_average(&[(&a, 0)]),
             Err(AggregateError::ZeroWeight)
+        );
+    }
+
+    /// Multi-Krum by hand: three updates near each other and one far away, f = 1. Each is scored
+    /// by its squared distance to its n − f − 2 = 1 nearest other: a 1, b 1, c 4, far 81·2 (to
+    /// c); the n − f = 3 lowest (a, b, c) are averaged with their weights.
+    #[test]
+    fn krum_leaves_out_the_update_far_from_the_others() {
+        let (a, b, c, far) = ([0.0f32, 0.0], [1.0, 0.0], [0.0, 2.0], [9.0, 11.0]);
+        let items = [(&a[..], 1), (&b[..], 1), (&c[..], 2), (&far[..], 1_000)];
+        assert_eq!(
+            aggregate(&items, Aggregate::Krum(1), &[]).unwrap(),
+            vec![0.25, 1.0]
+        );
+        assert_eq!("krum:1".parse::<Aggregate>(), Ok(Aggregate::Krum(1)));
+        assert_eq!(Aggregate::Krum(2).to_string(), "krum:2");
+        assert!("krum:0".parse::<Aggregate>().is_err());
+        // Two updates: nothing to compare, the mean.
+        assert_eq!(
+            aggregate(&items[..2], Aggregate::Krum(1), &[]).unwrap(),
+            vec![0.5, 0.0]
         );
     }
 }

@@ -35,7 +35,7 @@
 //! GPS [`gps_average`]s the parts it received, and each LPS [`CommonLayers::insert`]s the average;
 //! [`gps_round`] does the three in one process.
 
-use crate::aggregate::{AggregateError, weighted_average};
+use crate::aggregate::{Aggregate, AggregateError, aggregate, median};
 use crate::model::{LayerSet, ModelError, ModelKind, ParamLayout, Params, Selection};
 
 /// Errors of the GPS step.
@@ -228,9 +228,13 @@ impl CommonLayers {
     }
 }
 
-/// The GPS average (eq. GPS): `Σ_c N_c · part_c / Σ_c N_c` over the common parts the LPSs sent,
-/// each with its sample count `N_c`, accumulated in `f64`. Every part must have `common.len()`
-/// finite floats.
+/// The GPS average (eq. GPS) of the common parts the LPSs sent, each with its sample count
+/// `N_c`, as `how` says (`--aggregate`): [`Aggregate::Mean`], the paper's
+/// `Σ_c N_c · part_c / Σ_c N_c` accumulated in `f64`; the coordinate-wise median or trimmed mean
+/// (unweighted); [`Aggregate::NormClip`], each part's distance from the parts' coordinate-wise
+/// median clipped to the median of those distances, then the weighted mean (the GPS has no
+/// earlier model common to all parts to measure changes from). Every part must have
+/// `common.len()` finite floats.
 ///
 /// # Errors
 ///
@@ -239,6 +243,7 @@ impl CommonLayers {
 pub fn gps_average(
     common: &CommonLayers,
     parts: &[(&[f32], u64)],
+    how: Aggregate,
 ) -> Result<Vec<f32>, HierarchyError> {
     if parts.is_empty() {
         return Err(HierarchyError::NoLps);
@@ -246,12 +251,16 @@ pub fn gps_average(
     for (index, (part, _)) in parts.iter().enumerate() {
         common.check_part(index, part)?;
     }
-    Ok(weighted_average(parts)?)
+    let reference = match how {
+        Aggregate::NormClip => median(parts)?,
+        _ => Vec::new(),
+    };
+    Ok(aggregate(parts, how, &reference)?)
 }
 
 /// One GPS round in one process: the common layers of every LPS model are replaced by their
 /// average weighted by `samples` (`samples[c]` = training samples of cluster `c`'s members);
-/// every other layer of every model is left as it was. Returns the average.
+/// every other layer of every model is left as it was. Returns the average ([`gps_average`]).
 ///
 /// # Errors
 ///
@@ -260,6 +269,7 @@ pub fn gps_round(
     common: &CommonLayers,
     models: &mut [Params],
     samples: &[u64],
+    how: Aggregate,
 ) -> Result<Vec<f32>, HierarchyError> {
     if models.len() != samples.len() {
         return Err(HierarchyError::WeightCount {
@@ -279,7 +289,7 @@ pub fn gps_round(
         .zip(samples)
         .map(|(p, &w)| (p.as_slice(), w))
         .collect();
-    let average = gps_average(common, &weighted)?;
+    let average = gps_average(common, &weighted, how)?;
     for m in models.iter_mut() {
         common.selection.insert(&mut m.values, &average);
     }
@@ -325,7 +335,7 @@ mod tests {
         // fc1 = 1, 2, 3 with 1, 2, 1 samples: (1·1 + 2·2 + 1·3) / 4 = 2.
         let mut models = vec![mlp(1.0, 10.0), mlp(2.0, 20.0), mlp(3.0, 30.0)];
         let common = CommonLayers::new(ModelKind::Mlp, None).unwrap();
-        let avg = gps_round(&common, &mut models, &[1, 2, 1]).unwrap();
+        let avg = gps_round(&common, &mut models, &[1, 2, 1], Aggregate::Mean).unwrap();
         assert_eq!(avg.len(), 784 * 32 + 32);
         assert!(avg.iter().all(|&x| x == 2.0));
         for (c, m) in models.iter().enumerate() {
@@ -347,7 +357,7 @@ mod tests {
             Params::new(ModelKind::LeNet5, a.clone()).unwrap(),
             Params::new(ModelKind::LeNet5, b.clone()).unwrap(),
         ];
-        gps_round(&common, &mut models, &[3, 1]).unwrap();
+        gps_round(&common, &mut models, &[3, 1], Aggregate::Mean).unwrap();
         for i in 0..conv_end {
             let want = i as f32 / 2.0;
             assert_eq!(models[0].values[i], want, "float {i}");
@@ -362,11 +372,11 @@ mod tests {
         let common = CommonLayers::new(ModelKind::Mlp, None).unwrap();
         let mut models = vec![mlp(0.5, 1.0), mlp(-1.5, 2.0)];
         let parts: Vec<Vec<f32>> = models.iter().map(|m| common.extract(m).unwrap()).collect();
-        let avg = gps_average(&common, &[(&parts[0], 1), (&parts[1], 3)]).unwrap();
+        let avg = gps_average(&common, &[(&parts[0], 1), (&parts[1], 3)], Aggregate::Mean).unwrap();
         // (0.5 − 3·1.5) / 4 = −1
         assert!(avg.iter().all(|&x| x == -1.0));
         let mut in_process = models.clone();
-        gps_round(&common, &mut in_process, &[1, 3]).unwrap();
+        gps_round(&common, &mut in_process, &[1, 3], Aggregate::Mean).unwrap();
         for m in &mut models {
             common.insert(m, &avg).unwrap();
         }
@@ -378,25 +388,28 @@ mod tests {
         let common = CommonLayers::new(ModelKind::Mlp, None).unwrap();
         let mut two = vec![mlp(1.0, 1.0), mlp(2.0, 2.0)];
         assert_eq!(
-            gps_round(&common, &mut two, &[1]),
+            gps_round(&common, &mut two, &[1], Aggregate::Mean),
             Err(HierarchyError::WeightCount {
                 models: 2,
                 weights: 1
             })
         );
         assert!(matches!(
-            gps_round(&common, &mut two, &[0, 0]),
+            gps_round(&common, &mut two, &[0, 0], Aggregate::Mean),
             Err(HierarchyError::Aggregate(AggregateError::ZeroWeight))
         ));
-        assert_eq!(gps_round(&common, &mut [], &[]), Err(HierarchyError::NoLps));
+        assert_eq!(
+            gps_round(&common, &mut [], &[], Aggregate::Mean),
+            Err(HierarchyError::NoLps)
+        );
         let mut mixed = vec![mlp(1.0, 1.0), Params::init(ModelKind::LeNet5, 0)];
         assert!(matches!(
-            gps_round(&common, &mut mixed, &[1, 1]),
+            gps_round(&common, &mut mixed, &[1, 1], Aggregate::Mean),
             Err(HierarchyError::WrongModel { index: 1, .. })
         ));
         let short = vec![0.0; common.len() - 1];
         assert!(matches!(
-            gps_average(&common, &[(&short, 1)]),
+            gps_average(&common, &[(&short, 1)], Aggregate::Mean),
             Err(HierarchyError::WrongLength { index: 0, .. })
         ));
         let mut nan = vec![0.0; common.len()];
@@ -407,5 +420,28 @@ mod tests {
         );
         // The failed insert left the model as it was.
         assert_eq!(two[0], mlp(1.0, 1.0));
+    }
+
+    /// A robust `--aggregate` at the GPS: one LPS sending a wild common part cannot move the
+    /// median of three, nor pull the norm-clipped mean further than the others' spread.
+    #[test]
+    fn the_gps_average_as_aggregate_says() {
+        let common = CommonLayers::new(ModelKind::Mlp, None).unwrap();
+        let n = common.len();
+        let a = vec![1.0f32; n];
+        let b = vec![2.0f32; n];
+        let wild = vec![1000.0f32; n];
+        let parts = [(&a[..], 1), (&b[..], 1), (&wild[..], 1)];
+        let mean = gps_average(&common, &parts, Aggregate::Mean).unwrap();
+        assert!((mean[0] - 1003.0 / 3.0).abs() < 1e-3);
+        assert_eq!(gps_average(&common, &parts, Aggregate::Median).unwrap(), b);
+        // Distances from the median part (2): 1, 0 and 998 per coordinate, their median 1 per
+        // coordinate: the wild part clipped to 3, so the mean is (1 + 2 + 3) / 3 = 2.
+        let clipped = gps_average(&common, &parts, Aggregate::NormClip).unwrap();
+        assert!(
+            clipped.iter().all(|&x| (x - 2.0).abs() < 1e-4),
+            "{}",
+            clipped[0]
+        );
     }
 }

@@ -39,8 +39,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
 use super::acl::{self, Acl};
-use crate::log_throttle::LogThrottle;
 use super::passwd::PasswordDb;
+use crate::log_throttle::LogThrottle;
 
 /// Time a new connection has for the TLS handshake and its CONNECT packet.
 const HANDSHAKE: Duration = Duration::from_secs(15);
@@ -299,40 +299,53 @@ impl Gate {
             let _ = tcp.set_nodelay(true);
             let gate = self.clone();
             tokio::spawn(async move {
-                if let Err(e) = gate.connection(tcp, peer).await {
-                    gate.log_refusal(peer, &e);
+                let mut user = None;
+                if let Err(e) = gate.connection(tcp, peer, &mut user).await {
+                    gate.log_refusal(peer, user.as_deref(), &e);
                 }
             });
         }
     }
 
-    /// Logs why a connection from `peer` was refused or closed: the first from its address,
-    /// then once per interval with the count held back, so a peer that reconnects in a loop
-    /// cannot flood the log.
-    fn log_refusal(&self, peer: SocketAddr, e: &str) {
+    /// Logs why a connection from `peer` was refused or closed, throttled per user (`user`, the
+    /// login its CONNECT gave, checked or not) or else per address ([`LogThrottle`]), so a
+    /// client that reconnects in a loop cannot flood the log.
+    fn log_refusal(&self, peer: SocketAddr, user: Option<&str>, e: &str) {
         let Ok(mut t) = self.refusals.lock() else {
             return;
         };
-        if let Some(held) = t.admit(&peer.ip().to_string(), Instant::now()) {
+        let source = user.map_or_else(|| peer.ip().to_string(), |u| format!("user {u}"));
+        if let Some(held) = t.admit(&source, Instant::now()) {
             warn!("broker: {peer}: {e}{}", t.held_back(held));
         }
     }
 
-    async fn connection(&self, tcp: TcpStream, peer: SocketAddr) -> Result<(), String> {
+    /// One connection; `user` is set to the username of its CONNECT once read.
+    async fn connection(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        user: &mut Option<String>,
+    ) -> Result<(), String> {
         match &self.cfg.tls {
-            None => self.session(tcp, peer).await,
+            None => self.session(tcp, peer, user).await,
             Some(cfg) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(cfg.clone());
                 let tls = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp))
                     .await
                     .map_err(|_| "TLS handshake timed out".to_string())?
                     .map_err(|e| format!("TLS handshake failed: {e}"))?;
-                self.session(tls, peer).await
+                self.session(tls, peer, user).await
             }
         }
     }
 
-    async fn session<S>(&self, client: S, peer: SocketAddr) -> Result<(), String>
+    async fn session<S>(
+        &self,
+        client: S,
+        peer: SocketAddr,
+        login: &mut Option<String>,
+    ) -> Result<(), String>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
@@ -366,6 +379,7 @@ impl Gate {
             }
             Err(e) => return Err(format!("malformed CONNECT: {e}")),
         };
+        *login = connect.login.as_ref().map(|l| l.username.clone());
         let user = match self.admit(&connect) {
             Ok(u) => u,
             Err(r) => {
@@ -669,7 +683,10 @@ mod tests {
         big.last_will.as_mut().unwrap().message = vec![0; 11].into();
         let refused = g.admit(&big).unwrap_err();
         assert_eq!(refused.code, ConnectReturnCode::NotAuthorized);
-        assert!(refused.reason.contains("last will of 11 bytes"), "{refused:?}");
+        assert!(
+            refused.reason.contains("last will of 11 bytes"),
+            "{refused:?}"
+        );
         let mut v5 = connect("c1", Some(("c1", "pw-c1")), None);
         v5.protocol = Protocol::V5;
         assert_eq!(code(v5), ConnectReturnCode::RefusedProtocolVersion);
@@ -729,7 +746,12 @@ mod tests {
         assert_eq!(p.take(rate, 0, t0), Duration::from_millis(10_100));
         // A large message waits by the byte bucket, whichever is longer.
         let mut q = Pace::full(rate);
-        assert_eq!(q.take(rate, 3_000_000, Instant::now()).as_secs_f64().round(), 2.0);
+        assert_eq!(
+            q.take(rate, 3_000_000, Instant::now())
+                .as_secs_f64()
+                .round(),
+            2.0
+        );
     }
 
     #[test]

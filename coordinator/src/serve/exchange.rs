@@ -32,7 +32,7 @@ impl MqttPool {
     }
 
     /// Counts an ignored message from `id` and logs it. A member's (`member`) is counted per
-    /// client too and logged once per interval with a count
+    /// client too and logged at most a few times per interval, with a count
     /// ([`LogThrottle`](crate::log_throttle::LogThrottle)); one from outside
     /// the run is a [`stray`].
     fn reject(&mut self, phase: Phase, id: &str, member: bool, r: Rejected) {
@@ -48,7 +48,10 @@ impl MqttPool {
                 self.throttle.held_back(held)
             );
         }
-        self.per_client.entry(id.to_string()).or_default().add(r.reason);
+        self.per_client
+            .entry(id.to_string())
+            .or_default()
+            .add(r.reason);
         self.tally.add(r.reason);
     }
 
@@ -65,10 +68,8 @@ impl MqttPool {
     ) -> Result<Vec<(usize, WireAnswer)>, PoolError> {
         let mut aw = Awaiting::new(phase, self.run.clone(), expect, jobs.iter().map(|j| j.0));
         let round = phase.round();
-        self.live.phase_started(
-            phase,
-            jobs.iter().map(|j| self.members[j.0].id.to_string()),
-        );
+        self.live
+            .phase_started(phase, jobs.iter().map(|j| self.members[j.0].id.to_string()));
         if let Some(bytes) = broadcast {
             self.broadcast(bytes)?;
         }

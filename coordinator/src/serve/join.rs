@@ -86,7 +86,12 @@ impl Declared {
     /// Sets the caps that apply once the clients are fixed: `k` times the median training count
     /// of `members` (`k = 0`: none), and in testbed mode `shards`, each shard's true sizes; then
     /// holds each member's `Hello` to them.
-    pub(super) fn limit(&mut self, members: &mut [Member], k: u64, shards: Option<Vec<(u64, u64)>>) {
+    pub(super) fn limit(
+        &mut self,
+        members: &mut [Member],
+        k: u64,
+        shards: Option<Vec<(u64, u64)>>,
+    ) {
         let mut counts: Vec<u64> = members.iter().map(|m| m.hello.samples).collect();
         counts.sort_unstable();
         if k > 0 && !counts.is_empty() {
@@ -110,7 +115,10 @@ pub(super) fn shard_holder<'a>(
     let mine = hello.shard.as_ref()?;
     others.into_iter().find_map(|(other, h)| {
         let s = h.shard.as_ref()?;
-        (other != id && s.index == mine.index && s.partition == mine.partition && s.seed == mine.seed)
+        (other != id
+            && s.index == mine.index
+            && s.partition == mine.partition
+            && s.seed == mine.seed)
             .then_some(other)
     })
 }
@@ -518,7 +526,11 @@ mod tests {
         assert_eq!(counts, [450, 300, 4_000, 400]);
         // Shard sizes (testbed): each held to its own shard's.
         let mut d = Declared::default();
-        d.limit(&mut members, 0, Some(vec![(450, 300), (300, 200), (300, 300), (400, 300)]));
+        d.limit(
+            &mut members,
+            0,
+            Some(vec![(450, 300), (300, 200), (300, 300), (400, 300)]),
+        );
         let counts: Vec<(u64, u64)> = members
             .iter()
             .map(|m| (m.hello.samples, m.hello.test_samples))
@@ -529,7 +541,11 @@ mod tests {
         let others = members.iter().map(|m| (m.id.as_str(), &m.hello));
         assert_eq!(shard_holder(others, "c9", &newcomer.hello), Some("c1"));
         let others = members.iter().map(|m| (m.id.as_str(), &m.hello));
-        assert_eq!(shard_holder(others, "c1", &members[1].hello), None, "itself");
+        assert_eq!(
+            shard_holder(others, "c1", &members[1].hello),
+            None,
+            "itself"
+        );
         let mut elsewhere = member("c9", 10, 7);
         let others = members.iter().map(|m| (m.id.as_str(), &m.hello));
         assert_eq!(shard_holder(others, "c9", &elsewhere.hello), None);

@@ -360,7 +360,8 @@ fn run_inner(
     };
     pool.vouch(net.sample_cap, cfg.data.as_deref());
     let round0 = resume.as_ref().map_or(pool.members.len(), |r| r.1);
-    net.live.fleet(&federation::ClientPool::clients(&pool)[..round0.min(pool.members.len())]);
+    net.live
+        .fleet(&federation::ClientPool::clients(&pool)[..round0.min(pool.members.len())]);
     // The ground truth of the round-0 clients (newcomers' is added at the end).
     let truth = pool.truth().map(|t| t[..round0.min(t.len())].to_vec());
     let mut cfg = cfg.clone();

@@ -20,10 +20,10 @@ use crate::rounds::{Answer as WireAnswer, Expect, Phase, Tally};
 
 use super::NetFlags;
 use super::join::finish_fleet;
+use super::resume::{CHECKPOINT_FILE, SavedMember, SavedPool, SavedRun, write_atomically};
 use super::testbed::Testbed;
 use crate::log_throttle::LogThrottle;
 use tracing::warn;
-use super::resume::{CHECKPOINT_FILE, SavedMember, SavedPool, SavedRun, write_atomically};
 
 /// Byte counts of MQTT payloads (topic and MQTT headers not included).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -209,7 +209,13 @@ impl MqttPool {
         let declared: Vec<(u32, u64, u64)> = self
             .members
             .iter()
-            .filter_map(|m| Some((m.hello.shard.as_ref()?.index, m.hello.samples, m.hello.test_samples)))
+            .filter_map(|m| {
+                Some((
+                    m.hello.shard.as_ref()?.index,
+                    m.hello.samples,
+                    m.hello.test_samples,
+                ))
+            })
             .collect();
         let sizes = self.testbed.as_ref().and_then(|t| {
             if t.agrees(&declared) {

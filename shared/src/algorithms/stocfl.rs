@@ -355,9 +355,10 @@ impl StoCfl {
         let mut got = Vec::new();
         let mut batch = Vec::new();
         for (p, a) in env.run(round, jobs)? {
-            if let Answer::Gradient(g) = a
+            if let Answer::Gradient(mut g) = a
                 && valid_psi(&g, expected)
             {
+                unit_norm(&mut g);
                 got.push(p);
                 if self.first_batch.is_none() {
                     batch.push(g.clone());
@@ -421,6 +422,19 @@ impl StoCfl {
         state.replace(assignment, models);
         self.trained = trained;
         Ok(())
+    }
+}
+
+/// Ψ is a unit vector (§3.1), normalised by the client. The server normalises it again when its
+/// norm is off by more than 10⁻³ (an honest Ψ stays as it came, bit for bit): a client that sends
+/// its Ψ scaled up would otherwise outweigh the other members in its cluster's representation, the
+/// mean of their Ψ, and steer which clusters merge (issue 28).
+fn unit_norm(g: &mut [f32]) {
+    let norm = g.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    if (norm - 1.0).abs() > 1e-3 {
+        for x in g.iter_mut() {
+            *x = (f64::from(*x) / norm) as f32;
+        }
     }
 }
 
@@ -815,5 +829,27 @@ mod tests {
                 Err(FederationError::Config(_))
             ),);
         }
+    }
+
+    /// A Ψ scaled by a client is brought back to unit norm; an honest (unit) one is left as it
+    /// came, bit for bit.
+    #[test]
+    fn a_scaled_psi_is_brought_back_to_unit_norm() {
+        let mut honest = vec![0.6f32, 0.8, 0.0];
+        let before = honest.clone();
+        unit_norm(&mut honest);
+        assert_eq!(honest, before);
+        let mut scaled = vec![600.0f32, 800.0, 0.0];
+        unit_norm(&mut scaled);
+        assert_eq!(scaled, vec![0.6f32, 0.8, 0.0]);
+        // Its cluster's representation (the mean with an honest member) leans to neither: the
+        // two members weigh alike (unscaled, the mean would be ~ its own direction).
+        let other = [0.0f64, 1.0, 0.0];
+        let mean: Vec<f64> = scaled
+            .iter()
+            .zip(other)
+            .map(|(&a, b)| (f64::from(a) + b) / 2.0)
+            .collect();
+        assert!((cosine(&mean, &other) - cosine(&mean, &[0.6, 0.8, 0.0])).abs() < 1e-6);
     }
 }

@@ -147,6 +147,8 @@ pub struct Reported {
     /// MAD is 0), the mean absolute deviation stands in for it (`z = (x − median) / (1.2533 ·
     /// meanAD)`), so that one odd value among equal ones is still flagged.
     pub outliers: Vec<usize>,
+    /// The mean without the outliers.
+    pub inlier_mean: f64,
 }
 
 impl Reported {
@@ -184,7 +186,13 @@ impl Reported {
                 .map(|p| p.0)
                 .collect()
         };
+        let inliers: Vec<f64> = kept
+            .iter()
+            .filter(|(i, _)| !outliers.contains(i))
+            .map(|p| p.1)
+            .collect();
         Some(Reported {
+            inlier_mean: inliers.iter().sum::<f64>() / inliers.len() as f64,
             mean: v.iter().sum::<f64>() / n as f64,
             median: m,
             trimmed: middle.iter().sum::<f64>() / middle.len() as f64,
@@ -443,6 +451,8 @@ mod tests {
         // Deviations from .9: 0, .02, .02, 0, .01, .9, .01, 0: MAD .01; the liar's z is
         // .6745 · .9 / .01 = 60.7; .88's is 1.35.
         assert_eq!(r.outliers, vec![5]);
+        // The other seven: 6.30 / 7.
+        assert!((r.inlier_mean - 0.9).abs() < 1e-12, "{r:?}");
         // More than half equal (MAD 0): the mean absolute deviation stands in.
         let r = Reported::of(&[1.0, 1.0, 1.0, 1.0, 1.0, 0.98, 0.0]).unwrap();
         assert_eq!(r.outliers, vec![6], "{r:?}");

@@ -615,7 +615,7 @@ fn gps_step(
             Ok(true)
         }
         None if state.len() > 1 => {
-            hierarchy::gps_round(common, state.models_mut(), &samples)?;
+            hierarchy::gps_round(common, state.models_mut(), &samples, cfg.aggregate)?;
             Ok(true)
         }
         None => Ok(false),
