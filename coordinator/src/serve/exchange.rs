@@ -182,6 +182,7 @@ impl MqttPool {
                 if let Some(holder) = shard_holder(others, id, &hello) {
                     let r = shard_taken(holder);
                     finish_fleet(&self.link, &self.topics, &self.run, std::iter::once(&new));
+                    self.live.rejected(id, &r.reason, &r.detail);
                     stray(&mut self.tally, phase, id, r);
                     return Ok(None);
                 }

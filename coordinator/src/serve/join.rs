@@ -263,7 +263,9 @@ impl MqttPool {
                             };
                             let others = joined.iter().map(|(k, v)| (k.as_str(), &v.1));
                             if let Some(holder) = shard_holder(others, id, &c.1) {
-                                stray(&mut tally, "joining", id, shard_taken(holder));
+                                let r = shard_taken(holder);
+                                net.live.rejected(id, &r.reason, &r.detail);
+                                stray(&mut tally, "joining", id, r);
                                 // Refused for this run: told so, it does not wait for jobs.
                                 finish_fleet(&link, &topics, &run, std::iter::once(&c.0));
                                 continue;
