@@ -16,19 +16,30 @@ use super::pool::{DropReason, MqttPool};
 impl MqttPool {
     /// An evaluation of more test samples than client `c` declared (its first `Hello`, held to
     /// its shard's size in testbed mode) is refused: a client cannot outweigh the others in the
-    /// reported accuracy. Other answers pass.
-    fn within_declared(&self, c: usize, a: WireAnswer) -> Result<WireAnswer, Rejected> {
+    /// reported accuracy. The samples an update claims are held to the fleet cap where it
+    /// lowered the client's count ([`super::join::Declared`]). Other answers pass.
+    fn within_declared(&self, c: usize, mut a: WireAnswer) -> Result<WireAnswer, Rejected> {
         let declared = self.members[c].hello.test_samples;
-        match &a {
-            WireAnswer::Evaluation(r) if r.total as u64 > declared => Err(Rejected::new(
+        if let WireAnswer::Evaluation(r) = &a
+            && r.total as u64 > declared
+        {
+            return Err(Rejected::new(
                 Rejection::TooManyTestSamples,
                 format!(
                     "an evaluation of {} test samples, the client declared {declared}",
                     r.total
                 ),
-            )),
-            _ => Ok(a),
+            ));
         }
+        // A client above the fleet cap (`--sample-cap`) weighs as the cap.
+        if let Some(cap) = self.declared.weight_cap(self.members[c].id.as_str())
+            && let WireAnswer::Update { samples, .. }
+            | WireAnswer::Pair { samples, .. }
+            | WireAnswer::Picked { samples, .. } = &mut a
+        {
+            *samples = (*samples).min(cap);
+        }
+        Ok(a)
     }
 
     /// Counts an ignored message from `id` and logs it. A member's (`member`) is counted per

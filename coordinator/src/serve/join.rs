@@ -2,7 +2,7 @@
 //! answer; an LPS waits for exactly its cluster. Messages from outside the run are counted and
 //! logged without flooding the log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use edgecfl_shared::mqtt::{Inbound, Link};
@@ -42,11 +42,17 @@ pub(super) fn stray(tally: &mut Tally, context: impl std::fmt::Display, id: &str
 /// update's claimed samples and, with `--weighting samples`, weighs the averages; the test count
 /// bounds an evaluation's total. A client must not raise them once it has seen the fleet, nor
 /// claim a share of the fleet's data it could not hold (issue 28).
+/// A client whose declared count the fleet cap lowered keeps sending its true count with its
+/// updates: those are kept, weighing as the cap ([`Declared::weight_cap`]), not dropped as claiming
+/// more than declared. A shard's size, known in testbed mode, is a hard bound instead (and the
+/// fleet cap is then off: the sizes are exact, and a skewed split's large shard is honest).
 #[derive(Debug, Default)]
 pub(super) struct Declared {
     first: BTreeMap<String, (u64, u64)>,
     /// The most training samples any client may declare.
     cap: Option<u64>,
+    /// The clients whose declared count the cap lowered.
+    capped: BTreeSet<String>,
     /// Testbed mode: each shard index's (training, test) samples.
     shards: Option<Vec<(u64, u64)>>,
 }
@@ -60,8 +66,11 @@ impl Declared {
             .entry(id.to_string())
             .or_insert((hello.samples, hello.test_samples));
         let mut most = *first;
-        if let Some(cap) = self.cap {
-            most.0 = most.0.min(cap);
+        if let Some(cap) = self.cap
+            && most.0 > cap
+        {
+            most.0 = cap;
+            self.capped.insert(id.to_string());
         }
         if let (Some(sizes), Some(shard)) = (&self.shards, &hello.shard)
             && let Some(&(train, test)) = sizes.get(shard.index as usize)
@@ -83,9 +92,9 @@ impl Declared {
         lowered
     }
 
-    /// Sets the caps that apply once the clients are fixed: `k` times the median training count
-    /// of `members` (`k = 0`: none), and in testbed mode `shards`, each shard's true sizes; then
-    /// holds each member's `Hello` to them.
+    /// Sets the caps that apply once the clients are fixed: in testbed mode `shards`, each
+    /// shard's true sizes; otherwise `k` times the median training count of `members` (`k = 0`:
+    /// none). Then holds each member's `Hello` to them.
     pub(super) fn limit(
         &mut self,
         members: &mut [Member],
@@ -94,7 +103,7 @@ impl Declared {
     ) {
         let mut counts: Vec<u64> = members.iter().map(|m| m.hello.samples).collect();
         counts.sort_unstable();
-        if k > 0 && !counts.is_empty() {
+        if k > 0 && !counts.is_empty() && shards.is_none() {
             // The lower median of the fleet: a few inflated counts cannot move it.
             self.cap = Some(counts[(counts.len() - 1) / 2].saturating_mul(k));
         }
@@ -102,6 +111,12 @@ impl Declared {
         for m in members {
             self.hold(m.id.as_str(), &mut m.hello);
         }
+    }
+
+    /// The weight cap of client `id`'s updates: the fleet cap, if it lowered `id`'s declared
+    /// count (its updates claim its true count and are kept at the cap's weight).
+    pub(super) fn weight_cap(&self, id: &str) -> Option<u64> {
+        self.cap.filter(|_| self.capped.contains(id))
     }
 }
 
@@ -523,11 +538,27 @@ mod tests {
         ];
         let mut d = Declared::default();
         // Lower median of 300, 400, 450, 300 000: 400; k = 10: 4 000. No shard sizes.
-        d.limit(&mut members, 10, None);
-        let counts: Vec<u64> = members.iter().map(|m| m.hello.samples).collect();
+        let mut fleet = members.clone();
+        d.limit(&mut fleet, 10, None);
+        let counts: Vec<u64> = fleet.iter().map(|m| m.hello.samples).collect();
         assert_eq!(counts, [450, 300, 4_000, 400]);
-        // Shard sizes (testbed): each held to its own shard's.
+        // c2's updates are kept, weighing 4 000; the others' are bounded by their counts.
+        assert_eq!(d.weight_cap("c2"), Some(4_000));
+        assert_eq!(d.weight_cap("c0"), None);
+        // A newcomer above the cap is capped too.
+        let mut late = member("c8", 9_000, 9).hello;
+        assert!(d.hold("c8", &mut late));
+        assert_eq!((late.samples, d.weight_cap("c8")), (4_000, Some(4_000)));
+        // Shard sizes (testbed): each held to its own shard's, and no fleet cap (a skewed
+        // split's large shard is honest).
         let mut d = Declared::default();
+        d.limit(
+            &mut members,
+            10,
+            Some(vec![(450, 300), (300, 200), (300_000, 300), (400, 300)]),
+        );
+        assert_eq!(d.weight_cap("c2"), None);
+        assert_eq!(members[2].hello.samples, 300_000);
         d.limit(
             &mut members,
             0,

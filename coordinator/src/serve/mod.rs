@@ -84,9 +84,10 @@ pub struct NetFlags {
     #[arg(skip)]
     pub live: crate::live::Live,
     /// A client's declared training count is capped at K times the median count of the clients
-    /// that joined (0: no cap), so that no client can claim most of the fleet's data; in testbed
-    /// mode (clients holding shards of one partition) also at its shard's size, computed from
-    /// the partition and this process's copy of the labels (`--data`).
+    /// that joined (0: no cap): its updates are kept, weighing as the cap, so that no client can
+    /// claim most of the fleet's data. In testbed mode (clients holding shards of one partition)
+    /// the shards' sizes, computed from the partition and this process's copy of the labels
+    /// (`--data`), bound the counts instead, exactly.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub sample_cap: u64,
 }
