@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use edge_client::run::{RunArgs, run_with};
-use edgecfl_shared::protocol::{Tensor, ToCoordinator};
+use edgecfl_shared::protocol::{BrokerAddr, Tensor, ToCoordinator};
 use edgecfl_tests::*;
 use serde_json::Value;
 use serde_json::json;
@@ -47,14 +47,6 @@ fn flags() -> Vec<String> {
 struct Client {
     #[command(flatten)]
     run: RunArgs,
-}
-
-/// The secured fleet's broker: the embedded one behind its gate, or mosquitto configured from
-/// the files `coordinator credentials` writes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Broker {
-    Embedded,
-    Mosquitto,
 }
 
 /// A served, secured run of `flags` (whose partition is `partition`) on `broker` with client
@@ -105,20 +97,10 @@ fn attacked_run(
         .arg("--out")
         .arg(dir.join("out"))
         .env_remove("EDGECFL_PASSWORD");
-    match broker {
-        Broker::Embedded => {
-            cmd.args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
-                .arg("--broker-config")
-                .arg(creds.join("broker.toml"));
-        }
-        Broker::Mosquitto => {
-            cmd.args(["--broker", &format!("mqtts://127.0.0.1:{}", port + 1)])
-                .arg("--ca")
-                .arg(creds.join("ca.pem"))
-                .args(["--username", "coordinator", "--password-file"])
-                .arg(creds.join("users").join("coordinator.password"));
-        }
-    }
+    let infra: BrokerAddr = format!("mqtts://127.0.0.1:{}", port + 1)
+        .parse()
+        .expect("broker address");
+    coordinator_broker(&mut cmd, &broker, port, &infra, &creds);
     let coordinator_log = dir.join("coordinator.log");
     let mut coordinator = Proc::spawn(cmd, "coordinator serve", &coordinator_log);
     wait_listening(port, Duration::from_secs(60));

@@ -173,12 +173,6 @@ fn bad_logins_are_refused(dir: &Path, broker: &str, creds: &Path, prefix: &str) 
     }
 }
 
-/// Which broker the run uses.
-enum Broker {
-    Embedded,
-    Mosquitto,
-}
-
 /// Credentials for the fleet (and `extra` arguments of `coordinator credentials`) and, for
 /// mosquitto, the broker started from the generated mosquitto.conf: (the edge clients' port, the
 /// coordinator's and LPSs' port, the credentials directory, mosquitto). The embedded broker is
@@ -214,31 +208,6 @@ fn brokers_with(
             let creds = credentials(dir, prefix, &args);
             let proc = mosquitto_from(&creds, dir, port, edit);
             (port, port + 1, creds, Some(proc))
-        }
-    }
-}
-
-/// `serve`'s broker flags: the embedded broker behind its gate on `port`, or mosquitto's
-/// coordinator listener `infra` with the coordinator's login.
-fn coordinator_broker(
-    cmd: &mut Command,
-    kind: &Broker,
-    port: u16,
-    infra: &BrokerAddr,
-    creds: &Path,
-) {
-    match kind {
-        Broker::Embedded => {
-            cmd.args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
-                .arg("--broker-config")
-                .arg(creds.join("broker.toml"));
-        }
-        Broker::Mosquitto => {
-            cmd.args(["--broker", &infra.to_string()])
-                .arg("--ca")
-                .arg(creds.join("ca.pem"))
-                .args(["--username", "coordinator", "--password-file"])
-                .arg(password_file(creds, "coordinator"));
         }
     }
 }

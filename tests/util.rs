@@ -390,3 +390,39 @@ pub fn mosquitto_from(creds: &Path, dir: &Path, port: u16, edit: &dyn Fn(&str) -
     wait_listening(port + 1, Duration::from_secs(10));
     proc
 }
+
+/// Which broker a secured fleet uses: the embedded one behind its gate, or mosquitto configured
+/// from the files `coordinator credentials` writes ([`mosquitto_from`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Broker {
+    /// `serve`'s embedded broker (rumqttd behind the gate).
+    Embedded,
+    /// Debian's mosquitto.
+    Mosquitto,
+}
+
+/// `serve`'s broker flags on a secured fleet: the embedded broker behind its gate on `port`
+/// (`creds/broker.toml`), or mosquitto's coordinator listener `infra` with the coordinator's
+/// login from `creds`.
+pub fn coordinator_broker(
+    cmd: &mut Command,
+    kind: &Broker,
+    port: u16,
+    infra: &BrokerAddr,
+    creds: &Path,
+) {
+    match kind {
+        Broker::Embedded => {
+            cmd.args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
+                .arg("--broker-config")
+                .arg(creds.join("broker.toml"));
+        }
+        Broker::Mosquitto => {
+            cmd.args(["--broker", &infra.to_string()])
+                .arg("--ca")
+                .arg(creds.join("ca.pem"))
+                .args(["--username", "coordinator", "--password-file"])
+                .arg(creds.join("users").join("coordinator.password"));
+        }
+    }
+}

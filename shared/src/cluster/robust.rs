@@ -109,6 +109,15 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// The median of `values`, their median absolute deviation from it (MAD) and their mean absolute
+/// deviation from it: what the modified z-scores are made of.
+fn median_and_mad(values: &[f64]) -> (f64, f64, f64) {
+    let m = median(values);
+    let deviations: Vec<f64> = values.iter().map(|v| (v - m).abs()).collect();
+    let mean = deviations.iter().sum::<f64>() / deviations.len().max(1) as f64;
+    (m, median(&deviations), mean)
+}
+
 /// Positions of the values that are high outliers: modified z-score above [`QUARANTINE_Z`] and
 /// value above `floor(median)`. When the MAD is 0 (more than half the values equal), any value
 /// above the floor counts.
@@ -116,9 +125,7 @@ fn high_outliers(values: &[f64], floor: impl Fn(f64) -> f64) -> Vec<usize> {
     if values.len() < MIN_CLIENTS {
         return Vec::new();
     }
-    let m = median(values);
-    let deviations: Vec<f64> = values.iter().map(|v| (v - m).abs()).collect();
-    let mad = median(&deviations);
+    let (m, mad, _) = median_and_mad(values);
     let bound = floor(m);
     values
         .iter()
@@ -170,13 +177,11 @@ impl Reported {
         sorted.sort_by(f64::total_cmp);
         let trim = (REPORT_TRIM * n as f64).floor() as usize;
         let middle = &sorted[trim..n - trim];
-        let m = median(&v);
-        let deviations: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-        let mad = median(&deviations);
+        let (m, mad, mean_deviation) = median_and_mad(&v);
         let scale = if mad > 0.0 {
             mad / 0.6745
         } else {
-            1.2533 * deviations.iter().sum::<f64>() / n as f64
+            1.2533 * mean_deviation
         };
         let outliers = if n < MIN_CLIENTS || scale == 0.0 {
             Vec::new()
