@@ -143,12 +143,39 @@ pub fn weighted_average(items: &[(&[f32], u64)]) -> Result<Vec<f32>, AggregateEr
 
 /// FedAvg of full models: every update must be of the same model.
 pub fn fedavg(updates: &[(&Params, u64)]) -> Result<Params, AggregateError> {
-    let (first, _) = updates.first().ok_or(AggregateError::Empty)?;
-    let items: Vec<(&[f32], u64)> = updates
-        .iter()
-        .map(|(p, w)| (p.values.as_slice(), *w))
-        .collect();
-    for (index, (p, _)) in updates.iter().enumerate() {
+    let (model, items) = model_items(updates)?;
+    Ok(Params {
+        model,
+        values: weighted_average(&items)?,
+    })
+}
+
+/// `how` over whole models (`(model, weight)`), each trained from `reference` (the values
+/// [`Aggregate::NormClip`] measures changes from): [`fedavg`] for [`Aggregate::Mean`], bit for
+/// bit, else [`aggregate`] of their values. Every model must be of the same kind.
+///
+/// # Errors
+///
+/// [`AggregateError`] for none, or models of different kinds or sizes.
+pub fn aggregate_models(
+    models: &[(&Params, u64)],
+    how: Aggregate,
+    reference: &[f32],
+) -> Result<Params, AggregateError> {
+    let (model, items) = model_items(models)?;
+    Ok(Params {
+        model,
+        values: aggregate(&items, how, reference)?,
+    })
+}
+
+/// The models' kind and their values with their weights; every model must be of the first's
+/// kind.
+fn model_items<'a>(
+    models: &[(&'a Params, u64)],
+) -> Result<(crate::model::ModelKind, Vec<(&'a [f32], u64)>), AggregateError> {
+    let (first, _) = models.first().ok_or(AggregateError::Empty)?;
+    for (index, (p, _)) in models.iter().enumerate() {
         if p.model != first.model {
             return Err(AggregateError::Mismatch {
                 index,
@@ -157,10 +184,13 @@ pub fn fedavg(updates: &[(&Params, u64)]) -> Result<Params, AggregateError> {
             });
         }
     }
-    Ok(Params {
-        model: first.model,
-        values: weighted_average(&items)?,
-    })
+    Ok((
+        first.model,
+        models
+            .iter()
+            .map(|(p, w)| (p.values.as_slice(), *w))
+            .collect(),
+    ))
 }
 
 /// Checks that `items` is non-empty and of one length; returns it.

@@ -9,12 +9,15 @@
 //!   with `--fesem-layers final`, on the final layer only (AdaCFL's Table 4 argues the final layer
 //!   separates clusters better).
 //! - **M-step** (eq. 9): each centre becomes the *unweighted* mean of its members' uploads (the
-//!   paper ignores sample counts on purpose); a centre without an upload keeps its model.
+//!   paper ignores sample counts on purpose); a centre without an upload keeps its model. With a
+//!   robust `--aggregate` (issue 28) it is that aggregate of the uploads instead, each weighing 1
+//!   (norm-clip measures the changes from the centre; [`centre`]).
 //! - **Initialisation** (§6.1.4): every client trains the common W₀ (`warmup_epochs`, seed of round
 //!   0) and uploads it; K-means with [`RESTARTS`] random restarts on the uploads (each restart
 //!   starts from K distinct uploads drawn at random, Lloyd iterations until no label changes,
 //!   at most [`MAX_ITERATIONS`]); the restart of least intra-cluster squared distance wins. The
-//!   centres are the unweighted means of the members' full models.
+//!   centres are the unweighted means of the members' full models (or their `--aggregate`, the
+//!   changes measured from W₀).
 //!
 //! Choices where the paper is silent: under partial participation (10 % per round) the E-step
 //! moves only the sampled clients (the others keep their cluster) and the M-step averages only
@@ -26,7 +29,7 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
-use crate::aggregate::{AggregateError, weighted_average};
+use crate::aggregate::{Aggregate, AggregateError, aggregate_models, weighted_average};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, Prox, RoundStats, Strategy, Target, Training, Update, client_seed, round0_uploads,
@@ -115,7 +118,9 @@ pub fn nearest(x: &[f32], centres: &[Vec<f32>]) -> (usize, f64) {
     best
 }
 
-/// The unweighted mean of `models` (eq. 9).
+/// The unweighted mean of `models` (eq. 9 under the default `--aggregate mean`; [`centre`] is
+/// the M-step's). Kept plain for the newcomers' start, the mean of the K centres: those are the
+/// server's own models, already aggregated, and K of them are too few for a robust statistic.
 ///
 /// # Errors
 ///
@@ -130,9 +135,28 @@ pub fn mean(models: &[&Params]) -> Result<Params, FederationError> {
     Ok(Params { model, values })
 }
 
+/// A centre from its members' models (the M-step, eq. 9): their aggregate `how`, each weighing 1
+/// (the paper ignores sample counts), [`Aggregate::NormClip`] measuring each change from
+/// `reference` (the centre they were trained from). [`Aggregate::Mean`] is [`mean`], bit for bit.
+///
+/// # Errors
+///
+/// [`FederationError::Aggregate`] for none or mismatched models.
+pub fn centre(
+    models: &[&Params],
+    how: Aggregate,
+    reference: &Params,
+) -> Result<Params, FederationError> {
+    let items: Vec<(&Params, u64)> = models.iter().map(|m| (*m, 1)).collect();
+    Ok(aggregate_models(&items, how, &reference.values)?)
+}
+
 /// K-means with `restarts` random restarts (Lloyd's algorithm from `k` distinct random points):
 /// the labels of the restart with the least total squared distance to the centres, numbered in
-/// order of first appearance, and that total. `k` is clamped to `1..=points.len()`.
+/// order of first appearance, and that total. `k` is clamped to `1..=points.len()`. Lloyd's
+/// centres stay plain means whatever `--aggregate` says: the mean is what minimises the squared
+/// distances the E-step assigns by, and these centres only label the points (the models are
+/// [`centre`]s of the labelled uploads).
 pub fn kmeans(points: &[Vec<f32>], k: usize, restarts: usize, seed: u64) -> (Vec<usize>, f64) {
     let n = points.len();
     if n == 0 {
@@ -243,7 +267,7 @@ impl Strategy for FeSem {
                 .filter(|(_, a)| **a == c)
                 .map(|(u, _)| &u.params)
                 .collect();
-            models.push(mean(&members)?);
+            models.push(centre(&members, env.cfg.aggregate, env.initial)?);
         }
         let len = self.selection.len();
         Ok(Init {
@@ -290,7 +314,10 @@ impl Strategy for FeSem {
             let (c, _) = self.nearest(&u.params, &centres);
             state.assign(*p, c);
         }
-        // M-step: unweighted mean of this round's uploads per centre.
+        // M-step: unweighted mean (or `--aggregate`) of this round's uploads per centre; a member
+        // that moved here trained from another centre, but norm-clip measures every change from
+        // this one, the nearest to it.
+        let how = env.cfg.aggregate;
         for c in 0..centres.len() {
             let members: Vec<&Params> = updates
                 .iter()
@@ -298,7 +325,7 @@ impl Strategy for FeSem {
                 .map(|(_, u)| &u.params)
                 .collect();
             if !members.is_empty() {
-                state.set_model(c, mean(&members)?);
+                state.set_model(c, centre(&members, how, &centres[c])?);
             }
         }
         Ok(RoundStats::of(sampled.len(), &updates))
@@ -390,5 +417,38 @@ mod tests {
                 .iter()
                 .all(|&v| v == 3.0)
         );
+    }
+
+    /// `--aggregate` applies to FeSEM's M-step (issue 28): three members of one centre, one far
+    /// off; each weighs 1 whatever its samples.
+    #[test]
+    fn centres_as_aggregate_says() {
+        let p = |v: &[f32]| Params {
+            model: crate::model::ModelKind::Mlp,
+            values: v.to_vec(),
+        };
+        let (a, b, far) = (p(&[1.0, 2.0]), p(&[2.0, 4.0]), p(&[100.0, -100.0]));
+        let from = p(&[0.0, 0.0]);
+        let members = [&a, &far, &b];
+        let with = |how| centre(&members, how, &from).unwrap().values;
+        // The coordinate-wise median: {1, 100, 2} → 2, {2, −100, 4} → 2.
+        assert_eq!(with(Aggregate::Median), vec![2.0, 2.0]);
+        // trimmed:0.34 of 3 drops one at each end: the median here.
+        assert_eq!(with(Aggregate::Trimmed(0.34)), vec![2.0, 2.0]);
+        // The plain mean, (1 + 100 + 2)/3 and (2 − 100 + 4)/3, is `mean`'s, bit for bit.
+        assert_eq!(with(Aggregate::Mean), mean(&members).unwrap().values);
+        assert_eq!(with(Aggregate::Mean), vec![103.0 / 3.0, -94.0 / 3.0]);
+        // Multi-Krum for one bad member: the mean of a and b.
+        assert_eq!(with(Aggregate::Krum(1)), vec![1.5, 3.0]);
+        // Norm-clip from the centre (0, 0): changes of norm √5, 100√2 and √20, clipped to the
+        // median √20: the far one to (√10, −√10); then the unweighted mean.
+        let r = 10f64.sqrt();
+        for (got, want) in with(Aggregate::NormClip)
+            .iter()
+            .zip([(3.0 + r) / 3.0, (6.0 - r) / 3.0])
+        {
+            assert!((f64::from(*got) - want).abs() < 1e-6, "{got} vs {want}");
+        }
+        assert!(centre(&[], Aggregate::Median, &from).is_err());
     }
 }

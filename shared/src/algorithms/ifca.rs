@@ -11,6 +11,8 @@
 //! `θⱼ = Σᵢ sᵢⱼ nᵢ θ̃ᵢ / Σᵢ sᵢⱼ nᵢ` over the clients that chose j ([`average_by_choice`]); a model
 //! nobody chose keeps its value. (The paper's model averaging weighs clients equally; its clients
 //! hold equally many samples, where the two agree. We weigh by samples, like every FedAvg here.)
+//! With a robust `--aggregate` (median, trimmed mean, norm-clip from θⱼ, multi-Krum) θⱼ is that
+//! aggregate of the same models instead, as in every other method (issue 28).
 //!
 //! **Initialisation**: the paper draws the K models at random (and, in its experiments, restarts
 //! several times and keeps the best run). Here cluster 0 starts from θ⁰ ([`Env::initial`], seeded
@@ -38,7 +40,7 @@
 //!
 //! Setting: K = `cfg.clusters` (`--clusters K`), required.
 
-use crate::aggregate::{AggregateError, fedavg};
+use crate::aggregate::{Aggregate, AggregateError, aggregate_models};
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, RoundStats, Strategy, Target, Training, Update, client_seed,
@@ -73,19 +75,23 @@ pub fn initial_models(initial: &Params, model: ModelKind, seed: u64, k: usize) -
         .collect()
 }
 
-/// IFCA's model averaging: for each of the `k` clusters, the sample-weighted average of the
-/// models of the clients that chose it (`(choice, model, samples)`), or `None` when nobody did.
-/// A choice `≥ k` counts nowhere ([`Env::run`] drops such answers before they get here).
+/// IFCA's model averaging: for each of the `k` clusters (`models`, the ones the clients were
+/// sent), the aggregate `how` ([`Aggregate::Mean`]: the sample-weighted average) of the models of
+/// the clients that chose it (`(choice, model, samples)`), or `None` when nobody did. Norm-clip
+/// measures each change from the chosen model. A choice `≥ k` counts nowhere ([`Env::run`] drops
+/// such answers before they get here).
 ///
 /// # Errors
 ///
 /// [`AggregateError`] for models of different sizes.
 pub fn average_by_choice(
-    k: usize,
+    models: &[Params],
     picks: &[(usize, &Params, u64)],
+    how: Aggregate,
 ) -> Result<Vec<Option<Params>>, AggregateError> {
+    let k = models.len();
     let mut out = Vec::with_capacity(k);
-    for j in 0..k {
+    for (j, reference) in models.iter().enumerate() {
         let mine: Vec<(&Params, u64)> = picks
             .iter()
             .filter(|(c, _, _)| *c == j)
@@ -94,7 +100,7 @@ pub fn average_by_choice(
         out.push(if mine.is_empty() {
             None
         } else {
-            Some(fedavg(&mine)?)
+            Some(aggregate_models(&mine, how, &reference.values)?)
         });
     }
     Ok(out)
@@ -157,13 +163,13 @@ impl Strategy for Ifca {
                 picks.push((p, choice, update));
             }
         }
-        let k = state.len();
         let averages = average_by_choice(
-            k,
+            state.models(),
             &picks
                 .iter()
                 .map(|(_, c, u)| (*c, &u.params, u.samples))
                 .collect::<Vec<_>>(),
+            env.cfg.aggregate,
         )?;
         for (p, c, _) in &picks {
             state.assign(*p, *c);
@@ -215,19 +221,56 @@ mod tests {
             p(&[10.0, 0.0]),
             p(&[-1.0, -1.0]),
         );
+        let models = vec![p(&[0.0, 0.0]); 3];
+        let mean = |picks: &[(usize, &Params, u64)], k: usize| {
+            average_by_choice(&models[..k], picks, Aggregate::Mean)
+        };
         // Cluster 0: a (10 samples) and b (30) → (1·a + 3·b)/4 = (4, 5). Cluster 1: nobody.
         // Cluster 2: c (5) and d (5) → (4.5, −0.5).
-        let avg =
-            average_by_choice(3, &[(0, &a, 10), (2, &c, 5), (0, &b, 30), (2, &d, 5)]).unwrap();
+        let avg = mean(&[(0, &a, 10), (2, &c, 5), (0, &b, 30), (2, &d, 5)], 3).unwrap();
         assert_eq!(avg[0].as_ref().unwrap().values, vec![4.0, 5.0]);
         assert!(avg[1].is_none());
         assert_eq!(avg[2].as_ref().unwrap().values, vec![4.5, -0.5]);
-        assert_eq!(
-            average_by_choice(2, &[(2, &a, 1)]).unwrap(),
-            vec![None, None]
+        assert_eq!(mean(&[(2, &a, 1)], 2).unwrap(), vec![None, None]);
+        assert!(mean(&[(0, &a, 1), (0, &p(&[1.0]), 1)], 1).is_err());
+        assert_eq!(mean(&[], 2).unwrap(), vec![None, None]);
+    }
+
+    /// `--aggregate` applies to IFCA's averages (issue 28): three clients pick model 0, one of
+    /// them far off and claiming many samples; one client picks model 1.
+    #[test]
+    fn averages_per_choice_as_aggregate_says() {
+        let (a, b, far, e) = (
+            p(&[1.0, 2.0]),
+            p(&[2.0, 4.0]),
+            p(&[100.0, -100.0]),
+            p(&[7.0, 8.0]),
         );
-        assert!(average_by_choice(1, &[(0, &a, 1), (0, &p(&[1.0]), 1)]).is_err());
-        assert_eq!(average_by_choice(2, &[]).unwrap(), vec![None, None]);
+        let models = vec![p(&[0.0, 0.0]), p(&[1.0, 1.0])];
+        let picks = [(0, &a, 10), (1, &e, 3), (0, &far, 1_000), (0, &b, 10)];
+        // The median, coordinate by coordinate: {1, 2, 100} → 2 and {2, 4, −100} → 2; a
+        // cluster of one is that one model.
+        let median = average_by_choice(&models, &picks, Aggregate::Median).unwrap();
+        assert_eq!(median[0].as_ref().unwrap().values, vec![2.0, 2.0]);
+        assert_eq!(median[1].as_ref().unwrap().values, vec![7.0, 8.0]);
+        // The weighted mean follows the far one: (10·1 + 10·2 + 1000·100)/1020 ≈ 98.1.
+        let mean = average_by_choice(&models, &picks, Aggregate::Mean).unwrap();
+        assert!(mean[0].as_ref().unwrap().values[0] > 98.0);
+        // Norm-clip from the chosen model (0, 0): changes of norm √5, √20 and 100√2 are clipped
+        // to the median √20: the far one scaled by √20 / (100√2) to (√10, −√10); the weighted
+        // mean is (10·a + 10·b + 1000·far') / 1020.
+        let clip = average_by_choice(&models, &picks, Aggregate::NormClip).unwrap();
+        let r = 10f64.sqrt();
+        let want = [
+            (10.0 * 1.0 + 10.0 * 2.0 + 1000.0 * r) / 1020.0,
+            (10.0 * 2.0 + 10.0 * 4.0 - 1000.0 * r) / 1020.0,
+        ];
+        for (got, want) in clip[0].as_ref().unwrap().values.iter().zip(want) {
+            assert!((f64::from(*got) - want).abs() < 1e-5, "{got} vs {want}");
+        }
+        // Multi-Krum for one bad update leaves the far one out: (10·a + 10·b) / 20.
+        let krum = average_by_choice(&models, &picks, Aggregate::Krum(1)).unwrap();
+        assert_eq!(krum[0].as_ref().unwrap().values, vec![1.5, 3.0]);
     }
 
     #[test]

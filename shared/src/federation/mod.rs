@@ -66,7 +66,7 @@ pub use result::{
 
 use std::collections::HashMap;
 
-use crate::aggregate::{Aggregate, AggregateError, aggregate, fedavg};
+use crate::aggregate::{Aggregate, AggregateError, aggregate_models};
 use crate::algorithms::fedclust::{Clustering, FedClustError};
 use crate::algorithms::mthfl::MtHflError;
 use crate::cluster::distance::CondensedMatrix;
@@ -572,17 +572,7 @@ impl Clusters {
             if mine.is_empty() {
                 continue;
             }
-            let next = match how {
-                Aggregate::Mean => fedavg(&mine)?,
-                _ => {
-                    let items: Vec<(&[f32], u64)> = mine
-                        .iter()
-                        .map(|(p, w)| (p.values.as_slice(), *w))
-                        .collect();
-                    let values = aggregate(&items, how, &self.models[c].values)?;
-                    Params::new(self.models[c].model, values)?
-                }
-            };
+            let next = aggregate_models(&mine, how, &self.models[c].values)?;
             self.set_model(c, next);
         }
         Ok(())
