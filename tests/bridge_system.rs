@@ -271,7 +271,7 @@ fn drain(link: &Link, topics: &Topics) -> Seen {
                 }
                 TopicKind::Down => {
                     let env = Envelope::<ToClient>::from_bytes(&payload).unwrap();
-                    if matches!(env.body, ToClient::Finish) {
+                    if matches!(env.body, ToClient::Finish | ToClient::FinalModel(_)) {
                         seen.client_finishes += 1;
                     } else if matches!(env.body, ToClient::Ping) {
                         seen.pings += 1;

@@ -102,7 +102,7 @@ fn client(port: u16, id: String, topics: Topics) {
                 if !ping {
                     COMMANDS.fetch_add(1, Relaxed);
                 }
-                if matches!(env.body, ToClient::Finish) {
+                if matches!(env.body, ToClient::Finish | ToClient::FinalModel(_)) {
                     FINISHES.fetch_add(1, Relaxed);
                 }
                 let Some(reply) = answer(&env.body) else {

@@ -87,6 +87,8 @@ fn embedded_broker_run_recovers_groups_and_equals_simulate() {
         "{sig}"
     );
     assert_matches_simulate(&s, &flags, &dir);
+    // Every device kept its cluster's final model.
+    assert_clients_kept_their_models(&dir, &s, &|id| kept_model(&dir, id));
 }
 
 #[test]
@@ -199,6 +201,48 @@ fn mosquitto_run_ignores_bad_input_and_equals_simulate() {
         "{log}"
     );
     assert_matches_simulate(&s, &flags, &dir);
+    assert_clients_kept_their_models(&dir, &s, &|id| kept_model(&dir, id));
+
+    // A device that missed the end (here: lost its model file, and starts again after the run)
+    // gets its model from the broker, which keeps it retained, when it next connects.
+    let lost = kept_model(&dir, "c3");
+    std::fs::remove_file(&lost).unwrap();
+    std::fs::create_dir_all(dir.join("again")).unwrap();
+    let mut again = fleet_of(
+        &dir.join("again"),
+        port,
+        prefix,
+        PARTITION,
+        3..4,
+        CLIENTS,
+        2,
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let path = kept_model(&dir.join("again"), "c3");
+    while !path.exists() {
+        assert!(std::time::Instant::now() < until, "c3 fetched no model");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_clients_kept_their_models(&dir, &s, &|id| {
+        if id == "c3" {
+            path.clone()
+        } else {
+            kept_model(&dir, id)
+        }
+    });
+    let (proc, log) = &mut again[0];
+    // It has no run to serve: it waits for the next one, having said so.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        proc.is_running(),
+        "{}",
+        std::fs::read_to_string(&*log).unwrap()
+    );
+    let log = std::fs::read_to_string(&*log).unwrap();
+    assert!(
+        log.contains("had finished; kept the model of cluster"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -99,6 +99,11 @@ impl Proc {
         }
     }
 
+    /// Whether it has not exited yet.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+
     /// Waits for the exit, up to `timeout`; panics on timeout or failure.
     pub fn wait_ok(&mut self, timeout: Duration, log: &Path) {
         let status = self.wait_exit(timeout, log);
@@ -240,13 +245,56 @@ pub fn fleet_of(
             .args(["--seed", &seed.to_string(), "--index", &i.to_string()])
             .args(["--of", &of.to_string()])
             .arg("--data")
-            .arg(bundled_data());
+            .arg(bundled_data())
+            .arg("--model-out")
+            .arg(kept_model(dir, &id));
             if i % 2 == 1 {
                 cmd.args(["--spill-above", "0", "--spill-dir"]).arg(dir);
             }
             (Proc::spawn(cmd, &id, &log), log)
         })
         .collect()
+}
+
+/// Where a client `id` of [`fleet_of`] keeps its final model (`--model-out`).
+pub fn kept_model(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.safetensors"))
+}
+
+/// Every client of the served run in `summary` (results in `dir/out`) kept the model of its
+/// cluster, bit for bit the coordinator's `cluster-<k>.safetensors`, headed with the run and the
+/// cluster, at `path(id)`.
+pub fn assert_clients_kept_their_models(
+    dir: &Path,
+    summary: &Value,
+    path: &dyn Fn(&str) -> PathBuf,
+) {
+    use edgecfl_shared::model_file;
+    let ids = summary["client_ids"].as_array().expect("client_ids");
+    let assignment = summary["assignment"].as_array().expect("assignment");
+    assert_eq!(ids.len(), assignment.len());
+    for (id, k) in ids.iter().zip(assignment) {
+        let (id, k) = (id.as_str().unwrap(), k.as_u64().unwrap() as usize);
+        let kept = model_file::read(&path(id)).unwrap_or_else(|e| panic!("{id}: {e}"));
+        let cluster = dir.join("out").join(format!("cluster-{k}.safetensors"));
+        let theirs = model_file::read(&cluster).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            kept.params.values.iter().map(|v| v.to_bits()).eq(theirs
+                .params
+                .values
+                .iter()
+                .map(|v| v.to_bits())),
+            "{id} kept another model than {}",
+            cluster.display()
+        );
+        assert_eq!(kept.meta.cluster, Some(k), "{id}");
+        assert_eq!(
+            kept.meta.run_id.as_deref(),
+            summary["run_id"].as_str(),
+            "{id}"
+        );
+        assert_eq!(kept.meta.round, theirs.meta.round, "{id}");
+    }
 }
 
 /// Starts `coordinator serve` with `flags` and `net` (broker, prefix, run id), waiting for

@@ -8,6 +8,10 @@
 //! For a hierarchical (MT-HFL) run the cluster models are the LPS models; a remote LPS process
 //! writes its own cluster's file into its `--out`, and the GPS (`serve --lps remote`), which
 //! holds no trained model, writes none.
+//!
+//! The same models go to the devices: [`final_messages`] makes each client's end-of-run message,
+//! its cluster's model ([`ToClient::FinalModel`]), which the edge client writes as its own
+//! safetensors file (`edge-client run --model-out`).
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +20,8 @@ use clap::Args;
 use edgecfl_shared::federation::{self, ClientInfo, RunResult};
 use edgecfl_shared::model::Params;
 use edgecfl_shared::model_file::{self, ModelMeta};
+use edgecfl_shared::protocol::{Encoding, Envelope, FinalModel, Id, Tensor, ToClient, text};
+use std::collections::BTreeMap;
 use tracing::{info, warn};
 
 use crate::serve::CHECKPOINT_FILE;
@@ -27,6 +33,43 @@ pub struct ClusterModel {
     pub params: Params,
     /// The header (`meta.cluster` is the cluster index).
     pub meta: ModelMeta,
+}
+
+impl ClusterModel {
+    /// What a member of this cluster keeps at the end of the run (f32, exact).
+    pub fn to_client(&self) -> FinalModel {
+        let clamp = |n: Option<usize>| n.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        FinalModel {
+            model: self.params.model,
+            params: Tensor::encode(&self.params.values, Encoding::F32),
+            cluster: clamp(self.meta.cluster),
+            rounds: clamp(self.meta.round),
+            method: text(self.meta.method.as_deref().unwrap_or_default()),
+            accuracy: self.meta.accuracy,
+        }
+    }
+}
+
+/// The end-of-run message of each client of `result` that has a model, by its pool index
+/// (`ClientInfo::index`): [`ToClient::FinalModel`] of run `run` with the model of its cluster
+/// (`models[assignment]`, as [`of_result`] lists them), encoded once per cluster.
+pub fn final_messages(
+    run: &Id,
+    result: &RunResult,
+    models: &[ClusterModel],
+) -> BTreeMap<usize, Vec<u8>> {
+    let encoded: Vec<Vec<u8>> = models
+        .iter()
+        .map(|m| {
+            Envelope::new(run.clone(), u32::MAX, ToClient::FinalModel(m.to_client())).to_bytes()
+        })
+        .collect();
+    result
+        .clients
+        .iter()
+        .zip(&result.assignment)
+        .filter_map(|(c, &k)| Some((c.index, encoded.get(k)?.clone())))
+        .collect()
 }
 
 /// The file name of cluster `k`'s model.
@@ -125,12 +168,8 @@ pub fn write(dir: &Path, models: &[ClusterModel]) -> anyhow::Result<Vec<PathBuf>
 /// # Errors
 ///
 /// As [`write`].
-pub fn write_run(
-    dir: &Path,
-    result: &RunResult,
-    run_id: Option<&str>,
-) -> anyhow::Result<Vec<PathBuf>> {
-    let paths = write(dir, &of_result(result, run_id))?;
+pub fn write_run(dir: &Path, models: &[ClusterModel]) -> anyhow::Result<Vec<PathBuf>> {
+    let paths = write(dir, models)?;
     if let Some(first) = paths.first() {
         info!(
             "{} cluster model(s) written as safetensors ({}, …)",

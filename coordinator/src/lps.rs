@@ -572,7 +572,8 @@ fn serve_cluster(
         m.meta.cluster = Some(a.cluster as usize);
     }
     crate::export::write(out, &models)?;
-    pool.close();
+    // Its members keep the model (the GPS's `Finish` that follows finds them gone).
+    pool.finish(&crate::export::final_messages(run, &result, &models));
     Ok(LpsServed {
         cluster: a.cluster as usize,
         result,

@@ -70,7 +70,7 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
     )?;
     progress.finish();
     report::write_all(&cfg.out, cfg, &result, &data.source.to_string(), None)?;
-    export::write_run(&cfg.out, &result, None)?;
+    export::write_run(&cfg.out, &export::of_result(&result, None))?;
     let plots = plots::write_all(&cfg.out, &result)?;
     for p in plots {
         info!("plot: {}", p.display());

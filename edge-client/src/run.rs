@@ -13,6 +13,7 @@
 //! the broadcast topic (before or after the job; see [`protocol`]), compute the row `r(i, ·)`
 //! against it with the exact Gram matrix ([`mthfl::client_row`]) and upload it.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -21,10 +22,11 @@ use edgecfl_shared::algorithms::mthfl::{self, Gram, Signature};
 use edgecfl_shared::client::{self, ClientData};
 use edgecfl_shared::federation::{Answer, Job, Prox, Training, Update, wire};
 use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
+use edgecfl_shared::model_file::{self, ModelMeta};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
 use edgecfl_shared::protocol::{
-    self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, Hello, Id, Tensor, ToClient,
-    ToCoordinator, Topics, TrainJob,
+    self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, FinalModel, Hello, Id, Tensor,
+    ToClient, ToCoordinator, Topics, TrainJob,
 };
 use edgecfl_shared::train::{Backend, Device, MAX_TRAIN_THREADS, TrainConfig};
 
@@ -75,9 +77,36 @@ pub struct RunArgs {
     /// any other run are ignored until that run finishes).
     #[arg(long)]
     pub run_id: Option<String>,
+    /// Where to keep the final model of this client's cluster, sent by the coordinator at the end
+    /// of the run (safetensors, written atomically; `edge-client predict --model FILE` uses it).
+    /// Default: $XDG_DATA_HOME/edgecfl/<ID>/model.safetensors (~/.local/share/edgecfl/<ID>/…).
+    #[arg(long, value_name = "FILE", env = "EDGECFL_MODEL_OUT")]
+    pub model_out: Option<PathBuf>,
     /// TLS settings and login (username default: the --id).
     #[command(flatten)]
     pub login: SecurityArgs,
+}
+
+impl RunArgs {
+    /// Where the final model goes: `--model-out`, else the user's data directory
+    /// (`$XDG_DATA_HOME`, else `~/.local/share`, else the working directory) under
+    /// `edgecfl/<id>/model.safetensors`.
+    pub fn model_path(&self) -> PathBuf {
+        if let Some(p) = &self.model_out {
+            return p.clone();
+        }
+        let env = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let base = env("XDG_DATA_HOME")
+            .or_else(|| env("HOME").map(|h| h.join(".local").join("share")))
+            .unwrap_or_default();
+        base.join("edgecfl")
+            .join(&self.id)
+            .join("model.safetensors")
+    }
 }
 
 /// What a client did in a run.
@@ -96,6 +125,19 @@ pub struct Served {
     /// Commands dropped unread because a newer one on the same topic replaced them (the link
     /// keeps at most one pending command per subscribed topic).
     pub dropped: u64,
+    /// The final model this client kept (the last one, if several runs ended while it ran).
+    pub model: Option<Kept>,
+}
+
+/// A final model a client kept.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Kept {
+    /// Where it was written.
+    pub path: PathBuf,
+    /// The run it ended.
+    pub run: String,
+    /// Its cluster in that run.
+    pub cluster: u32,
 }
 
 /// Connects and serves until the coordinator says the run is finished (or forever with
@@ -165,6 +207,8 @@ pub fn run_with(
     let mut connected = false;
     // The run this client serves: pinned, or the first command's (see --run-id).
     let mut current_run = pinned_run.clone();
+    // The final model of the run this client served, when it could not be written.
+    let mut lost_model: Option<anyhow::Error> = None;
     while let Some(ev) = link.recv() {
         let dropped = link.dropped();
         if dropped > served.dropped {
@@ -231,6 +275,67 @@ pub fn run_with(
                     env.run.as_str(),
                     env.round
                 );
+                // The end of a run with this client's model: of the run it serves, it is that
+                // run's `Finish`; of an earlier run (retained on the broker, this client missed
+                // its end), it is kept and fixes no run; of another run while serving one, it is
+                // stale.
+                if let ToClient::FinalModel(m) = &env.body {
+                    let ends_current = current_run.as_ref() == Some(&env.run);
+                    if current_run.is_some() && !ends_current {
+                        debug!(
+                            "{}: ignored the final model of run {} (serving run {})",
+                            id.as_str(),
+                            env.run.as_str(),
+                            current_run.as_ref().map_or("", |r| r.as_str())
+                        );
+                        continue;
+                    }
+                    if served
+                        .model
+                        .as_ref()
+                        .is_some_and(|k| k.run == env.run.as_str())
+                    {
+                        continue;
+                    }
+                    let path = args.model_path();
+                    let kept = match keep(m, &env.run, &path) {
+                        Ok(k) => k,
+                        Err(e) => {
+                            let e = e.context(format!(
+                                "cannot keep the final model of run {} in {}",
+                                env.run.as_str(),
+                                path.display()
+                            ));
+                            warn!("{}: {e:#}", id.as_str());
+                            if ends_current && !args.stay {
+                                lost_model = Some(e);
+                                break;
+                            }
+                            continue;
+                        }
+                    };
+                    info!(
+                        "{}: run {} {}; kept the model of cluster {} in {}",
+                        id.as_str(),
+                        env.run.as_str(),
+                        if ends_current {
+                            "finished"
+                        } else {
+                            "had finished"
+                        },
+                        m.cluster,
+                        path.display()
+                    );
+                    served.model = Some(kept);
+                    if ends_current {
+                        if args.stay {
+                            current_run = pinned_run.clone();
+                            continue;
+                        }
+                        break;
+                    }
+                    continue;
+                }
                 // Commands of another run (a stale or foreign coordinator on the same prefix) are
                 // not this client's business; the first command fixes the run unless --run-id.
                 match &current_run {
@@ -302,7 +407,37 @@ pub fn run_with(
     link.publish(&topics.status(&id), gone, true)?;
     served.dropped = link.dropped();
     link.disconnect();
-    Ok(served)
+    match lost_model {
+        // The run is over, but its model is not on this device: an error, once disconnected.
+        Some(e) => Err(e),
+        None => Ok(served),
+    }
+}
+
+/// Checks a final model (its architecture's length, finite values) and writes it to `path` as
+/// safetensors, atomically (a reader sees the old file or the new one, never a part), creating
+/// the directory.
+fn keep(m: &FinalModel, run: &Id, path: &Path) -> anyhow::Result<Kept> {
+    let params = decode_params(m.model, &m.params)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let meta = ModelMeta {
+        run_id: Some(run.as_str().to_string()),
+        method: Some(m.method.as_str().to_string()).filter(|s| !s.is_empty()),
+        cluster: Some(m.cluster as usize),
+        // Left empty: the coordinator does not tell a client who else is in its cluster.
+        members: Vec::new(),
+        round: Some(m.rounds as usize),
+        accuracy: m.accuracy.filter(|a| a.is_finite()),
+        ..ModelMeta::of(m.model)
+    };
+    model_file::write(path, &params, &meta)?;
+    Ok(Kept {
+        path: path.to_path_buf(),
+        run: run.as_str().to_string(),
+        cluster: m.cluster,
+    })
 }
 
 /// "; next attempt in 4 s (12:00:05 UTC)" for a retry at `at`.
@@ -521,7 +656,9 @@ fn answer(
         ToClient::Evaluate { model, params } => {
             (vec![decode_params(*model, params)?], Encoding::F32)
         }
-        ToClient::Finish | ToClient::Ping => anyhow::bail!("`finish` and `ping` are not jobs"),
+        ToClient::Finish | ToClient::Ping | ToClient::FinalModel(_) => {
+            anyhow::bail!("`finish`, `ping` and the final model are not jobs")
+        }
         ToClient::GramSignature { .. } | ToClient::Relay(_) | ToClient::Relevance { .. } => {
             anyhow::bail!("MT-HFL round 0 is handled by the worker")
         }

@@ -399,8 +399,9 @@ pub fn write(path: &Path, params: &Params, meta: &ModelMeta) -> Result<(), Model
         path: path.display().to_string(),
         source,
     };
+    // The process id in the name: two processes writing one path never share a temporary file.
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = std::path::PathBuf::from(tmp);
     {
         let mut f = std::fs::File::create(&tmp).map_err(io)?;

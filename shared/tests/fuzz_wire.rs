@@ -24,8 +24,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use edgecfl_shared::protocol::{
-    Eigenpairs, Encoding, Envelope, Estimate, Hello, LabelEval, LpsAssignment, LpsDone, ModelKind,
-    ShardInfo, Tensor, ToClient, ToCoordinator, ToGps, ToLps, TrainJob, decode_row, id, text,
+    Eigenpairs, Encoding, Envelope, Estimate, FinalModel, Hello, LabelEval, LpsAssignment, LpsDone,
+    ModelKind, ShardInfo, Tensor, ToClient, ToCoordinator, ToGps, ToLps, TrainJob, decode_row, id,
+    text,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -121,6 +122,14 @@ fn to_client() -> Vec<ToClient> {
             layers: text("smallest-fc"),
         },
         ToClient::Ping,
+        ToClient::FinalModel(FinalModel {
+            model: ModelKind::LeNet5,
+            params: Tensor::encode(&[0.5, -0.5], Encoding::F32),
+            cluster: 1,
+            rounds: 3,
+            method: text("fedclust"),
+            accuracy: Some(0.9),
+        }),
     ];
     for m in &all {
         match m {
@@ -136,7 +145,8 @@ fn to_client() -> Vec<ToClient> {
             | ToClient::TrainPair { .. }
             | ToClient::Pick { .. }
             | ToClient::Gradient { .. }
-            | ToClient::SignatureStats { .. } => {}
+            | ToClient::SignatureStats { .. }
+            | ToClient::FinalModel(_) => {}
         }
     }
     all
@@ -462,9 +472,9 @@ fn execute(bytes: &[u8], other: usize) -> [bool; 4] {
             | ToClient::Train(job)
             | ToClient::TrainProx { job, .. }
             | ToClient::SignatureStats { job, .. } => check_tensor(&job.params, other),
-            ToClient::Evaluate { params, .. } | ToClient::Gradient { params, .. } => {
-                check_tensor(params, other)
-            }
+            ToClient::Evaluate { params, .. }
+            | ToClient::Gradient { params, .. }
+            | ToClient::FinalModel(FinalModel { params, .. }) => check_tensor(params, other),
             ToClient::Relay(p) => check_pairs(p, other),
             ToClient::TrainPair {
                 global, cluster, ..

@@ -3,8 +3,9 @@
 //! varint indices, f64 as 8 little-endian bytes), and decoding that never panics.
 
 use edgecfl_shared::protocol::{
-    BrokerAddr, Encoding, Envelope, Hello, LabelEval, MAX_PAYLOAD, ModelKind, ProtocolError,
-    ShardInfo, Tensor, ToClient, ToCoordinator, TopicKind, Topics, TrainJob, VERSION, id, text,
+    BrokerAddr, Encoding, Envelope, FinalModel, Hello, LabelEval, MAX_PAYLOAD, ModelKind,
+    ProtocolError, ShardInfo, Tensor, ToClient, ToCoordinator, TopicKind, Topics, TrainJob,
+    VERSION, id, text,
 };
 use proptest::prelude::*;
 
@@ -93,6 +94,30 @@ fn golden_to_client() {
 
     golden(env("r1", 3, ToClient::Finish), &cat(&[0x03]));
     golden(env("r1", 3, ToClient::Ping), &cat(&[0x0C]));
+
+    // variant 13, LeNet-5, f32 tensor of 4 bytes, cluster 2, 300 rounds (varint AC 02),
+    // "fedclust" (len 8), Some(0.5)
+    let mut kept = vec![0x0D, 0x00, 0x00, 0x04];
+    kept.extend(ONE_F32);
+    kept.extend([0x02, 0xAC, 0x02, 0x08]);
+    kept.extend(b"fedclust");
+    kept.push(0x01);
+    kept.extend(HALF_F64);
+    golden(
+        env(
+            "r1",
+            3,
+            ToClient::FinalModel(FinalModel {
+                model: ModelKind::LeNet5,
+                params: Tensor::encode(&[1.0], Encoding::F32),
+                cluster: 2,
+                rounds: 300,
+                method: text("fedclust"),
+                accuracy: Some(0.5),
+            }),
+        ),
+        &cat(&kept),
+    );
 }
 
 #[test]
@@ -702,5 +727,19 @@ fn largest_messages_fit_the_broker_limits() {
                 "{name} would accept StoCFL's pair ({model:?})"
             );
         }
+        // What a client receives: the final model, at its largest, within what it accepts.
+        let kept = env(
+            &run,
+            u32::MAX,
+            ToClient::FinalModel(FinalModel {
+                model,
+                params: t(p.len()),
+                cluster: u32::MAX,
+                rounds: u32::MAX,
+                method: text(&long),
+                accuracy: Some(1.0),
+            }),
+        );
+        at_most(MAX_PAYLOAD, "FinalModel", kept.to_bytes().len());
     }
 }

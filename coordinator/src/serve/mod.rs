@@ -396,7 +396,7 @@ fn run_inner(
         Err(e) => {
             // Any failed run tells its fleet to finish.
             error!("the run failed ({e}); telling its clients to finish");
-            pool.finish();
+            pool.finish(&BTreeMap::new());
             return Err(e.into());
         }
     };
@@ -427,9 +427,14 @@ fn run_inner(
         "dropped_clients": dropped_clients(&pool.dropouts),
         "wire_bytes": pool.wire,
     });
+    // The GPS holds the round-0 models only: each remote LPS writes and sends its trained one.
+    let models = gps_link
+        .is_none()
+        .then(|| crate::export::of_result(&result, Some(run.as_str())));
     let gps = match gps_link {
         None => {
-            pool.finish();
+            let models = models.as_deref().unwrap_or_default();
+            pool.finish(&crate::export::final_messages(&run, &result, models));
             None
         }
         Some(link) => {
@@ -470,9 +475,8 @@ fn run_inner(
         }
     };
     report::write_all(&cfg.out, &cfg, &result, &data, Some(extra))?;
-    // The GPS holds the round-0 models only: each remote LPS writes its trained one.
-    if gps.is_none() {
-        crate::export::write_run(&cfg.out, &result, Some(run.as_str()))?;
+    if let Some(models) = &models {
+        crate::export::write_run(&cfg.out, models)?;
     }
     let plots = plots::write_all(&cfg.out, &result)?;
     Ok(Served {

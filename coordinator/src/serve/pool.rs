@@ -23,7 +23,7 @@ use super::join::finish_fleet;
 use super::resume::{CHECKPOINT_FILE, SavedMember, SavedPool, SavedRun, write_atomically};
 use super::testbed::Testbed;
 use crate::log_throttle::LogThrottle;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// Byte counts of MQTT payloads (topic and MQTT headers not included).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -440,13 +440,34 @@ impl MqttPool {
             .collect())
     }
 
-    /// Tells every client the run is over (the members, and newcomers still queued or pinged),
-    /// then disconnects. Called after a run, and after a failed one too.
-    pub fn finish(self) {
+    /// Tells every client the run is over, then disconnects. A member with a message in `kept`
+    /// (by member index: its cluster's final model, [`crate::export::final_messages`]) gets that,
+    /// retained on its `down` topic so that it fetches it when it next connects if it misses it
+    /// now; every other member, and newcomers still queued or pinged, a plain `Finish`. Called
+    /// after a run (with the models), and after a failed one too (without).
+    pub fn finish(self, kept: &BTreeMap<usize, Vec<u8>>) {
+        let mut delivered = 0;
+        for (i, m) in self.members.iter().enumerate() {
+            let Some(bytes) = kept.get(&i) else { continue };
+            match self
+                .link
+                .publish(&self.topics.down(&m.id), bytes.clone(), true)
+            {
+                Ok(()) => delivered += 1,
+                Err(e) => warn!("cannot send {} its final model: {e}", m.id.as_str()),
+            }
+        }
+        if delivered > 0 {
+            info!(
+                "sent {delivered} client(s) their cluster's final model (retained on their down topics)"
+            );
+        }
         let ids = self
             .members
             .iter()
-            .map(|m| &m.id)
+            .enumerate()
+            .filter(|(i, _)| !kept.contains_key(i))
+            .map(|(_, m)| &m.id)
             .chain(self.queued.iter().chain(&self.probing).map(|q| &q.0));
         finish_fleet(&self.link, &self.topics, &self.run, ids);
         self.link.disconnect();

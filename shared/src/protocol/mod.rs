@@ -22,8 +22,12 @@
 //!    │ ── up: Update{params, samples, loss} ──▶ │  → cluster-wise FedAvg
 //!    │ ◀── down: Evaluate{params} ───────────── │
 //!    │ ── up: Evaluation{per_label} ──────────▶ │
-//!    │ ◀── down: Finish ─────────────────────── │
+//!    │ ◀── down: FinalModel (retained) ──────── │  the run is over: its cluster's model
 //! ```
+//!
+//! A client whose cluster has a model gets [`ToClient::FinalModel`] at the end (the run's
+//! `Finish` carrying the model to keep, retained on its `down` topic so that it is fetched on the
+//! next connect if the client missed it); others get a plain [`ToClient::Finish`].
 //!
 //! MT-HFL replaces the round-0 `Signature` exchange by a data signature and, in the paper's way
 //! (`--relevance client`), a relay of all `n` signatures and one relevance row per client. The
@@ -56,7 +60,7 @@
 //! | --- | --- | --- | --- |
 //! | `<prefix>/clients/<id>/status` | client → coordinator | yes | `Hello` on connect, `Gone` as last will and on exit |
 //! | `<prefix>/clients/<id>/up` | client → coordinator | no | `Signature`, `Update`, `Evaluation`, `Eigenpairs`, `RelevanceRow`, `Failed`, `Pong` |
-//! | `<prefix>/clients/<id>/down` | coordinator → client | no | `ToClient` |
+//! | `<prefix>/clients/<id>/down` | coordinator → client | `FinalModel` only | `ToClient` |
 //! | `<prefix>/lps/<id>/status` | LPS → GPS | yes | [`ToGps::Hello`] on connect, `Gone` as last will and on exit |
 //! | `<prefix>/lps/<id>/up` | LPS → GPS | no | [`ToGps`]: `Common`, `Done`, `Failed` |
 //! | `<prefix>/lps/<id>/down` | GPS → LPS | no | [`ToLps`]: `Assign`, `Common`, `Finish`, `Resend` |
@@ -92,6 +96,6 @@ pub use error::ProtocolError;
 pub use hierarchy::{LpsAssignment, LpsDone, LpsMessageError, ToGps, ToLps};
 pub use ids::{Id, MAX_ID_LEN, Text, id, text};
 pub use tensor::{Eigenpairs, Encoding, Tensor};
-pub use to_client::{Estimate, ModelKind, ToClient, TrainJob};
+pub use to_client::{Estimate, FinalModel, ModelKind, ToClient, TrainJob};
 pub use to_coordinator::{Hello, LabelEval, ShardInfo, ToCoordinator, decode_row};
 pub use topics::{BrokerAddr, TopicKind, Topics};

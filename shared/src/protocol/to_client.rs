@@ -167,4 +167,26 @@ pub enum ToClient {
     /// retained `Hello`, possibly stale or forged) to answer [`ToCoordinator::Pong`] on its `up`
     /// topic before it counts it as joined. Not a job: answered at once.
     Ping,
+    /// The run is over ([`Self::Finish`]), and this is the final model of the client's cluster,
+    /// for the client to keep. Sent retained, so that a client that missed the end of the run
+    /// gets it when it next connects (while the broker keeps it). Not a job: not answered.
+    FinalModel(FinalModel),
+}
+
+/// A cluster's final model as a client keeps it ([`ToClient::FinalModel`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinalModel {
+    /// Architecture of `params`.
+    pub model: ModelKind,
+    /// The parameters (f32, exact).
+    pub params: Tensor,
+    /// The cluster (or LPS) index in the run.
+    pub cluster: u32,
+    /// Training rounds done.
+    pub rounds: u32,
+    /// The method that trained it.
+    pub method: Text,
+    /// The cluster members' mean local test accuracy at their last evaluation (as reported by
+    /// them), if any.
+    pub accuracy: Option<f64>,
 }
