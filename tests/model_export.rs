@@ -293,6 +293,35 @@ fn served_run_writes_models_and_export_of_its_checkpoint_gives_the_same() {
         assert_eq!(a.meta.members, members, "cluster {k}");
         assert!(a.meta.accuracy.is_some_and(|x| (0.0..=1.0).contains(&x)));
     }
+    // Each device kept its cluster's model; on its own local test set that model scores what
+    // the device reported at the run's last evaluation.
+    assert_clients_kept_their_models(&dir, &s, &|id| kept_model(&dir, id));
+    for (p, id) in ids.iter().enumerate() {
+        let index = id.trim_start_matches('c');
+        let v: Value = serde_json::from_str(&run_ok(
+            Command::new(bin("edge-client"))
+                .args(["predict", "--json", "--model"])
+                .arg(kept_model(&dir, id))
+                .args(["--partition", PARTITION, "--seed", "5", "--of", "4"])
+                .args(["--index", index, "--data"])
+                .arg(bundled_data()),
+        ))
+        .unwrap();
+        let (got, n) = (
+            v["accuracy"].as_f64().unwrap(),
+            v["images"].as_f64().unwrap(),
+        );
+        let reported = s["client_accuracy"][p].as_f64().unwrap();
+        // Up to one image whose two top logits swap with the summation order.
+        assert!(
+            (got - reported).abs() <= 1.0 / n + 1e-12,
+            "{id}: predict {got}, run {reported}"
+        );
+        assert!(
+            v["source"].as_str().unwrap().contains("local test set"),
+            "{v}"
+        );
+    }
     // Not a checkpoint: a clear error.
     let o = Command::new(bin("coordinator"))
         .arg("export")

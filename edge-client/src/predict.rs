@@ -1,9 +1,11 @@
 //! `edge-client predict`: a trained model (a `cluster-<k>.safetensors` of `coordinator export`
 //! or of a run's results directory) on images.
 //!
-//! Images from an IDX image file (`--images`, plain or gzip'd; labelled with `--labels`), or the
-//! Fashion-MNIST test set (`--data DIR`, else `EDGECFL_FMNIST_DIR`, the Debian package's
-//! directory or the bundled subset), the first `--limit` of them. Unlabelled images: the class
+//! Images from an IDX image file (`--images`, plain or gzip'd; labelled with `--labels`), a
+//! testbed client's local test set (`--partition SPEC --index I --of N --seed S`: the shard's
+//! labels, rotated or label-shifted as the shard is), or the Fashion-MNIST test set (`--data
+//! DIR`, else `EDGECFL_FMNIST_DIR`, the Debian package's directory or the bundled subset), the
+//! first `--limit` of them. Unlabelled images: the class
 //! probabilities of each. Labelled: the accuracy and the 10 × 10 confusion matrix (rows: true
 //! class, columns: predicted). `--json` prints everything, with each image's logits.
 //!
@@ -17,11 +19,14 @@ use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::data::fmnist::{CLASS_NAMES, FashionMnistLabels, IMAGE_SIZE, NUM_CLASSES};
 use edgecfl_shared::data::idx;
+use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::model::Net;
 use edgecfl_shared::model_file::{self, ModelFile};
 use edgecfl_shared::train::Backend;
 use serde::Serialize;
 use tracing::info;
+
+use crate::shard::ShardArgs;
 
 /// Arguments of `edge-client predict`.
 #[derive(Debug, Clone, Args)]
@@ -39,6 +44,20 @@ pub struct PredictArgs {
     /// EDGECFL_FMNIST_DIR, the Debian package's directory, or the bundled subset).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
+    /// A testbed client's local test set instead: that of shard --index of this partition
+    /// into --of shards (with --seed; rotated or label-shifted as the shard is), the data its
+    /// model is for (`edge-client run`'s flags of the same names).
+    #[arg(long, conflicts_with = "images")]
+    pub partition: Option<PartitionSpec>,
+    /// Partition seed (with --partition).
+    #[arg(long, default_value_t = 0, requires = "partition")]
+    pub seed: u64,
+    /// Shard index, 0-based (with --partition).
+    #[arg(long, default_value_t = 0, requires = "partition")]
+    pub index: usize,
+    /// Number of shards (with --partition).
+    #[arg(long, default_value_t = 1, requires = "partition")]
+    pub of: usize,
     /// Only the first N images.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
@@ -140,6 +159,27 @@ fn load_input(args: &PredictArgs) -> anyhow::Result<Input> {
             pixels,
             labels,
             source: path.display().to_string(),
+        });
+    }
+    if let Some(spec) = &args.partition {
+        let shard = ShardArgs {
+            data: args.data.clone(),
+            partition: Some(spec.clone()),
+            seed: args.seed,
+            index: args.index,
+            of: args.of,
+            // The training images are not needed: kept out of memory.
+            spill_above: 0.0,
+            spill_dir: None,
+        }
+        .load()?;
+        let n = shard.test.len().min(limit);
+        let mut pixels = Vec::with_capacity(n * IMAGE_SIZE);
+        shard.test.read_images(0, n, &mut pixels)?;
+        return Ok(Input {
+            pixels,
+            labels: Some(shard.test.labels[..n].to_vec()),
+            source: format!("{} (local test set)", shard.source),
         });
     }
     let data = FashionMnistLabels::load(args.data.as_deref())?;
