@@ -121,6 +121,8 @@ fn attacked_run(
                 &i.to_string(),
                 "--of",
                 &CLIENTS.to_string(),
+                "--model-out",
+                &kept_model(&dir, &id).display().to_string(),
             ]
             .map(String::from),
         );

@@ -311,6 +311,20 @@ fn remote_lps_processes_share_only_the_common_layers() {
                 .collect::<Vec<_>>(),
             part.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
         );
+        // Its members kept its model, sent by the LPS at the end.
+        for id in ls["members"].as_array().unwrap() {
+            let id = id.as_str().unwrap();
+            let kept = edgecfl_shared::model_file::read(&kept_model(&dir, id)).unwrap();
+            assert!(
+                kept.params
+                    .values
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .eq(model.iter().map(|v| v.to_bits())),
+                "{id} kept another model than its LPS's"
+            );
+            assert_eq!(kept.meta.run_id.as_deref(), Some("lps-run"));
+        }
         models.push((model, part));
     }
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

@@ -207,7 +207,9 @@ fn aarch64_fleet_under_qemu_clusters_and_learns() {
                 .args(["--partition", PARTITION, "--seed", &SEED.to_string()])
                 .args(["--index", &i.to_string(), "--of", &CLIENTS.to_string()])
                 .arg("--data")
-                .arg(bundled_data());
+                .arg(bundled_data())
+                .arg("--model-out")
+                .arg(kept_model(&dir, &id));
             (
                 Proc::spawn(cmd, &format!("{QEMU} edge-client {id}"), &log),
                 log,
@@ -227,6 +229,8 @@ fn aarch64_fleet_under_qemu_clusters_and_learns() {
         .collect();
 
     let s = summary(&out);
+    // Each ARM device kept its cluster's model, bit for bit the coordinator's.
+    assert_clients_kept_their_models(&dir, &s, &|id| kept_model(&dir, id));
     let csv = std::fs::read_to_string(out.join("rounds.csv")).expect("rounds.csv");
     let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
     let round_secs: Vec<f64> = rows[1..]

@@ -102,7 +102,9 @@ fn edge_client(
         .arg(bundled_data())
         .arg("--ca")
         .arg(ca)
-        .env_remove("EDGECFL_PASSWORD");
+        .env_remove("EDGECFL_PASSWORD")
+        // The final models go under the tests' scratch directory, not the user's home.
+        .env("XDG_DATA_HOME", root().join("target/system-tests/devices"));
     cmd
 }
 
@@ -1033,6 +1035,28 @@ fn demo_secure_runs_over_tls_with_a_login_per_client() {
     let s = summary(&out);
     assert_eq!(s["n_clients"], CLIENTS, "{s:#}");
     assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+    // Each device kept its cluster's model, and the demo says where, with a command that
+    // uses one.
+    let device = |id: &str| out.join("devices").join(id).join("model.safetensors");
+    assert_clients_kept_their_models(&dir, &s, &device);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let ids = s["client_ids"].as_array().unwrap();
+    for (id, k) in ids.iter().zip(s["assignment"].as_array().unwrap()) {
+        let id = id.as_str().unwrap();
+        let line = format!("  {id} (cluster {k}): {}", device(id).display());
+        assert!(stdout.contains(&line), "{line} not in\n{stdout}");
+    }
+    let try_line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("try: edge-client "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let p = Command::new(bin("edge-client"))
+        .args(try_line.split_whitespace())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&p.stdout);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    assert!(printed.contains("accuracy"), "{printed}");
 }
 
 /// mosquitto as `coordinator credentials` configures it: a credentialed client floods its own

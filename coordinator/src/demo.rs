@@ -212,6 +212,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
     }
     drop(fleet);
     print_clusters(&served);
+    print_models(&served, &cfg, &ids);
     args.http.linger(server);
     Ok(served)
 }
@@ -236,7 +237,10 @@ fn spawn_fleet(
             .args(["--seed", &cfg.federation.seed.to_string()])
             .args(["--index", &i.to_string(), "--of", &cfg.clients.to_string()])
             .args(["--device", &cfg.backend.to_string()])
+            .arg("--model-out")
+            .arg(device_model(&cfg.out, id))
             .env_remove("EDGECFL_PASSWORD")
+            .env_remove("EDGECFL_MODEL_OUT")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -258,6 +262,43 @@ fn spawn_fleet(
         fleet.0.push(child);
     }
     Ok(fleet)
+}
+
+/// Where demo device `id` keeps its final model: `<out>/devices/<id>/model.safetensors`.
+pub fn device_model(out: &Path, id: &str) -> PathBuf {
+    out.join("devices").join(id).join("model.safetensors")
+}
+
+/// Prints where each device's model went (checked on disk), and how to use one.
+fn print_models(served: &Served, cfg: &RunConfig, ids: &[String]) {
+    let r = &served.result;
+    println!("models kept by the devices:");
+    let mut first = None;
+    for (c, k) in r.clients.iter().zip(&r.assignment) {
+        let path = device_model(&cfg.out, &c.id);
+        if path.is_file() {
+            println!("  {} (cluster {k}): {}", c.id, path.display());
+            // Its shard: the demo starts client i with shard i.
+            if let Some(shard) = ids.iter().position(|i| *i == c.id) {
+                first.get_or_insert((shard, path));
+            }
+        } else {
+            println!("  {} (cluster {k}): none (see its log)", c.id);
+        }
+    }
+    if let Some((index, path)) = first {
+        let data = cfg
+            .data
+            .as_ref()
+            .map_or(String::new(), |d| format!(" --data {}", d.display()));
+        println!(
+            "try: edge-client predict --model {} --partition {} --seed {} --index {index} --of {}{data}",
+            path.display(),
+            cfg.partition,
+            cfg.federation.seed,
+            cfg.clients
+        );
+    }
 }
 
 /// Prints each cluster's members with their ground-truth group.
