@@ -30,27 +30,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.below(from.len())]
-    }
-}
+mod fuzz_common;
+use fuzz_common::{Rng, env_var};
 
 const USERS: [&str; 3] = ["c1", "c2", "coordinator"];
 const ACL: &str = "pattern write f/clients/%u/up\npattern write f/clients/%u/status\n\
@@ -294,14 +275,6 @@ fn check_forwarded(bytes: &[u8]) -> usize {
         rest = &rest[n..];
     }
     publishes
-}
-
-fn env_var<T: std::str::FromStr>(name: &str) -> Option<T> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-    )
 }
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);

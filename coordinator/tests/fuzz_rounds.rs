@@ -22,27 +22,8 @@ use edgecfl_shared::protocol::{
     text,
 };
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.below(from.len())]
-    }
-}
+mod fuzz_common;
+use fuzz_common::{Rng, env_var};
 
 const SIGNATURE: usize = 850;
 const K: usize = 2;
@@ -320,14 +301,6 @@ fn check(expect: Expect, answer: &Answer) {
         }
         (e, a) => panic!("{a:?} accepted while expecting {e:?}"),
     }
-}
-
-fn env_var<T: std::str::FromStr>(name: &str) -> Option<T> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-    )
 }
 
 #[test]
