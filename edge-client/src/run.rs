@@ -298,8 +298,22 @@ pub fn run_with(
                         continue;
                     }
                     let path = args.model_path();
-                    let kept = match keep(m, &env.run, &path) {
-                        Ok(k) => k,
+                    match keep(m, &env.run, &path) {
+                        Ok(kept) => {
+                            info!(
+                                "{}: run {} {}; kept the model of cluster {} in {}",
+                                id.as_str(),
+                                env.run.as_str(),
+                                if ends_current {
+                                    "finished"
+                                } else {
+                                    "had finished"
+                                },
+                                m.cluster,
+                                path.display()
+                            );
+                            served.model = Some(kept);
+                        }
                         Err(e) => {
                             let e = e.context(format!(
                                 "cannot keep the final model of run {} in {}",
@@ -309,24 +323,9 @@ pub fn run_with(
                             warn!("{}: {e:#}", id.as_str());
                             if ends_current && !args.stay {
                                 lost_model = Some(e);
-                                break;
                             }
-                            continue;
                         }
-                    };
-                    info!(
-                        "{}: run {} {}; kept the model of cluster {} in {}",
-                        id.as_str(),
-                        env.run.as_str(),
-                        if ends_current {
-                            "finished"
-                        } else {
-                            "had finished"
-                        },
-                        m.cluster,
-                        path.display()
-                    );
-                    served.model = Some(kept);
+                    }
                     if ends_current {
                         if args.stay {
                             current_run = pinned_run.clone();
@@ -723,4 +722,53 @@ fn answer(
         _ => {}
     }
     Ok(wire::reply(&job, &answer, upload)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn final_model(values: &[f32]) -> FinalModel {
+        FinalModel {
+            model: ModelKind::Mlp,
+            params: Tensor::encode(values, Encoding::F32),
+            cluster: 3,
+            rounds: 7,
+            method: protocol::text("fedclust"),
+            accuracy: Some(0.75),
+        }
+    }
+
+    #[test]
+    fn a_final_model_is_checked_then_written_whole() {
+        let dir = std::env::temp_dir().join(format!("edgecfl-keep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("a/b/model.safetensors");
+        let run = protocol::id("run-1").unwrap();
+        let n = ParamLayout::of(ModelKind::Mlp).len();
+        let values: Vec<f32> = (0..n).map(|i| (i % 17) as f32 * 0.25 - 2.0).collect();
+
+        // Not a model of its architecture, or not finite: refused, nothing written.
+        assert!(keep(&final_model(&values[1..]), &run, &path).is_err());
+        let mut nan = values.clone();
+        nan[5] = f32::NAN;
+        assert!(keep(&final_model(&nan), &run, &path).is_err());
+        assert!(!path.exists());
+
+        let kept = keep(&final_model(&values), &run, &path).unwrap();
+        assert_eq!(
+            (kept.path.as_path(), kept.run.as_str(), kept.cluster),
+            (path.as_path(), "run-1", 3)
+        );
+        let back = model_file::read(&path).unwrap();
+        assert_eq!(back.params.values, values);
+        assert_eq!(back.meta.run_id.as_deref(), Some("run-1"));
+        assert_eq!((back.meta.cluster, back.meta.round), (Some(3), Some(7)));
+        assert_eq!(back.meta.method.as_deref(), Some("fedclust"));
+        assert_eq!(back.meta.accuracy, Some(0.75));
+        // Only the file: no temporary left beside it.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
