@@ -169,11 +169,14 @@ pub fn aggregate_models(
     })
 }
 
+/// Values with their weights, as [`aggregate`] takes them.
+type Items<'a> = Vec<(&'a [f32], u64)>;
+
 /// The models' kind and their values with their weights; every model must be of the first's
 /// kind.
 fn model_items<'a>(
     models: &[(&'a Params, u64)],
-) -> Result<(crate::model::ModelKind, Vec<(&'a [f32], u64)>), AggregateError> {
+) -> Result<(crate::model::ModelKind, Items<'a>), AggregateError> {
     let (first, _) = models.first().ok_or(AggregateError::Empty)?;
     for (index, (p, _)) in models.iter().enumerate() {
         if p.model != first.model {

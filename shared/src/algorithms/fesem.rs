@@ -318,14 +318,14 @@ impl Strategy for FeSem {
         // that moved here trained from another centre, but norm-clip measures every change from
         // this one, the nearest to it.
         let how = env.cfg.aggregate;
-        for c in 0..centres.len() {
+        for (c, from) in centres.iter().enumerate() {
             let members: Vec<&Params> = updates
                 .iter()
                 .filter(|(p, _)| state.assignment()[*p] == c)
                 .map(|(_, u)| &u.params)
                 .collect();
             if !members.is_empty() {
-                state.set_model(c, centre(&members, how, &centres[c])?);
+                state.set_model(c, centre(&members, how, from)?);
             }
         }
         Ok(RoundStats::of(sampled.len(), &updates))
