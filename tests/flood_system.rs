@@ -124,7 +124,8 @@ async fn oversize_wills(port: u16, creds: &Path, topic: &str) -> Vec<String> {
 }
 
 /// Empty messages on `topic` as fast as the connection takes them, up to [`EMPTIES`], then the
-/// connection is dropped [`FLOOD_FOR`] after the first. Returns how many the client wrote out
+/// connection is dropped [`FLOOD_FOR`] after the first (or earlier, when the broker goes away at
+/// the end of the run). Returns how many the client wrote out
 /// and the seconds it took, and when it began.
 async fn empty_flood(port: u16, creds: PathBuf, topic: String) -> (usize, f64, Instant) {
     let (client, mut events) = connected(options(
@@ -136,7 +137,7 @@ async fn empty_flood(port: u16, creds: PathBuf, topic: String) -> (usize, f64, I
     .await;
     let sent = Arc::new(AtomicUsize::new(0));
     let counted = sent.clone();
-    let pump = tokio::spawn(async move {
+    let mut pump = tokio::spawn(async move {
         loop {
             match events.poll().await {
                 Ok(Event::Outgoing(Outgoing::Publish(_))) => {
@@ -161,11 +162,12 @@ async fn empty_flood(port: u16, creds: PathBuf, topic: String) -> (usize, f64, I
     };
     let _ = tokio::time::timeout(FLOOD_FOR, push).await;
     let (wrote, took) = (sent.load(Ordering::Relaxed), start.elapsed().as_secs_f64());
-    tokio::time::sleep_until((start + FLOOD_FOR).into()).await;
-    if pump.is_finished() {
-        panic!("the flood's connection ended: {:?}", pump.await);
+    // The window ends early only when the connection does: the run can end (and its broker with
+    // it) within FLOOD_FOR on an idle machine; the caller counts over the window it got.
+    tokio::select! {
+        () = tokio::time::sleep_until((start + FLOOD_FOR).into()) => pump.abort(),
+        ended = &mut pump => eprintln!("the flood's connection ended after {:.2} s: {ended:?}", start.elapsed().as_secs_f64()),
     }
-    pump.abort();
     (wrote, took, start)
 }
 
