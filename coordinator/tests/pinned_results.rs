@@ -16,11 +16,20 @@
 //! the 9th significant digit (`threshold` 0.5091438605929341 → 0.5091438584769667, newcomer
 //! distances likewise, same clusters), and `random-hierarchy`'s barely trained 3-round models in
 //! a few test samples (final accuracy 0.28458 → 0.28500). Every other value is unchanged.
+//!
+//! Pinned again before the job-per-file reshaping (issue 26), by the `coordinator` of commit
+//! 53edfb5 with the one change that made its model files reproducible (`model_file` writes the
+//! safetensors header in key order; it was in a hash map's random order): the six methods the
+//! first pin lacked ([`RUNS`] from `adacfl` on) and FedClust with `--cluster-start members`,
+//! and for every run also its `rounds.csv` (less the `seconds` column) and the SHA-256 of each
+//! cluster model it wrote (`models.sha256`), so that a reshaping that moves no number leaves
+//! every byte of the models alone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// (fixture name, `coordinator simulate` arguments besides `--data` and `--out`).
 const RUNS: &[(&str, &str)] = &[
@@ -59,6 +68,41 @@ const RUNS: &[(&str, &str)] = &[
         "local-newcomers",
         "--algorithm local --partition label:2 --clients 6 --rounds 2 --epochs 1 --frac 0.5 \
          --newcomers 2 --join-round 2 --seed 7",
+    ),
+    (
+        "adacfl",
+        "--algorithm adacfl --partition groups:012-34-56-789 --clients 8 --rounds 2 --epochs 1 \
+         --frac 0.5 --newcomers 2 --join-round 2 --seed 8",
+    ),
+    (
+        "stocfl",
+        "--algorithm stocfl --partition groups:012-34-56-789 --clients 8 --rounds 3 --epochs 1 \
+         --frac 0.5 --tau 0.5 --mu 0.1 --seed 9",
+    ),
+    (
+        "ifca",
+        "--algorithm ifca --partition groups:012-34-56-789 --clients 8 --rounds 2 --epochs 1 \
+         --frac 0.5 --clusters 4 --seed 10",
+    ),
+    (
+        "fesem",
+        "--algorithm fesem --partition groups:012-34-56-789 --clients 8 --rounds 2 --epochs 1 \
+         --frac 0.5 --clusters 4 --aggregate median --seed 11",
+    ),
+    (
+        "fedprox",
+        "--algorithm fedprox --partition label:2 --clients 6 --rounds 2 --epochs 1 --frac 0.5 \
+         --mu 0.1 --seed 12",
+    ),
+    (
+        "cfl",
+        "--algorithm cfl --partition groups:012-34-56-789 --clients 8 --rounds 3 --epochs 1 \
+         --frac 1 --eps1 1000 --eps2 0 --seed 13",
+    ),
+    (
+        "fedclust-members",
+        "--algorithm fedclust --partition groups:012-34-56-789 --clients 8 --rounds 2 \
+         --epochs 1 --frac 0.5 --cluster-start members --seed 14",
     ),
 ];
 
@@ -110,9 +154,60 @@ fn without_paths(v: &Value) -> Value {
     v
 }
 
+/// `rounds.csv` of the run in `out` without its `seconds` column (a timing).
+fn rounds_without_timings(out: &Path) -> String {
+    let text = std::fs::read_to_string(repo().join(out).join("rounds.csv")).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let timing = header.iter().position(|h| *h == "seconds");
+    let mut kept = String::new();
+    for line in text.lines() {
+        let cells: Vec<&str> = line
+            .split(',')
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != timing)
+            .map(|(_, c)| c)
+            .collect();
+        kept.push_str(&cells.join(","));
+        kept.push('\n');
+    }
+    kept
+}
+
+/// `cluster-K.safetensors SHA-256` for every cluster model the run in `out` wrote, sorted.
+fn model_digests(out: &Path) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(repo().join(out))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cluster-") && n.ends_with(".safetensors"))
+        .collect();
+    names.sort();
+    let mut lines = String::new();
+    for n in names {
+        let bytes = std::fs::read(repo().join(out).join(&n)).unwrap();
+        let hex: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        lines.push_str(&format!("{n} {hex}\n"));
+    }
+    lines
+}
+
+/// Compares `now` with the fixture file `path`; with `write`, a missing fixture is written
+/// instead (a pinned one is never rewritten).
+fn pinned_text(path: &Path, now: &str, write: bool, failures: &mut Vec<String>) {
+    match std::fs::read_to_string(path) {
+        Ok(want) if want == now => {}
+        Ok(want) => failures.push(format!("{}: pinned\n{want}now\n{now}", path.display())),
+        Err(_) if write => std::fs::write(path, now).unwrap(),
+        Err(e) => failures.push(format!("{}: {e}", path.display())),
+    }
+}
+
 #[test]
 fn results_equal_those_pinned_before_the_refactor() {
-    // EDGECFL_WRITE_PINNED=1 rewrites the fixtures (only with the pre-refactor coordinator).
+    // EDGECFL_WRITE_PINNED=1 writes the fixtures that are missing (only with the coordinator
+    // of the commit that pins them); pinned ones are compared, never rewritten.
     let write = std::env::var_os("EDGECFL_WRITE_PINNED").is_some();
     let mut failures = Vec::new();
     for (name, args) in RUNS {
@@ -127,11 +222,21 @@ fn results_equal_those_pinned_before_the_refactor() {
             out.to_str(),
             "{name}: config.out"
         );
-        let path = fixtures().join(name).join("summary.json");
+        let dir = fixtures().join(name);
         if write {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        let rounds = rounds_without_timings(&out);
+        pinned_text(&dir.join("rounds.csv"), &rounds, write, &mut failures);
+        pinned_text(
+            &dir.join("models.sha256"),
+            &model_digests(&out),
+            write,
+            &mut failures,
+        );
+        let path = dir.join("summary.json");
+        if write && !path.exists() {
             std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap()).unwrap();
-            continue;
         }
         let pinned: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let (pinned, now) = (without_paths(&pinned), without_paths(&now));

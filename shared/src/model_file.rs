@@ -379,11 +379,34 @@ pub fn to_bytes(params: &Params, meta: &ModelMeta) -> Result<Vec<u8>, ModelFileE
         .iter()
         .map(|(n, s, b)| Ok((n.as_str(), TensorView::new(Dtype::F32, s.clone(), b)?)))
         .collect::<Result<Vec<_>, SafeTensorError>>()?;
-    // The map type is safetensors' (hashbrown's without its `std` feature, std's with it).
-    Ok(safetensors::serialize(
-        views,
-        Some(meta.to_map().into_iter().collect()),
-    )?)
+    // safetensors takes the metadata as a hash map and writes it in that map's (random) order;
+    // the header is written here instead, its keys sorted, so that one model gives one file.
+    let bytes = safetensors::serialize(views, None)?;
+    Ok(with_metadata(&bytes, &meta.to_map()))
+}
+
+/// `bytes` (a safetensors file without `__metadata__`, as `safetensors::serialize` writes it)
+/// with `metadata` put first in its header, keys in order; the header padded with spaces to a
+/// multiple of 8 bytes as the format asks, the tensors' bytes unchanged.
+fn with_metadata(bytes: &[u8], metadata: &BTreeMap<String, String>) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let tensors = std::str::from_utf8(&bytes[8..8 + n])
+        .expect("safetensors writes a UTF-8 header")
+        .trim_end();
+    let rest = tensors.strip_prefix('{').expect("a JSON object");
+    let comma = if rest.trim_start().starts_with('}') {
+        ""
+    } else {
+        ","
+    };
+    let meta = serde_json::to_string(metadata).expect("strings serialise");
+    let mut header = format!("{{\"__metadata__\":{meta}{comma}{rest}").into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut out = Vec::with_capacity(8 + header.len() + bytes.len() - 8 - n);
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
 }
 
 /// Writes `params` with `meta` to `path` atomically (a temporary file in the same directory,
@@ -726,6 +749,32 @@ mod tests {
             assert_eq!(back.meta, m);
             std::fs::remove_dir_all(&dir).unwrap();
         }
+    }
+
+    /// One model and one header give one file: the metadata in key order (safetensors' own
+    /// writer takes a hash map and writes it in a random order), read back by the safetensors
+    /// crate as written, the header's length a multiple of 8.
+    #[test]
+    fn the_header_is_written_in_key_order() {
+        let p = Params::init(ModelKind::LeNet5, 2);
+        let mut m = meta(ModelKind::LeNet5);
+        m.members = vec!["b".into(), "a".into()];
+        let bytes = to_bytes(&p, &m).unwrap();
+        assert_eq!(bytes, to_bytes(&p, &m).unwrap());
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        assert_eq!(n % 8, 0);
+        let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+        assert!(header.starts_with("{\"__metadata__\":{"), "{header}");
+        let map = m.to_map();
+        let at: Vec<usize> = map
+            .keys()
+            .map(|k| header.find(&format!("\"{k}\":")).unwrap())
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{header}");
+        let (_, read) = SafeTensors::read_metadata(&bytes).unwrap();
+        let back: BTreeMap<String, String> = read.metadata().clone().unwrap().into_iter().collect();
+        assert_eq!(back, map);
+        assert_eq!(SafeTensors::deserialize(&bytes).unwrap().names().len(), 10);
     }
 
     /// Shapes as PyTorch's modules have them; linear weights transposed element by element.
