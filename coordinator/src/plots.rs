@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use edgecfl_shared::algorithms::fedclust::Clustering;
+use edgecfl_shared::cluster::clustering::Clustering;
 use edgecfl_shared::cluster::cut::{CutRule, CutScores};
 use edgecfl_shared::cluster::hc::Dendrogram;
 use edgecfl_shared::federation::RunResult;

@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use edgecfl_shared::algorithms::fedclust::Clustering;
-use edgecfl_shared::algorithms::mthfl::Relevance;
+use edgecfl_shared::cluster::clustering::Clustering;
+use edgecfl_shared::cluster::spectral::Relevance;
 use edgecfl_shared::federation::{
     Algorithm, ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord,
     RunResult,

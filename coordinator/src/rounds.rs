@@ -32,7 +32,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use edgecfl_shared::algorithms::mthfl::Signature;
+use edgecfl_shared::cluster::spectral::Signature;
 use edgecfl_shared::model::{ModelError, ModelKind, Params};
 use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, Tensor, ToCoordinator, decode_row};
 use edgecfl_shared::train::{CLASSES, EvalReport};
@@ -727,7 +727,7 @@ mod tests {
     /// the client pending (it may still send a good one); a failure ends its wait.
     #[test]
     fn mthfl_round_zero_rules() {
-        use edgecfl_shared::algorithms::mthfl::Gram;
+        use edgecfl_shared::cluster::spectral::Gram;
         let features: Vec<f32> = (0..60).map(|i| ((i * 7) % 11) as f32 / 10.0).collect();
         let sig = Gram::from_features(&features, 6)
             .unwrap()

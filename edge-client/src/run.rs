@@ -11,15 +11,16 @@
 //! upload its leading eigenpairs, and keep the exact ones (before upload rounding) and the Gram
 //! matrix for the next job. `Relevance`: once the relay of the same run and round has arrived on
 //! the broadcast topic (before or after the job; see [`protocol`]), compute the row `r(i, ·)`
-//! against it with the exact Gram matrix ([`mthfl::client_row`]) and upload it.
+//! against it with the exact Gram matrix ([`spectral::client_row`]) and upload it.
 
+use edgecfl_shared::cluster::spectral;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::algorithms::mthfl::{self, Gram, Signature};
 use edgecfl_shared::client::{self, ClientData};
+use edgecfl_shared::cluster::spectral::{Gram, Signature};
 use edgecfl_shared::federation::{Answer, Job, Prox, Training, Update, wire};
 use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
 use edgecfl_shared::model_file::{self, ModelMeta};
@@ -592,9 +593,9 @@ impl Worker<'_> {
             "the relay has d = {d}, this client's features have d = {}",
             gram.d()
         );
-        let all = mthfl::from_relay(relay, job.clients as usize, k, d)
+        let all = spectral::from_relay(relay, job.clients as usize, k, d)
             .context("relay from the coordinator")?;
-        let row = mthfl::client_row(gram, &own, &all, job.estimate)?;
+        let row = spectral::client_row(gram, &own, &all, job.estimate)?;
         let row: Vec<f32> = row.into_iter().map(|r| r as f32).collect();
         Ok(ToCoordinator::RelevanceRow {
             row: Tensor::encode(&row, Encoding::F32),

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use edge_client::shard::ShardArgs;
-use edgecfl_shared::algorithms::mthfl::signature_of;
+use edgecfl_shared::cluster::spectral::signature_of;
 use edgecfl_shared::data::fmnist::{FashionMnist, SYSTEM_DIR};
 use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
 use edgecfl_shared::model::{ModelKind, Params};

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use edgecfl_shared::algorithms::fedclust::{Threshold, cluster};
 use edgecfl_shared::cluster::Linkage;
+use edgecfl_shared::cluster::clustering::{Threshold, cluster_signatures};
 use edgecfl_shared::cluster::metrics::adjusted_rand_index;
 use edgecfl_shared::cluster::robust::Guard;
 
@@ -48,7 +48,7 @@ fn signatures_from_separate_processes_cluster_by_group() {
         .collect();
     assert_eq!(rows.len(), 4);
     assert!(rows.iter().all(|r| r.len() == 850));
-    let (c, _) = cluster(
+    let (c, _) = cluster_signatures(
         &rows,
         Linkage::Average,
         Threshold::Clusters(2),

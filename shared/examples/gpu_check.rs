@@ -15,7 +15,7 @@
 //!    reductions run in another order on a GPU; the differences grow with the steps).
 //! 2. **Clustering distances.** `tasks:fmnist3` over 10 clients (seed 0), each client's top
 //!    `--k` Gram eigenpairs (computed on the CPU in f64, as on a client), then the relevance
-//!    matrix server-side ([`mthfl::server_rows`], the coordinator's batched `f32` products on the
+//!    matrix server-side ([`spectral::server_rows`], the coordinator's batched `f32` products on the
 //!    device), symmetrised; the distance `1 − R` and average-linkage HAC cut at 3 clusters. Compared
 //!    with the CPU: max |ΔR| and whether the clusters are the same (ARI against the CPU's).
 //!    `--replicas R` repeats the 10 signatures R times (10·R clients) for a larger timing.
@@ -24,12 +24,14 @@
 //! compilation) and of a second, warm call. One JSON object per device is printed on stdout
 //! (`--json FILE` writes them as a JSON array too); a summary goes to stderr.
 
+use edgecfl_shared::cluster::spectral;
 use std::time::Instant;
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
-use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE, Estimate, Signature};
+use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE};
 use edgecfl_shared::cluster::adjusted_rand_index;
+use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::robust::Guard;
+use edgecfl_shared::cluster::spectral::{Estimate, Signature};
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, evaluate, train_local};
@@ -146,16 +148,16 @@ fn run_device(
     }
 
     let t = Instant::now();
-    let rows = mthfl::server_rows(sigs, Estimate::Norm, &device)?;
+    let rows = spectral::server_rows(sigs, Estimate::Norm, &device)?;
     let relevance_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let rows_warm = mthfl::server_rows(sigs, Estimate::Norm, &device)?;
+    let rows_warm = spectral::server_rows(sigs, Estimate::Norm, &device)?;
     let relevance_warm_s = t.elapsed().as_secs_f64();
     assert_eq!(
         rows, rows_warm,
         "server_rows is deterministic on one device"
     );
-    let relevance = mthfl::symmetrise(&rows)?;
+    let relevance = spectral::symmetrise(&rows)?;
     let (clustering, _) = mthfl::cluster(
         &relevance,
         DEFAULT_LINKAGE,
@@ -208,7 +210,7 @@ fn main() -> Result<(), BoxError> {
     let mut base = Vec::new();
     for c in &part.clients {
         let l = LocalData::from_dataset(&data.train, &c.train, 0);
-        base.push(mthfl::signature_of(&l, a.k)?);
+        base.push(spectral::signature_of(&l, a.k)?);
     }
     let sigs: Vec<Signature> = (0..a.replicas).flat_map(|_| base.iter().cloned()).collect();
     let truth: Vec<usize> = (0..a.replicas)

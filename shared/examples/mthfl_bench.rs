@@ -34,12 +34,14 @@
 //!    over 3 clients); clients compute in parallel, so that is the wall time of the step if every
 //!    client has such a CPU, and `N ×` it is the CPU time summed over clients.
 
+use edgecfl_shared::cluster::spectral;
 use std::time::Instant;
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
-use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE, Estimate, Gram, Signature};
+use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE};
 use edgecfl_shared::cluster::adjusted_rand_index;
+use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::robust::Guard;
+use edgecfl_shared::cluster::spectral::{Estimate, Gram, Signature};
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::{Device, LocalData};
@@ -133,13 +135,15 @@ fn paper_r(seed: &Seed, sigs: &[Signature], est: Estimate) -> Result<Vec<Vec<f64
         .grams
         .iter()
         .zip(&seed.sigs)
-        .map(|(g, own)| mthfl::client_row(g, &own.truncated(k), sigs, est))
+        .map(|(g, own)| spectral::client_row(g, &own.truncated(k), sigs, est))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(mthfl::symmetrise(&rows)?)
+    Ok(spectral::symmetrise(&rows)?)
 }
 
 fn server_r(sigs: &[Signature], est: Estimate, dev: &Device) -> Result<Vec<Vec<f64>>, BoxError> {
-    Ok(mthfl::symmetrise(&mthfl::server_rows(sigs, est, dev)?)?)
+    Ok(spectral::symmetrise(&spectral::server_rows(
+        sigs, est, dev,
+    )?)?)
 }
 
 /// Gram–Schmidt on `k` rows of length `d`.
@@ -442,7 +446,7 @@ fn main() -> Result<(), BoxError> {
             (0..3)
                 .map(|c| {
                     let t = Instant::now();
-                    let r = mthfl::client_row(&s0.grams[c], &sigs[c], &sigs, Estimate::Norm)?;
+                    let r = spectral::client_row(&s0.grams[c], &sigs[c], &sigs, Estimate::Norm)?;
                     std::hint::black_box(r);
                     Ok(t.elapsed().as_secs_f64())
                 })

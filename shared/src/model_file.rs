@@ -3,8 +3,8 @@
 //!
 //! | model | PyTorch module | tensors (PyTorch layout) |
 //! | --- | --- | --- |
-//! | [`ModelKind::LeNet5`] | NIID-Bench's `SimpleCNNMNIST(16*4*4, [120, 84], 10)` | `conv1.weight` [6,1,5,5], `conv1.bias` [6], `conv2.weight` [16,6,5,5], `conv2.bias` [16], `fc1.weight` [120,256], `fc1.bias` [120], `fc2.weight` [84,120], `fc2.bias` [84], `fc3.weight` [10,84], `fc3.bias` [10] |
-//! | [`ModelKind::Mlp`] | `fc1 = Linear(784, 32)`, ReLU, `fc2 = Linear(32, 10)` | `fc1.weight` [32,784], `fc1.bias` [32], `fc2.weight` [10,32], `fc2.bias` [10] |
+//! | [`ModelKind::LeNet5`] | NIID-Bench's `SimpleCNNMNIST(16*4*4, [120, 84], 10)` | `conv1.weight [6,1,5,5]`, `conv1.bias [6]`, `conv2.weight [16,6,5,5]`, `conv2.bias [16]`, `fc1.weight [120,256]`, `fc1.bias [120]`, `fc2.weight [84,120]`, `fc2.bias [84]`, `fc3.weight [10,84]`, `fc3.bias [10]` |
+//! | [`ModelKind::Mlp`] | `fc1 = Linear(784, 32)`, ReLU, `fc2 = Linear(32, 10)` | `fc1.weight [32,784]`, `fc1.bias [32]`, `fc2.weight [10,32]`, `fc2.bias [10]` |
 //!
 //! Every tensor is little-endian `F32`. burn keeps a linear layer's weight as `[in, out]`
 //! ([`crate::model`]); PyTorch's `nn.Linear` keeps `[out, in]`, so linear weights are transposed
@@ -32,7 +32,7 @@ use crate::model::{ModelError, ModelKind, Net, ParamLayout, Params};
 pub mod key {
     /// `"pt"`: the convention of `safetensors.torch` and Hugging Face tools.
     pub const FORMAT: &str = "format";
-    /// `lenet5` or `mlp` ([`ModelKind`]'s name).
+    /// `lenet5` or `mlp` ([`ModelKind`](crate::model::ModelKind)'s name).
     pub const MODEL: &str = "model";
     /// The PyTorch module the tensors load into (`SimpleCNNMNIST`, `MLP`).
     pub const ARCHITECTURE: &str = "architecture";

@@ -9,8 +9,9 @@
 
 use std::collections::HashMap;
 
-use crate::algorithms::mthfl::{self, Estimate, Gram, Signature};
 use crate::client::{self, ClientData, EVAL_BATCH};
+use crate::cluster::spectral;
+use crate::cluster::spectral::{Estimate, Gram, Signature};
 use crate::data::fmnist::{Dataset, FashionMnist};
 use crate::data::partition::{Partition, shift_label};
 use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
@@ -208,7 +209,7 @@ impl ClientPool for SimPool {
             })
             .collect();
         let exact: Vec<(usize, Signature, Encoding)> = par_map(&grams, |&(c, k, encoding)| {
-            mthfl::signature_of(&self.train[c], k)
+            spectral::signature_of(&self.train[c], k)
                 .map(|s| (c, s, encoding))
                 .map_err(|e| fail(c, &e))
         })
@@ -228,7 +229,7 @@ impl ClientPool for SimPool {
             })
             .collect();
         let rows: Vec<(usize, Answer)> = par_map(&rows, |&(c, all, estimate)| {
-            let err = |e: mthfl::MtHflError| fail(c, &e);
+            let err = |e: spectral::SpectralError| fail(c, &e);
             // The Gram matrix is rebuilt rather than kept: 784² f64 per client adds up.
             let gram = Gram::from_local_data(&self.train[c]).map_err(err)?;
             let k = all.first().map_or(1, |s| s.k);
@@ -236,7 +237,7 @@ impl ClientPool for SimPool {
                 Some(s) if s.k == k => s.clone(),
                 _ => gram.signature(k).map_err(err)?,
             };
-            let row = mthfl::client_row(&gram, &own, all, estimate).map_err(err)?;
+            let row = spectral::client_row(&gram, &own, all, estimate).map_err(err)?;
             Ok((c, Answer::Row(row)))
         })
         .into_iter()

@@ -407,7 +407,7 @@ impl TrainConfig {
 /// A client's samples, ready for training: rotation applied, grey levels kept as bytes.
 ///
 /// The pixels stay `u8` (one byte a pixel, a quarter of `f32`): a batch is scaled to `[0, 1]` as
-/// it is built ([`to_unit`], `p / 255` in `f32`), and [`Gram`](crate::algorithms::mthfl::Gram)
+/// it is built ([`to_unit`], `p / 255` in `f32`), and [`Gram`](crate::cluster::spectral::Gram)
 /// scales the same way, so training sees exactly the floats a stored `f32` copy would give.
 /// The images are in memory, or in a scratch file ([`LocalData::spilled`]) read back a batch at
 /// a time: the same bytes, so training on either gives the same model.

@@ -2,7 +2,7 @@
 //! recover known label groups exactly, training beats chance, and newcomers join their group's
 //! cluster or, farther than ε from every cluster, found a new one.
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{Partition, PartitionSpec, partition};

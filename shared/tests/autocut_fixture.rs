@@ -5,8 +5,8 @@
 //! 3 shoes and 2 bag users; the largest gap between merge heights separates clothes from the
 //! rest, so the `gap` rule merges shoes and bags, while the silhouette rule finds the three.
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
 use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE};
+use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::cluster::{CutRule, adjusted_rand_index};
 

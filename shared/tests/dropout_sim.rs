@@ -3,8 +3,8 @@
 //! without the others, who are named (`RunResult::left_out`, the observer) and never asked
 //! again. Checked against the known groups and against the full run's relevance matrix.
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
-use edgecfl_shared::algorithms::mthfl::Relevance;
+use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::spectral::Relevance;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{

@@ -1,7 +1,7 @@
 //! FedClust end to end in process, on the bundled Fashion-MNIST subset: the one-shot clustering
 //! must recover a known label-group structure exactly, and training must beat chance.
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};

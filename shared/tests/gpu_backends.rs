@@ -14,7 +14,8 @@
 
 #![cfg(any(feature = "vulkan", feature = "tch"))]
 
-use edgecfl_shared::algorithms::mthfl::{self, Estimate};
+use edgecfl_shared::cluster::spectral;
+use edgecfl_shared::cluster::spectral::Estimate;
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, evaluate, train_local};
@@ -87,11 +88,11 @@ fn relevance_close_to_cpu(backend: Backend, device: &Device) {
         .iter()
         .map(|c| {
             let l = LocalData::from_dataset(&data.train, &c.train, 0);
-            mthfl::signature_of(&l, 3).unwrap()
+            spectral::signature_of(&l, 3).unwrap()
         })
         .collect();
-    let on_device = mthfl::server_rows(&sigs, Estimate::Norm, device).unwrap();
-    let on_cpu = mthfl::server_rows(&sigs, Estimate::Norm, &Device::flex()).unwrap();
+    let on_device = spectral::server_rows(&sigs, Estimate::Norm, device).unwrap();
+    let on_cpu = spectral::server_rows(&sigs, Estimate::Norm, &Device::flex()).unwrap();
     let diff = on_device
         .iter()
         .flatten()

@@ -4,13 +4,15 @@
 // Matrices indexed by hand read best as index loops.
 #![allow(clippy::needless_range_loop)]
 
+use edgecfl_shared::cluster::spectral;
 use std::sync::OnceLock;
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
-use edgecfl_shared::algorithms::mthfl::{
-    self, DEFAULT_EIGENVECTORS, DEFAULT_LINKAGE, Estimate, Gram, MtHflError, Signature,
-};
+use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE};
+use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::robust::Guard;
+use edgecfl_shared::cluster::spectral::{
+    DEFAULT_EIGENVECTORS, Estimate, Gram, Signature, SpectralError,
+};
 use edgecfl_shared::cluster::{Linkage, adjusted_rand_index};
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::protocol::Encoding;
@@ -32,7 +34,7 @@ fn client_rows(grams: &[Gram], sigs: &[Signature], est: Estimate) -> Vec<Vec<f64
     grams
         .iter()
         .zip(sigs)
-        .map(|(g, s)| mthfl::client_row(g, s, sigs, est).unwrap())
+        .map(|(g, s)| spectral::client_row(g, s, sigs, est).unwrap())
         .collect()
 }
 
@@ -119,7 +121,12 @@ fn hand_computed_relevance_matches_eq_2_to_5() {
         vec![7.0 / 24.0, (0.5 + 1.0 / 3f64.sqrt()) / 2.0, 1.0],
     ];
     let rows = client_rows(&grams, &sigs, Estimate::Norm);
-    assert_close(&mthfl::symmetrise(&rows).unwrap(), &big_r, 1e-6, "R, k = 2");
+    assert_close(
+        &spectral::symmetrise(&rows).unwrap(),
+        &big_r,
+        1e-6,
+        "R, k = 2",
+    );
 
     let sigs1: Vec<Signature> = sigs.iter().map(|s| s.truncated(1)).collect();
     let rows1 = client_rows(&grams, &sigs1, Estimate::Norm);
@@ -133,7 +140,7 @@ fn hand_computed_relevance_matches_eq_2_to_5() {
     // Server-side: with k = d the reconstruction Vᵢ Λᵢ Vᵢᵀ is exact, so the rows are the same.
     let dev = Device::flex();
     for est in [Estimate::Norm, Estimate::Rayleigh] {
-        let server = mthfl::server_rows(&sigs, est, &dev).unwrap();
+        let server = spectral::server_rows(&sigs, est, &dev).unwrap();
         assert_close(&server, &r_k2, 1e-5, &format!("server r, k = 2, {est}"));
     }
     // A newcomer with C's data, placed against A and B: its row of R, both directions
@@ -147,7 +154,7 @@ fn hand_computed_relevance_matches_eq_2_to_5() {
     );
     // With k = 1 < d the server only knows the top eigenpair: ‖A v‖² ≈ 16 (v₁ᴬ · v)², so
     // λ̂ of B's first vector under Â = 16·½ → √8 instead of √8.5.
-    let server1 = mthfl::server_rows(&sigs1, Estimate::Norm, &dev).unwrap();
+    let server1 = spectral::server_rows(&sigs1, Estimate::Norm, &dev).unwrap();
     assert!(
         (server1[0][1] - 8f64.sqrt() / 4.0).abs() < 1e-5,
         "{server1:?}"
@@ -176,7 +183,7 @@ fn identical_data_gives_relevance_one_and_r_is_symmetric() {
         assert!((rows[0][1] - 1.0).abs() < 1e-6, "{rows:?}");
         assert!((rows[1][0] - 1.0).abs() < 1e-6, "{rows:?}");
         assert!(rows[0][2] < 0.99, "{rows:?}");
-        let r = mthfl::symmetrise(&rows).unwrap();
+        let r = spectral::symmetrise(&rows).unwrap();
         for i in 0..3 {
             assert_eq!(r[i][i], 1.0);
             for j in 0..3 {
@@ -185,7 +192,8 @@ fn identical_data_gives_relevance_one_and_r_is_symmetric() {
             }
         }
         let server =
-            mthfl::symmetrise(&mthfl::server_rows(&sigs, est, &Device::flex()).unwrap()).unwrap();
+            spectral::symmetrise(&spectral::server_rows(&sigs, est, &Device::flex()).unwrap())
+                .unwrap();
         assert!((server[0][1] - 1.0).abs() < 1e-5, "{server:?}");
     }
 }
@@ -222,62 +230,62 @@ fn gram_matches_its_definition() {
 fn input_errors() {
     assert!(matches!(
         Gram::from_features(&[1.0, 2.0, 3.0], 2),
-        Err(MtHflError::BadFeatures { len: 3, d: 2 })
+        Err(SpectralError::BadFeatures { len: 3, d: 2 })
     ));
     assert!(matches!(
         Gram::from_features(&[], 2),
-        Err(MtHflError::BadFeatures { .. })
+        Err(SpectralError::BadFeatures { .. })
     ));
     assert!(matches!(
         Gram::from_features(&[1.0, f32::NAN], 2),
-        Err(MtHflError::NotFinite { index: 1 })
+        Err(SpectralError::NotFinite { index: 1 })
     ));
     assert!(matches!(
         Gram::from_matrix(2, &[1.0, 2.0, 3.0, 1.0], 1),
-        Err(MtHflError::BadGram(_))
+        Err(SpectralError::BadGram(_))
     ));
     let g = gram(2, &[4.0, 0.0, 0.0, 1.0]);
     assert!(matches!(
         g.signature(0),
-        Err(MtHflError::BadK { k: 0, d: 2 })
+        Err(SpectralError::BadK { k: 0, d: 2 })
     ));
     assert!(matches!(
         g.signature(3),
-        Err(MtHflError::BadK { k: 3, d: 2 })
+        Err(SpectralError::BadK { k: 3, d: 2 })
     ));
     let s = g.signature(2).unwrap();
     let mut bad = s.clone();
     bad.values[1] = f32::NAN;
     assert!(matches!(
-        mthfl::client_row(&g, &s, &[s.clone(), bad.clone()], Estimate::Norm),
-        Err(MtHflError::BadSignature { index: 1, .. })
+        spectral::client_row(&g, &s, &[s.clone(), bad.clone()], Estimate::Norm),
+        Err(SpectralError::BadSignature { index: 1, .. })
     ));
     assert!(matches!(
-        mthfl::server_rows(&[s.clone(), bad], Estimate::Norm, &Device::flex()),
-        Err(MtHflError::BadSignature { index: 1, .. })
+        spectral::server_rows(&[s.clone(), bad], Estimate::Norm, &Device::flex()),
+        Err(SpectralError::BadSignature { index: 1, .. })
     ));
     assert!(matches!(
-        mthfl::server_rows(
+        spectral::server_rows(
             &[s.clone(), s.truncated(1)],
             Estimate::Norm,
             &Device::flex()
         ),
-        Err(MtHflError::Mismatch { index: 1, k: 1, .. })
+        Err(SpectralError::Mismatch { index: 1, k: 1, .. })
     ));
     assert!(matches!(
-        mthfl::symmetrise(&[vec![1.0, 0.5], vec![0.5]]),
-        Err(MtHflError::BadRows(_))
+        spectral::symmetrise(&[vec![1.0, 0.5], vec![0.5]]),
+        Err(SpectralError::BadRows(_))
     ));
     assert!(matches!(
-        mthfl::symmetrise(&[vec![1.0, 1.5], vec![0.5, 1.0]]),
-        Err(MtHflError::BadRows(_))
+        spectral::symmetrise(&[vec![1.0, 1.5], vec![0.5, 1.0]]),
+        Err(SpectralError::BadRows(_))
     ));
     assert!(matches!(
         mthfl::cluster(&[], DEFAULT_LINKAGE, Threshold::Clusters(2), Guard::Robust),
-        Err(MtHflError::Empty)
+        Err(SpectralError::Empty)
     ));
     assert!(
-        mthfl::server_rows(&[], Estimate::Norm, &Device::flex())
+        spectral::server_rows(&[], Estimate::Norm, &Device::flex())
             .unwrap()
             .is_empty()
     );
@@ -296,7 +304,7 @@ fn signature_rounding_and_bytes() {
         assert_eq!(f32::from(half::f16::from_f32(*a)), *b);
     }
     // The rounded vectors are renormalised: an f16 round trip barely moves r.
-    let rows = mthfl::client_row(&g, &s, &[s.clone(), h.clone()], Estimate::Norm).unwrap();
+    let rows = spectral::client_row(&g, &s, &[s.clone(), h.clone()], Estimate::Norm).unwrap();
     assert!((rows[1] - 1.0).abs() < 2e-3, "{rows:?}");
     assert_eq!(s.truncated(1).vectors.len(), 3);
     assert_eq!(s.truncated(9).k, 2);
@@ -373,14 +381,14 @@ fn server_side_is_exact_at_k_equals_d_and_close_below() {
     let dev = Device::flex();
     for est in [Estimate::Norm, Estimate::Rayleigh] {
         let paper = client_rows(&grams, &full, est);
-        let server = mthfl::server_rows(&full, est, &dev).unwrap();
+        let server = spectral::server_rows(&full, est, &dev).unwrap();
         assert_close(&server, &paper, 1e-4, &format!("k = d, {est}"));
     }
     // k = 3 < d: close, and the same clustering.
     let sigs: Vec<Signature> = full.iter().map(|s| s.truncated(3)).collect();
-    let paper = mthfl::symmetrise(&client_rows(&grams, &sigs, Estimate::Norm)).unwrap();
+    let paper = spectral::symmetrise(&client_rows(&grams, &sigs, Estimate::Norm)).unwrap();
     let server =
-        mthfl::symmetrise(&mthfl::server_rows(&sigs, Estimate::Norm, &dev).unwrap()).unwrap();
+        spectral::symmetrise(&spectral::server_rows(&sigs, Estimate::Norm, &dev).unwrap()).unwrap();
     assert_close(&server, &paper, 0.1, "k = 3");
     let (a, _) = mthfl::cluster(
         &paper,
@@ -420,9 +428,10 @@ fn tasks_fmnist3_users_of_a_task_cluster_together() {
             .iter()
             .map(|g| g.signature(DEFAULT_EIGENVECTORS).unwrap())
             .collect();
-        let paper = mthfl::symmetrise(&client_rows(&grams, &sigs, Estimate::Norm)).unwrap();
+        let paper = spectral::symmetrise(&client_rows(&grams, &sigs, Estimate::Norm)).unwrap();
         let server =
-            mthfl::symmetrise(&mthfl::server_rows(&sigs, Estimate::Norm, &dev).unwrap()).unwrap();
+            spectral::symmetrise(&spectral::server_rows(&sigs, Estimate::Norm, &dev).unwrap())
+                .unwrap();
         let mut worst: f64 = 0.0;
         for (a, b) in paper.iter().zip(&server) {
             for (x, y) in a.iter().zip(b) {

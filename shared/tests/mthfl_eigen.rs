@@ -8,7 +8,7 @@
 //! for eigenvectors whose gap to the rest of the spectrum is ≥ 1e-3 · λ₁, and the projector onto
 //! the span of a cluster of (nearly) equal eigenvalues otherwise.
 
-use edgecfl_shared::algorithms::mthfl::Gram;
+use edgecfl_shared::cluster::spectral::Gram;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::train::LocalData;
 use nalgebra::DMatrix;

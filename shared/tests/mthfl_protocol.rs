@@ -1,7 +1,8 @@
 //! MT-HFL's round-0 messages on the wire: pinned bytes, the relay's size against the payload
 //! limit, and typed errors (never a panic) for malformed signatures and relevance rows.
 
-use edgecfl_shared::algorithms::mthfl::{self, Estimate, Gram, Signature};
+use edgecfl_shared::cluster::spectral;
+use edgecfl_shared::cluster::spectral::{Estimate, Gram, Signature};
 use edgecfl_shared::protocol::{
     Eigenpairs, Encoding, Envelope, MAX_PAYLOAD, ProtocolError, Tensor, ToClient, ToCoordinator,
     Topics, decode_row, id,
@@ -104,22 +105,25 @@ fn signatures_and_relays_round_trip() {
         );
     }
     // f32 uploads are relayed in f32, exactly.
-    let relay = mthfl::relay(&sigs).unwrap();
+    let relay = spectral::relay(&sigs).unwrap();
     assert_eq!(relay.values.encoding, Encoding::F32);
-    assert_eq!(mthfl::from_relay(&relay, 4, 3, 16).unwrap(), sigs);
+    assert_eq!(spectral::from_relay(&relay, 4, 3, 16).unwrap(), sigs);
     // f16 uploads are relayed in f16 (half the bytes), still exactly.
     let rounded: Vec<Signature> = sigs.iter().map(|s| s.rounded(Encoding::F16)).collect();
-    let relay16 = mthfl::relay(&rounded).unwrap();
+    let relay16 = spectral::relay(&rounded).unwrap();
     assert_eq!(relay16.values.encoding, Encoding::F16);
     assert_eq!(relay16.vectors.bytes.len() * 2, relay.vectors.bytes.len());
-    assert_eq!(mthfl::from_relay(&relay16, 4, 3, 16).unwrap(), rounded);
+    assert_eq!(spectral::from_relay(&relay16, 4, 3, 16).unwrap(), rounded);
     // Signatures of different shapes cannot share a relay.
     let mixed = [sigs[0].clone(), signature(9, 2, 16)];
     assert!(matches!(
-        mthfl::relay(&mixed),
-        Err(mthfl::MtHflError::Mismatch { index: 1, .. })
+        spectral::relay(&mixed),
+        Err(spectral::SpectralError::Mismatch { index: 1, .. })
     ));
-    assert!(matches!(mthfl::relay(&[]), Err(mthfl::MtHflError::Empty)));
+    assert!(matches!(
+        spectral::relay(&[]),
+        Err(spectral::SpectralError::Empty)
+    ));
 }
 
 #[test]
@@ -216,11 +220,11 @@ fn malformed_signatures_give_typed_errors() {
     let vectors: Vec<f32> = sigs.iter().flat_map(|s| s.vectors.clone()).collect();
     let relay = Eigenpairs::encode(2, 8, &values, &vectors, Encoding::F32);
     assert!(matches!(
-        mthfl::from_relay(&relay, 3, 2, 8),
+        spectral::from_relay(&relay, 3, 2, 8),
         Err(ProtocolError::BadSignature { index: 2, .. })
     ));
     assert!(matches!(
-        mthfl::from_relay(&relay, 4, 2, 8),
+        spectral::from_relay(&relay, 4, 2, 8),
         Err(ProtocolError::EigenShape {
             count: 3,
             expected_count: 4,
@@ -280,7 +284,7 @@ proptest! {
             values: Tensor { encoding, bytes: values },
             vectors: Tensor { encoding, bytes: vectors },
         };
-        let _ = mthfl::from_relay(&wire, n, 2, 3);
+        let _ = spectral::from_relay(&wire, n, 2, 3);
         let _ = Signature::from_wire(&wire, k.max(1) as usize, d.max(1) as usize);
         let _ = decode_row(&wire.values, n);
     }

@@ -5,8 +5,8 @@
 
 use std::sync::OnceLock;
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
-use edgecfl_shared::algorithms::mthfl::Relevance;
+use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::spectral::Relevance;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{Partition, PartitionSpec, partition};
 use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext, RunResult};

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};

@@ -2,7 +2,7 @@
 //! from that round's checkpoint (through its JSON text) ends exactly as the uninterrupted run:
 //! same clusters, models, records, evaluations and newcomers.
 
-use edgecfl_shared::algorithms::fedclust::Threshold;
+use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use clap::Args;
-use edgecfl_shared::algorithms::fedclust::Clustering;
+use edgecfl_shared::cluster::clustering::Clustering;
 use edgecfl_shared::federation::{
     ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord,
 };

@@ -1,11 +1,11 @@
 //! [`MqttPool`]: the clients behind the broker as a [`ClientPool`], with the counts that
 //! `summary.json` reports.
 
+use edgecfl_shared::cluster::spectral;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use edgecfl_shared::algorithms::mthfl;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{
     self, Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Update, wire,
@@ -331,7 +331,7 @@ impl MqttPool {
             Job::GramSignature { k, .. } => Expect::Eigenpairs { k: *k, d: PIXELS },
             Job::Relevance { all, .. } => {
                 let n = all.len();
-                let wire = mthfl::relay(all).map_err(|e| PoolError::Job {
+                let wire = spectral::relay(all).map_err(|e| PoolError::Job {
                     job: first.name(),
                     reason: e.to_string(),
                 })?;

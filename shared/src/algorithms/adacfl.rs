@@ -57,8 +57,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::algorithms::fedclust::{
-    Clustering, FedClustError, Threshold, centroids, guarded_cut, nearest_centroid,
+use crate::cluster::clustering::{
+    Clustering, ClusteringError, Threshold, centroids, guarded_cut, nearest_centroid,
 };
 use crate::cluster::cut::CutScores;
 use crate::cluster::distance::CondensedMatrix;
@@ -178,21 +178,21 @@ pub struct AdaClustering {
 ///
 /// # Errors
 ///
-/// [`FedClustError::Empty`] without signatures, [`FedClustError::Distance`] for ragged or
-/// non-finite ones, [`FedClustError::WrongDimension`] when `pre` is not one label per signature.
+/// [`ClusteringError::Empty`] without signatures, [`ClusteringError::Distance`] for ragged or
+/// non-finite ones, [`ClusteringError::WrongDimension`] when `pre` is not one label per signature.
 pub fn adaptive_clustering(
     signatures: &[Vec<f32>],
     pre: &[usize],
     method: Linkage,
     threshold: Threshold,
     guard: Guard,
-) -> Result<AdaClustering, FedClustError> {
+) -> Result<AdaClustering, ClusteringError> {
     let n = signatures.len();
     if n == 0 {
-        return Err(FedClustError::Empty);
+        return Err(ClusteringError::Empty);
     }
     if pre.len() != n {
-        return Err(FedClustError::WrongDimension {
+        return Err(ClusteringError::WrongDimension {
             expected: n,
             got: pre.len(),
         });
@@ -228,7 +228,7 @@ pub fn adaptive_clustering(
             let d = CondensedMatrix::from_condensed(sub)?;
             Ok(linkage(&d, method))
         })
-        .collect::<Result<_, FedClustError>>()?;
+        .collect::<Result<_, ClusteringError>>()?;
     let mut cut = None;
     let (local, height): (Vec<Vec<usize>>, f64) = match threshold {
         Threshold::Distance(t) => (trees.iter().map(|d| d.cut_distance(t)).collect(), t),
@@ -306,7 +306,7 @@ pub fn newcomer_cluster(
     signature: &[f32],
     representations: &[Vec<f32>],
     epsilon: f64,
-) -> Result<(usize, f64, bool), FedClustError> {
+) -> Result<(usize, f64, bool), ClusteringError> {
     let (g, d) = nearest_centroid(signature, representations)?;
     Ok((g, d, d > epsilon))
 }
@@ -669,12 +669,12 @@ mod tests {
     fn bad_inputs_are_errors() {
         assert!(matches!(
             adaptive_clustering(&[], &[], Linkage::Average, Threshold::Auto, Guard::Paper),
-            Err(FedClustError::Empty)
+            Err(ClusteringError::Empty)
         ));
         let s = vec![vec![0.0f32, 1.0], vec![f32::NAN, 0.0]];
         assert!(matches!(
             adaptive_clustering(&s, &[0, 0], Linkage::Average, Threshold::Auto, Guard::Paper),
-            Err(FedClustError::Distance(_))
+            Err(ClusteringError::Distance(_))
         ));
         let s = vec![vec![0.0f32, 1.0], vec![0.0]];
         assert!(

@@ -174,7 +174,7 @@ impl FromStr for Algorithm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::fedclust::Threshold;
+    use crate::cluster::clustering::Threshold;
 
     #[test]
     fn algorithms_parse_and_random_needs_k() {

@@ -6,7 +6,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use crate::algorithms::fedclust::Threshold;
+use crate::cluster::clustering::Threshold;
 use crate::federation::{
     ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, NewcomerError, Placement,
     RoundStats, Strategy, Target, client_seed, fedavg_round,

@@ -4,7 +4,9 @@
 //! | --- | --- |
 //! | [`distance`] | [`CondensedMatrix`] (scipy's condensed layout), Euclidean and cosine distances |
 //! | [`hc`] | [`linkage`] equal to `scipy.cluster.hierarchy.linkage` (single, complete, average, weighted, ward), [`Dendrogram`] cuts |
+//! | [`clustering`] | the one-shot clustering of signatures the methods share: [`Threshold`], the tree cut, centroids, [`Clustering`] |
 //! | [`cut`] | the automatic cut: [`silhouette_cut`] (best mean silhouette over the candidate cuts, the default `auto`) and [`gap_cut`] (largest gap) |
+//! | [`spectral`] | MT-HFL's data signature (leading eigenpairs of the Gram matrix) and the relevance between clients |
 //! | [`metrics`] | [`adjusted_rand_index`] and [`rand_index`] equal to scikit-learn's |
 //! | [`robust`] | the guards of the one-shot cut against one client's upload: norm outliers rescaled, isolated clients quarantined |
 //!
@@ -23,12 +25,18 @@
 //! assert_eq!(adjusted_rand_index(&labels, &[7, 7, 3, 3]), 1.0);
 //! ```
 
+pub mod clustering;
 pub mod cut;
 pub mod distance;
 pub mod hc;
 pub mod metrics;
 pub mod robust;
+pub mod spectral;
 
+pub use clustering::{
+    Clustering, ClusteringError, Threshold, ThresholdParseError, centroids, cluster_distances,
+    cluster_signatures, cut_tree, guarded_cut, nearest_centroid,
+};
 pub use cut::{
     CutCandidate, CutError, CutRule, CutScores, MIN_SILHOUETTE, SILHOUETTE_TIE, gap_cut,
     silhouette_cut, silhouette_score,

@@ -16,7 +16,7 @@ use super::{
     Clusters, DroppedNewcomer, DroppedUpdate, FederationConfig, FederationError, Newcomer,
     RoundRecord,
 };
-use crate::algorithms::fedclust::Clustering;
+use crate::cluster::clustering::Clustering;
 use crate::cluster::distance::CondensedMatrix;
 use crate::federation::ClientInfo;
 use crate::model::Params;

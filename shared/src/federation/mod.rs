@@ -67,9 +67,9 @@ pub use result::{
 use std::collections::HashMap;
 
 use crate::aggregate::{Aggregate, AggregateError, aggregate_models};
-use crate::algorithms::fedclust::{Clustering, FedClustError};
-use crate::algorithms::mthfl::MtHflError;
+use crate::cluster::clustering::{Clustering, ClusteringError};
 use crate::cluster::distance::CondensedMatrix;
+use crate::cluster::spectral::SpectralError;
 use crate::data::partition::Partition;
 use crate::hierarchy::HierarchyError;
 use crate::model::{ModelError, Params};
@@ -87,7 +87,7 @@ pub enum FederationError {
     NoClients,
     /// Clustering failed.
     #[error("clustering: {0}")]
-    Clustering(#[from] FedClustError),
+    Clustering(#[from] ClusteringError),
     /// Aggregation failed.
     #[error("aggregation: {0}")]
     Aggregate(#[from] AggregateError),
@@ -115,7 +115,7 @@ pub enum FederationError {
     },
     /// MT-HFL's clustering step failed (bad signatures or rows).
     #[error("MT-HFL: {0}")]
-    MtHfl(#[from] MtHflError),
+    MtHfl(#[from] SpectralError),
     /// The GPS step failed.
     #[error("hierarchy: {0}")]
     Hierarchy(#[from] HierarchyError),
@@ -133,7 +133,7 @@ pub struct RunContext {
     pub truth: Option<Vec<usize>>,
     /// The labels of each ground-truth group (`groups:`, `tasks:`), for per-task accuracy.
     pub task_labels: Option<Vec<Vec<u8>>>,
-    /// Backend of the server-side relevance ([`mthfl::server_rows`]).
+    /// Backend of the server-side relevance ([`server_rows`](crate::cluster::spectral::server_rows)).
     pub backend: Backend,
 }
 

@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::algorithms::mthfl::{Estimate, Signature};
+use crate::cluster::spectral::{Estimate, Signature};
 use crate::model::{LayerSet, Params};
 use crate::protocol::Encoding;
 use crate::train::{EvalReport, TrainConfig};

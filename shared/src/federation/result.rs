@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ClientInfo, FederationConfig, RunContext};
 use crate::algorithms::Algorithm;
-use crate::algorithms::fedclust::{Clustering, FedClustError};
+use crate::cluster::clustering::{Clustering, ClusteringError};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::robust::Reported;
 use crate::model::Params;
@@ -78,8 +78,8 @@ pub struct DroppedUpdate {
 /// it is sampled and evaluated like the round-0 clients.
 ///
 /// FedClust (Algorithm 2): it trains θ⁰ with round 0's warm-up (seed
-/// [`client_seed`]`(seed, 0, index)`, as if it had been there), uploads the same layers, and joins
-/// the cluster whose centroid of round-0 uploads is nearest ([`fedclust::nearest_centroid`]); the
+/// [`client_seed`](crate::federation::client_seed)`(seed, 0, index)`, as if it had been there), uploads the same layers, and joins
+/// the cluster whose centroid of round-0 uploads is nearest ([`nearest_centroid`](crate::cluster::clustering::nearest_centroid)); the
 /// centroids stay those of round 0, so the order newcomers come in does not matter. FedAvg: the
 /// one cluster. Local: a cluster (model θ⁰) of its own. Random: the smallest group (ties: the
 /// lower index). MT-HFL: the cluster of highest mean relevance to the newcomer's uploaded
@@ -137,13 +137,13 @@ pub enum NewcomerError {
     Unsupported(Algorithm),
 }
 
-impl From<FedClustError> for NewcomerError {
-    fn from(e: FedClustError) -> Self {
+impl From<ClusteringError> for NewcomerError {
+    fn from(e: ClusteringError) -> Self {
         match e {
-            FedClustError::WrongDimension { expected, got } => {
+            ClusteringError::WrongDimension { expected, got } => {
                 NewcomerError::WrongLength { expected, got }
             }
-            FedClustError::Distance(DistanceError::NotFinite { col, .. }) => {
+            ClusteringError::Distance(DistanceError::NotFinite { col, .. }) => {
                 NewcomerError::NotFinite { index: col }
             }
             e => NewcomerError::Assignment(e.to_string()),

@@ -5,7 +5,7 @@
 //!
 //! [`Env::run`]: super::Env::run
 
-use crate::algorithms::mthfl;
+use crate::cluster::spectral;
 use crate::protocol::{self, Encoding, LabelEval, Tensor, ToClient, ToCoordinator, TrainJob};
 use crate::train::CLASSES;
 
@@ -128,7 +128,7 @@ pub fn command(job: &Job<'_>, upload: Encoding) -> Result<ToClient, WireError> {
 /// [`WireError`] when the signatures cannot be relayed (none, or of different shapes).
 pub fn relay(job: &Job<'_>) -> Result<Option<ToClient>, WireError> {
     match job {
-        Job::Relevance { all, .. } => mthfl::relay(all)
+        Job::Relevance { all, .. } => spectral::relay(all)
             .map(|wire| Some(ToClient::Relay(wire)))
             .map_err(|e| WireError::new(job, e.to_string())),
         _ => Ok(None),
