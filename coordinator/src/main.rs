@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use coordinator::cmd::serve::{self, NetFlags};
+use coordinator::cmd::{cluster, credentials, demo, export, lps, partition, simulate};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
-use coordinator::serve::{self, NetFlags};
-use coordinator::{credentials, demo, export, inspect, live, lps, offline, simulate};
+use coordinator::live;
 use edgecfl_shared::logging::LogArgs;
 use tracing::{error, info};
 
@@ -31,10 +32,10 @@ enum Command {
     /// Run a federation (any --algorithm) with every client in this process.
     Simulate(Box<SimulateArgs>),
     /// Cluster signatures from a .npy or .csv file (rows = clients) and print labels and merges as JSON.
-    Cluster(offline::ClusterArgs),
+    Cluster(cluster::ClusterArgs),
     /// Print what each client of a partition holds (JSON); with --clusters, compare a run's
     /// clusters with the clients' label sets.
-    Partition(inspect::PartitionArgs),
+    Partition(partition::PartitionArgs),
     /// Write each cluster model of a run's checkpoint as `cluster-<k>.safetensors` (PyTorch
     /// names and layout, with a metadata header).
     Export(export::ExportArgs),
@@ -135,11 +136,11 @@ fn main() -> ExitCode {
             final_line(&r, &cfg.out);
             Ok(())
         }),
-        Command::Cluster(args) => offline::run(&args).and_then(|v| {
+        Command::Cluster(args) => cluster::run(&args).and_then(|v| {
             println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(())
         }),
-        Command::Partition(args) => inspect::run(&args).and_then(|v| {
+        Command::Partition(args) => partition::run(&args).and_then(|v| {
             println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(())
         }),

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use coordinator::offline::{ClusterArgs, Metric, Threshold, run};
+use coordinator::cmd::cluster::{ClusterArgs, Metric, Threshold, run};
 use edgecfl_shared::cluster::Linkage;
 use serde_json::Value;
 

@@ -10,6 +10,7 @@
 //! | --- | --- |
 //! | [`data`] | Fashion-MNIST IDX reader, the bundled subset, NIID-Bench partitions, local test sets |
 //! | [`model`] | LeNet-5 and the MLP on burn, and the named, ordered parameter view ([`model::ParamLayout`]) |
+//! | [`atomic_file`] | files written whole or not at all (checkpoints, models) |
 //! | [`model_file`] | trained models as safetensors files that load into the PyTorch modules, and read back |
 //! | [`train`] | local SGD training and evaluation |
 //! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index |
@@ -37,6 +38,8 @@ pub mod protocol;
 pub mod aggregate;
 #[cfg(feature = "std")]
 pub mod algorithms;
+#[cfg(feature = "std")]
+pub mod atomic_file;
 #[cfg(feature = "std")]
 pub mod client;
 #[cfg(feature = "std")]

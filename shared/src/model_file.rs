@@ -409,29 +409,17 @@ fn with_metadata(bytes: &[u8], metadata: &BTreeMap<String, String>) -> Vec<u8> {
     out
 }
 
-/// Writes `params` with `meta` to `path` atomically (a temporary file in the same directory,
-/// flushed, then renamed over `path`).
+/// Writes `params` with `meta` to `path` atomically ([`crate::atomic_file::write`]).
 ///
 /// # Errors
 ///
 /// As [`to_bytes`], and [`ModelFileError::Io`].
 pub fn write(path: &Path, params: &Params, meta: &ModelMeta) -> Result<(), ModelFileError> {
-    use std::io::Write;
     let bytes = to_bytes(params, meta)?;
-    let io = |source| ModelFileError::Io {
+    crate::atomic_file::write(path, &bytes).map_err(|source| ModelFileError::Io {
         path: path.display().to_string(),
         source,
-    };
-    // The process id in the name: two processes writing one path never share a temporary file.
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
-        f.write_all(&bytes).map_err(io)?;
-        f.sync_all().map_err(io)?;
-    }
-    std::fs::rename(&tmp, path).map_err(io)
+    })
 }
 
 /// Reads a model file.

@@ -10,7 +10,7 @@
 //!
 //! The run feeds it through a [`Live`] handle: [`Live::observer`] wraps the run's
 //! [`Observer`] (rounds, clustering, newcomers: what every runtime reports), and the MQTT
-//! runtime ([`crate::serve`]) calls the handle where clients join, phases begin and end,
+//! runtime ([`crate::cmd::serve`]) calls the handle where clients join, phases begin and end,
 //! answers arrive and messages are rejected. A handle made by [`Live::default`] is off: every
 //! call is a no-op, so the runtimes call it unconditionally. The algorithms in `edgecfl_shared`
 //! know nothing of it.
@@ -452,7 +452,7 @@ impl Observer for LiveObserver<'_> {
 /// ([`Access::of_broker`]).
 pub fn start_served(
     args: &HttpArgs,
-    net: &crate::serve::NetFlags,
+    net: &crate::cmd::serve::NetFlags,
     cfg: &crate::config::RunConfig,
     runtime: &str,
 ) -> anyhow::Result<(Live, Option<Server>)> {

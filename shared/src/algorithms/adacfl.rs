@@ -66,8 +66,8 @@ use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::cluster::robust::Guard;
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, LabelStats,
-    NewcomerError, Placement, RoundStats, Strategy, Target, Training, bad_state, client_seed,
-    fedavg_round, round0_uploads, strategy_state,
+    NewcomerError, Placement, Strategy, Target, Training, bad_state, client_seed, round0_uploads,
+    strategy_state,
 };
 use crate::model::{LayerSet, Params};
 
@@ -466,16 +466,6 @@ impl Strategy for AdaCfl {
         self.representations = c.centroids.clone();
         self.clustering = Some(c);
         Ok(init)
-    }
-
-    fn round(
-        &mut self,
-        env: &mut Env<'_>,
-        round: usize,
-        sampled: &[usize],
-        state: &mut Clusters,
-    ) -> Result<RoundStats, FederationError> {
-        fedavg_round(env, round, sampled, state)
     }
 
     fn place(

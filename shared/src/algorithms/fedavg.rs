@@ -2,8 +2,7 @@
 //! sampled clients' locally trained models. A newcomer joins the one cluster.
 
 use crate::federation::{
-    ClientInfo, Clusters, Env, FederationError, Init, NewcomerError, Placement, RoundStats,
-    Strategy, fedavg_round,
+    ClientInfo, Clusters, Env, FederationError, Init, NewcomerError, Placement, Strategy,
 };
 
 /// FedAvg.
@@ -15,16 +14,6 @@ impl Strategy for FedAvg {
 
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         Ok(Init::plain(vec![0; env.clients.len()], env.initial, false))
-    }
-
-    fn round(
-        &mut self,
-        env: &mut Env<'_>,
-        round: usize,
-        sampled: &[usize],
-        state: &mut Clusters,
-    ) -> Result<RoundStats, FederationError> {
-        fedavg_round(env, round, sampled, state)
     }
 
     fn place(

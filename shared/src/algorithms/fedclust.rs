@@ -27,8 +27,7 @@ use crate::cluster::clustering::{
 };
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, Training, Weighting, client_seed, fedavg_round,
-    round0_uploads,
+    Placement, Strategy, Target, Training, Weighting, client_seed, round0_uploads,
 };
 use crate::model::{LayerSet, ParamLayout, Params};
 
@@ -197,16 +196,6 @@ impl Strategy for FedClust {
         init.clustering = Some(c.clone());
         self.clustering = Some(c);
         Ok(init)
-    }
-
-    fn round(
-        &mut self,
-        env: &mut Env<'_>,
-        round: usize,
-        sampled: &[usize],
-        state: &mut Clusters,
-    ) -> Result<RoundStats, FederationError> {
-        fedavg_round(env, round, sampled, state)
     }
 
     fn place(

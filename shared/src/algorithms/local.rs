@@ -3,8 +3,7 @@
 //! starting from θ⁰.
 
 use crate::federation::{
-    ClientInfo, Clusters, Env, FederationError, Init, NewcomerError, Placement, RoundStats,
-    Strategy, Target, fedavg_round,
+    ClientInfo, Clusters, Env, FederationError, Init, NewcomerError, Placement, Strategy, Target,
 };
 
 /// Local.
@@ -22,16 +21,8 @@ impl Strategy for Local {
         ))
     }
 
-    /// Each sampled client trains its own model; the "average" of one update is that update.
-    fn round(
-        &mut self,
-        env: &mut Env<'_>,
-        round: usize,
-        sampled: &[usize],
-        state: &mut Clusters,
-    ) -> Result<RoundStats, FederationError> {
-        fedavg_round(env, round, sampled, state)
-    }
+    // The round is the default FedAvg round: each sampled client trains its own model, and the
+    // "average" of one update is that update.
 
     fn place(
         &mut self,

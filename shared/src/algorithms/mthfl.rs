@@ -61,7 +61,7 @@ use crate::cluster::spectral::{
 };
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, fedavg_round, round0_uploads,
+    Placement, Strategy, Target, round0_uploads,
 };
 use crate::train::{Device, PIXELS};
 
@@ -311,16 +311,6 @@ impl Strategy for MtHfl {
         self.signatures = sigs;
         self.clustering = Some(clustering);
         Ok(init)
-    }
-
-    fn round(
-        &mut self,
-        env: &mut Env<'_>,
-        round: usize,
-        sampled: &[usize],
-        state: &mut Clusters,
-    ) -> Result<RoundStats, FederationError> {
-        fedavg_round(env, round, sampled, state)
     }
 
     fn place(

@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::cluster::clustering::Threshold;
 use crate::federation::{
     ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, NewcomerError, Placement,
-    RoundStats, Strategy, Target, client_seed, fedavg_round,
+    Strategy, Target, client_seed,
 };
 
 /// Checks that the number of groups is given.
@@ -50,16 +50,6 @@ impl Strategy for Random {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let assignment = random_assignment(env.clients.len(), self.k, env.cfg.seed);
         Ok(Init::plain(assignment, env.initial, true))
-    }
-
-    fn round(
-        &mut self,
-        env: &mut Env<'_>,
-        round: usize,
-        sampled: &[usize],
-        state: &mut Clusters,
-    ) -> Result<RoundStats, FederationError> {
-        fedavg_round(env, round, sampled, state)
     }
 
     fn place(

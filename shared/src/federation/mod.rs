@@ -193,7 +193,9 @@ pub trait Strategy {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError>;
 
     /// Training round `round` over the `sampled` clients (positions, ascending): asks them for
-    /// their work through [`Env::run`] and updates `state`.
+    /// their work through [`Env::run`] and updates `state`. The default is the cluster-wise
+    /// FedAvg round ([`fedavg_round`]), which FedAvg, Local, FedClust, AdaCFL, MT-HFL and random
+    /// groups run as it is.
     ///
     /// # Errors
     ///
@@ -204,7 +206,9 @@ pub trait Strategy {
         round: usize,
         sampled: &[usize],
         state: &mut Clusters,
-    ) -> Result<RoundStats, FederationError>;
+    ) -> Result<RoundStats, FederationError> {
+        fedavg_round(env, round, sampled, state)
+    }
 
     /// Places the clients `fresh` (already at positions `state.assignment.len()..` of
     /// [`Env::clients`]) that joined at the start of training round `round`; one result per

@@ -3,7 +3,7 @@
 //!
 //! One code path: [`of_result`] (the end of `simulate`, `serve`, `demo` and of each `lps`)
 //! and [`of_checkpoint`] (`coordinator export` of any `checkpoint.json`) both build
-//! [`ClusterModel`]s with [`cluster_models`], and [`write`] writes them.
+//! [`ClusterModel`]s with [`cluster_models`], and [`write()`] writes them.
 //!
 //! For a hierarchical (MT-HFL) run the cluster models are the LPS models; a remote LPS process
 //! writes its own cluster's file into its `--out`, and the GPS (`serve --lps remote`), which
@@ -24,7 +24,7 @@ use edgecfl_shared::protocol::{Encoding, Envelope, FinalModel, Id, Tensor, ToCli
 use std::collections::BTreeMap;
 use tracing::{info, warn};
 
-use crate::serve::CHECKPOINT_FILE;
+use crate::cmd::serve::CHECKPOINT_FILE;
 
 /// One cluster's model and the header it is written with.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,7 +167,7 @@ pub fn write(dir: &Path, models: &[ClusterModel]) -> anyhow::Result<Vec<PathBuf>
 ///
 /// # Errors
 ///
-/// As [`write`].
+/// As [`write()`].
 pub fn write_run(dir: &Path, models: &[ClusterModel]) -> anyhow::Result<Vec<PathBuf>> {
     let paths = write(dir, models)?;
     if let Some(first) = paths.first() {

@@ -14,13 +14,13 @@ use edgecfl_shared::protocol::{BrokerAddr, Encoding};
 use tracing::{info, warn};
 
 use crate::broker::BrokerSecurity;
+use crate::cmd::credentials::{self, CredentialsArgs, Material};
+use crate::cmd::serve::{self, NetFlags, Served};
 use crate::config::{RunConfig, RunFlags};
-use crate::credentials::{self, CredentialsArgs, Material};
-use crate::serve::{self, NetFlags, Served};
 
 /// The demo's default configuration: a `groups:` partition (4 label groups) over 8 clients,
 /// 5 short rounds; a few minutes on 2 cores.
-pub const DEMO_CONFIG: &str = include_str!("../demo-config.toml");
+pub const DEMO_CONFIG: &str = include_str!("../../demo-config.toml");
 
 /// Arguments of `coordinator demo`.
 #[derive(Debug, Clone, Args)]

@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
 use crate::rounds::{Rejected, Rejection, Tally};
-use crate::serve::write_atomically;
+use edgecfl_shared::atomic_file;
 
 /// The GPS's checkpoint, written into `--out` after the assignment and after every GPS round,
 /// before what it decided is sent ([`SavedGps`]).
@@ -611,7 +611,7 @@ impl Gps {
         let text = federation::to_exact_json(&saved)
             .map_err(|e| GpsError::Checkpoint(format!("cannot encode: {e}")))?;
         std::fs::create_dir_all(&self.plan.out)
-            .and_then(|()| write_atomically(&path, text.as_bytes()))
+            .and_then(|()| atomic_file::write(&path, text.as_bytes()))
             .map_err(|e| GpsError::Checkpoint(format!("{}: {e}", path.display())))
     }
 

@@ -510,8 +510,8 @@ mod tests {
     /// client: the smallest queue bound).
     #[test]
     fn shipped_mosquitto_files_are_the_generators() {
-        let conf = include_str!("../../cross/mosquitto-secure/mosquitto.conf");
-        let acl = include_str!("../../cross/mosquitto-secure/acl");
+        let conf = include_str!("../../../cross/mosquitto-secure/mosquitto.conf");
+        let acl = include_str!("../../../cross/mosquitto-secure/acl");
         assert_eq!(
             conf,
             mosquitto_conf(Path::new("/etc/mosquitto/edgecfl"), 8883, None, false, 0)

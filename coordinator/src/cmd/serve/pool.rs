@@ -1,6 +1,7 @@
 //! [`MqttPool`]: the clients behind the broker as a [`ClientPool`], with the counts that
 //! `summary.json` reports.
 
+use edgecfl_shared::atomic_file;
 use edgecfl_shared::cluster::spectral;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use crate::rounds::{Answer as WireAnswer, Expect, Phase, Tally};
 
 use super::NetFlags;
 use super::join::finish_fleet;
-use super::resume::{CHECKPOINT_FILE, SavedMember, SavedPool, SavedRun, write_atomically};
+use super::resume::{CHECKPOINT_FILE, SavedMember, SavedPool, SavedRun};
 use super::testbed::Testbed;
 use crate::log_throttle::LogThrottle;
 use tracing::{info, warn};
@@ -441,7 +442,7 @@ impl MqttPool {
     }
 
     /// Tells every client the run is over, then disconnects. A member with a message in `kept`
-    /// (by member index: its cluster's final model, [`crate::export::final_messages`]) gets that,
+    /// (by member index: its cluster's final model, [`crate::cmd::export::final_messages`]) gets that,
     /// retained on its `down` topic so that it fetches it when it next connects if it misses it
     /// now; every other member, and newcomers still queued or pinged, a plain `Finish`. Called
     /// after a run (with the models), and after a failed one too (without).
@@ -549,7 +550,7 @@ impl ClientPool for MqttPool {
         };
         let bytes = federation::to_exact_json(&saved).map_err(|e| fail(e.to_string()))?;
         std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-        write_atomically(&dir.join(CHECKPOINT_FILE), bytes.as_bytes())
+        atomic_file::write(&dir.join(CHECKPOINT_FILE), bytes.as_bytes())
             .map_err(|e| fail(format!("{}: {e}", dir.display())))
     }
 

@@ -1,6 +1,6 @@
 //! `coordinator lps`: one local parameter server (LPS) of MT-HFL's hierarchy as a process of its
 //! own, on any machine that reaches the broker. The GPS is `coordinator serve --lps remote`
-//! ([`crate::gps`] has the whole exchange).
+//! ([`crate::cmd::serve::gps`] has the whole exchange).
 //!
 //! ```text
 //!   connect ── lps/<id>/status: Hello (retained; last will Gone)
@@ -46,9 +46,9 @@ use edgecfl_shared::protocol::{
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::cmd::serve::{MqttPool, NetFlags};
 use crate::config::RunConfig;
 use crate::report::{self, Progress};
-use crate::serve::{MqttPool, NetFlags};
 
 /// The final cluster model, raw little-endian f32, in the LPS's `--out`.
 pub const MODEL_FILE: &str = "model.f32";
@@ -567,13 +567,13 @@ fn serve_cluster(
     write(MODEL_FILE, f32_bytes(&model.values))?;
     write(COMMON_FILE, f32_bytes(&common_values))?;
     // Its cluster's model as safetensors, under the GPS's cluster index.
-    let mut models = crate::export::of_result(&result, Some(run.as_str()));
+    let mut models = crate::cmd::export::of_result(&result, Some(run.as_str()));
     for m in &mut models {
         m.meta.cluster = Some(a.cluster as usize);
     }
-    crate::export::write(out, &models)?;
+    crate::cmd::export::write(out, &models)?;
     // Its members keep the model (the GPS's `Finish` that follows finds them gone).
-    pool.finish(&crate::export::final_messages(run, &result, &models));
+    pool.finish(&crate::cmd::export::final_messages(run, &result, &models));
     Ok(LpsServed {
         cluster: a.cluster as usize,
         result,

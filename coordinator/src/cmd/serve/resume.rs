@@ -69,19 +69,6 @@ pub(super) fn read_checkpoint(dir: &std::path::Path) -> anyhow::Result<SavedRun>
     Ok(saved)
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
-/// disk, then renamed over `path` (a crash leaves the old file or the new one, never half).
-pub(crate) fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("json.tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
-}
-
 impl MqttPool {
     /// The pool of a resumed run as the checkpoint left it: its members, in their order, with
     /// its counts; nobody is contacted (a resumed GPS's clients are busy with their LPSs).

@@ -25,9 +25,9 @@ use tracing::{error, info};
 
 use crate::broker::{self, BrokerSecurity};
 use crate::config::RunConfig;
-use crate::gps::{Gps, GpsPlan, GpsReport, SavedGps};
 use crate::plots;
 use crate::report::{self, Progress};
+use gps::{Gps, GpsPlan, GpsReport, SavedGps};
 
 /// Network settings of `serve` and `demo`.
 #[derive(Debug, Clone, Args)]
@@ -99,7 +99,7 @@ pub enum LpsMode {
     #[default]
     Local,
     /// Every cluster trains in a `coordinator lps` process; the coordinator is the GPS
-    /// ([`crate::gps`]).
+    /// ([`crate::cmd::serve::gps`]).
     Remote,
 }
 
@@ -158,6 +158,7 @@ impl NetFlags {
 }
 
 mod exchange;
+pub mod gps;
 mod join;
 mod pool;
 mod resume;
@@ -166,7 +167,6 @@ mod testbed;
 pub use pool::{DropReason, Dropout, MqttPool, WireStats};
 pub use resume::CHECKPOINT_FILE;
 use resume::read_checkpoint;
-pub(crate) use resume::write_atomically;
 
 /// The clients that dropped out at least once (gone or timed out), each with the round and
 /// phase it first did and how: `summary.json`'s `dropped_clients`.
@@ -430,11 +430,11 @@ fn run_inner(
     // The GPS holds the round-0 models only: each remote LPS writes and sends its trained one.
     let models = gps_link
         .is_none()
-        .then(|| crate::export::of_result(&result, Some(run.as_str())));
+        .then(|| crate::cmd::export::of_result(&result, Some(run.as_str())));
     let gps = match gps_link {
         None => {
             let models = models.as_deref().unwrap_or_default();
-            pool.finish(&crate::export::final_messages(&run, &result, models));
+            pool.finish(&crate::cmd::export::final_messages(&run, &result, models));
             None
         }
         Some(link) => {
@@ -476,7 +476,7 @@ fn run_inner(
     };
     report::write_all(&cfg.out, &cfg, &result, &data, Some(extra))?;
     if let Some(models) = &models {
-        crate::export::write_run(&cfg.out, models)?;
+        crate::cmd::export::write_run(&cfg.out, models)?;
     }
     let plots = plots::write_all(&cfg.out, &result)?;
     Ok(Served {

@@ -7,8 +7,8 @@ use edgecfl_shared::federation::{self, RunContext, RunResult};
 use edgecfl_shared::sim::SimPool;
 use tracing::info;
 
+use crate::cmd::export;
 use crate::config::RunConfig;
-use crate::export;
 use crate::live::Live;
 use crate::plots;
 use crate::report::{self, Progress};
