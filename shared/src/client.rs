@@ -3,7 +3,7 @@
 //! device compute the same thing.
 //!
 //! MT-HFL's two jobs ([`Job::GramSignature`], [`Job::Relevance`]) keep state between messages (the
-//! exact own signature, the relay) and are done by the runtimes with [`crate::algorithms::mthfl`];
+//! exact own signature, the relay) and are done by the runtimes with [`crate::cluster::spectral`];
 //! [`execute`] answers everything else.
 
 use crate::federation::{Answer, Job, LabelStats, Training, Update};

@@ -13,8 +13,8 @@
 //! | [`atomic_file`] | files written whole or not at all (checkpoints, models) |
 //! | [`model_file`] | trained models as safetensors files that load into the PyTorch modules, and read back |
 //! | [`train`] | local SGD training and evaluation |
-//! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index |
-//! | [`algorithms`] | one file per method: [`algorithms::fedclust`] (one-shot HC on final-layer weights, newcomers), [`algorithms::mthfl`] (Gram-matrix eigenvectors, relevance, HAC on 1 − R), ... |
+//! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index; the one-shot clustering the methods share ([`cluster::clustering`]) and MT-HFL's Gram signature and relevance ([`cluster::spectral`]) |
+//! | [`algorithms`] | one file per method: [`algorithms::fedclust`] (one-shot HC on final-layer weights, newcomers), [`algorithms::mthfl`] (HAC on 1 − R of the clients' data relevance; LPS/GPS), ... |
 //! | [`malloc`] | glibc's allocator settings for training, set by the binaries at start-up |
 //! | [`client`] | what a client computes for each job, shared by the in-process pool and the edge client |
 //! | [`aggregate`] | sample-weighted FedAvg |

@@ -7,8 +7,12 @@
 
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
-use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+use edgecfl_shared::federation::{
+    self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, Job, PoolError, Quiet,
+    RunContext,
+};
 use edgecfl_shared::model::{LayerSet, Params};
+use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
@@ -93,4 +97,53 @@ fn fedprox_with_zero_mu_is_fedavg_and_a_large_mu_stays_near_the_start() {
         d_prox < d_avg,
         "FedProx μ=10 moved {d_prox}, FedAvg {d_avg}"
     );
+}
+
+/// A pool whose clients upload in f16 (as `serve --upload f16`'s fleet does), otherwise `P`.
+struct F16<P>(P);
+
+impl<P: ClientPool> ClientPool for F16<P> {
+    fn clients(&self) -> Vec<ClientInfo> {
+        self.0.clients()
+    }
+    fn run(
+        &mut self,
+        round: usize,
+        jobs: &[(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        self.0.run(round, jobs)
+    }
+    fn newcomers(&mut self, round: usize) -> Vec<ClientInfo> {
+        self.0.newcomers(round)
+    }
+    fn upload(&self) -> Encoding {
+        Encoding::F16
+    }
+}
+
+/// Round 0's upload is counted in the pool's upload encoding by the method itself: FeSEM's whole
+/// model (44 426 floats for LeNet-5, whatever layers it clusters on) and FedClust's final layer
+/// (850 floats), at 4 bytes a float in f32 and 2 in f16.
+#[test]
+fn round0_bytes_are_counted_in_the_pools_upload_encoding() {
+    let data = FashionMnist::bundled().unwrap();
+    let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
+    let part = partition(&spec, &data.train.labels, 8, 7).unwrap();
+    for (algorithm, floats) in [(Algorithm::FeSem, 44_426), (Algorithm::FedClust, 850)] {
+        let mut cfg = config(algorithm);
+        cfg.rounds = 1;
+        cfg.clusters = (algorithm == Algorithm::FeSem).then_some(4);
+        cfg.fesem_layers = Some(LayerSet::Final);
+        for (f16, width) in [(false, 4), (true, 2)] {
+            let pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
+            let r = if f16 {
+                federation::run(&cfg, &mut F16(pool), &RunContext::default(), &mut Quiet)
+            } else {
+                let mut pool = pool;
+                federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet)
+            }
+            .unwrap();
+            assert_eq!(r.signature_bytes, floats * width, "{algorithm}, f16 {f16}");
+        }
+    }
 }

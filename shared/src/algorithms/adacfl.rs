@@ -447,8 +447,8 @@ impl Strategy for AdaCfl {
         let mut init = Init::plain(c.assignment.clone(), env.initial, true);
         init.absent = absent;
         init.signature_len = len;
-        // Floats in f32, plus L (u32) and s (f64) when asked.
-        init.signature_bytes = len * 4 + if stats { 12 } else { 0 };
+        // Floats in the upload encoding, plus L (u32) and s (f64) when asked.
+        init.signature_bytes = len * env.upload().width() + if stats { 12 } else { 0 };
         init.distances = Some(c.distances.clone());
         if c.pre_clusters.iter().all(|&g| g == 0) {
             init.clustering = Some(Clustering {

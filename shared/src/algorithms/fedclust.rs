@@ -191,7 +191,7 @@ impl Strategy for FedClust {
         }
         init.absent = absent;
         init.signature_len = len;
-        init.signature_bytes = len * 4;
+        init.signature_bytes = len * env.upload().width();
         init.distances = Some(d);
         init.clustering = Some(c.clone());
         self.clustering = Some(c);

@@ -278,7 +278,7 @@ impl Strategy for FeSem {
             distances: None,
             relevance: None,
             signature_len: len,
-            signature_bytes: ParamLayout::of(env.cfg.model).len() * 4,
+            signature_bytes: ParamLayout::of(env.cfg.model).len() * env.upload().width(),
             clusters_found: true,
         })
     }

@@ -635,6 +635,12 @@ impl Env<'_> {
         self.cfg.train_config(self.seed(round, p))
     }
 
+    /// The encoding the clients upload models, layers and gradients in ([`ClientPool::upload`]):
+    /// a method counts its round-0 upload's bytes with it.
+    pub fn upload(&self) -> crate::protocol::Encoding {
+        self.pool.upload()
+    }
+
     /// Runs `jobs` (by position) in round `round` and returns the valid answers by position, in
     /// the order the pool gave them. An answer is dropped when it is from a client not asked, of
     /// the wrong kind for its job, a second answer, or a model of the wrong architecture or size

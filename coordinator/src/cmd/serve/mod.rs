@@ -16,7 +16,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::algorithms::Algorithm;
 use edgecfl_shared::federation::{self, Observer, RunContext, RunResult};
 use edgecfl_shared::mqtt::{Link, LinkOptions, Security, SecurityArgs, fleet_backlog};
 use edgecfl_shared::protocol::{self, BrokerAddr, Encoding, Topics, upload_limit};
@@ -401,12 +400,6 @@ fn run_inner(
         }
     };
     progress.finish();
-    // The strategies count their clustering upload in f32; over the wire it travelled in the
-    // upload encoding (MT-HFL's eigenpairs have their own, already counted).
-    if cfg.federation.algorithm != Algorithm::MtHfl {
-        result.signature_bytes = result.signature_bytes - result.signature_len * 4
-            + result.signature_len * net.upload.width();
-    }
     // Newcomers' shards tell their ground-truth groups too.
     let truth = pool.truth().or(truth);
     if let Some(t) = &truth {
