@@ -134,7 +134,7 @@ pub struct RunFlags {
     #[arg(long)]
     pub momentum: Option<f64>,
     /// HC cut: a distance λ, `auto` (best mean silhouette over the candidate cuts), `gap` (largest
-    /// gap between merge heights) or `k=N` clusters.
+    /// gap between merge heights) or `k=N` clusters (the same as `--clusters N`).
     #[arg(long = "lambda")]
     pub lambda: Option<Threshold>,
     /// single | complete | average | weighted | ward
@@ -188,7 +188,8 @@ pub struct RunFlags {
     /// uploads the whole model).
     #[arg(long)]
     pub cluster_start: Option<ClusterStart>,
-    /// FeSEM, IFCA: number of clusters K.
+    /// The number of clusters K: FeSEM's and IFCA's K; for fedclust, adacfl, mthfl and random,
+    /// the cut into K clusters (the same as `--lambda k=K`).
     #[arg(long)]
     pub clusters: Option<usize>,
     /// FeSEM: layers its EM distances use: all | final (default all).

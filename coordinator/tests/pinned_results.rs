@@ -256,3 +256,21 @@ fn results_equal_those_pinned_before_the_refactor() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `--clusters K` is the cut `--lambda k=K`: the pinned random-groups run with the one flag in
+/// place of the other gives the same rounds and the same models, byte for byte.
+#[test]
+fn clusters_k_cuts_as_lambda_k_does() {
+    let (name, args) = RUNS.iter().find(|(n, _)| *n == "random-hierarchy").unwrap();
+    let args = args.replace("--lambda k=3", "--clusters 3");
+    let out = PathBuf::from(format!(
+        "target/pinned-results/clusters-k-{}",
+        std::process::id()
+    ));
+    simulate(name, &args, &out);
+    let dir = fixtures().join(name);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    assert_eq!(rounds_without_timings(&out), read("rounds.csv"));
+    assert_eq!(model_digests(&out), read("models.sha256"));
+    let _ = std::fs::remove_dir_all(repo().join(&out));
+}

@@ -435,7 +435,7 @@ impl Strategy for AdaCfl {
             &vectors,
             &pre,
             env.cfg.linkage,
-            env.cfg.threshold,
+            env.cfg.cut(),
             env.cfg.signature_guard,
         )?;
         let present: Vec<usize> = (0..env.clients.len())

@@ -164,8 +164,7 @@ impl Strategy for FedClust {
         } else {
             (uploads, None)
         };
-        let (mut c, d) =
-            cluster_signatures(&vectors, cfg.linkage, cfg.threshold, cfg.signature_guard)?;
+        let (mut c, d) = cluster_signatures(&vectors, cfg.linkage, cfg.cut(), cfg.signature_guard)?;
         let present: Vec<usize> = (0..n).filter(|p| !absent.contains(p)).collect();
         c.map_positions(&present);
         let mut init = Init::plain(c.assignment.clone(), env.initial, true);

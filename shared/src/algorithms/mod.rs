@@ -54,7 +54,7 @@ pub enum Algorithm {
     #[serde(rename = "mthfl")]
     MtHfl,
     /// MT-HFL's baseline: a seeded random split of the clients into `k` near-equal groups
-    /// (`threshold` must be `k=K`).
+    /// (`clusters = K`, or `threshold = "k=K"`).
     Random,
     /// FedProx: FedAvg with a proximal local objective.
     FedProx,
@@ -188,6 +188,22 @@ mod tests {
         assert!(cfg.validate().is_err());
         cfg.threshold = Threshold::Clusters(3);
         cfg.validate().unwrap();
+        // `clusters` says the same as `k=K`; with another cut beside it, the run is refused.
+        cfg.clusters = Some(3);
+        cfg.validate().unwrap();
+        cfg.threshold = Threshold::Auto;
+        cfg.validate().unwrap();
+        assert_eq!(cfg.cut(), Threshold::Clusters(3));
+        cfg.threshold = Threshold::Distance(1.0);
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("clusters = 3") && e.contains("lambda = 1"),
+            "{e}"
+        );
+        cfg.threshold = Threshold::Clusters(4);
+        assert!(cfg.validate().is_err());
+        cfg.threshold = Threshold::Clusters(3);
+        cfg.clusters = None;
         cfg.algorithm = Algorithm::MtHfl;
         cfg.eigenvectors = 0;
         assert!(cfg.validate().is_err());

@@ -297,7 +297,7 @@ impl Strategy for MtHfl {
         };
         let relevance = symmetrise(&rows)?;
         let (mut clustering, distances) =
-            cluster(&relevance, cfg.linkage, cfg.threshold, cfg.signature_guard)?;
+            cluster(&relevance, cfg.linkage, cfg.cut(), cfg.signature_guard)?;
         let present: Vec<usize> = (0..n).filter(|p| !absent.contains(p)).collect();
         clustering.map_positions(&present);
         let floats = sigs[0].k * sigs[0].d + sigs[0].k;

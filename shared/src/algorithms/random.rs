@@ -1,6 +1,7 @@
 //! Random groups: MT-HFL's baseline (Ali & Arafa, §IV), a seeded random split of the clients
-//! into `k` near-equal groups (`threshold = "k=K"`), each trained with cluster FedAvg (and the
-//! LPS/GPS hierarchy when on). A newcomer joins the smallest group (ties: the lower number).
+//! into `k` near-equal groups (`--clusters K`, or `--lambda k=K`), each trained with cluster
+//! FedAvg (and the LPS/GPS hierarchy when on). A newcomer joins the smallest group (ties: the
+//! lower number).
 
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -18,11 +19,11 @@ pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
 }
 
 fn groups(cfg: &FederationConfig) -> Result<usize, FederationError> {
-    match cfg.threshold {
+    match cfg.cut() {
         Threshold::Clusters(k) => Ok(k),
-        _ => Err(FederationError::Config(format!(
-            "random clustering needs the number of groups as the threshold (k=K), got {}",
-            cfg.threshold
+        cut => Err(FederationError::Config(format!(
+            "random clustering needs the number of groups: --clusters K (or --lambda k=K), got \
+             the cut {cut}"
         ))),
     }
 }
@@ -34,11 +35,11 @@ pub struct Random {
 }
 
 impl Random {
-    /// The method for `cfg` (whose threshold must be `k=K`).
+    /// The method for `cfg` (whose cut must be `k=K`: [`FederationConfig::cut`]).
     ///
     /// # Errors
     ///
-    /// [`FederationError::Config`] without `k=K`.
+    /// [`FederationError::Config`] without a K.
     pub fn new(cfg: &FederationConfig) -> Result<Self, FederationError> {
         Ok(Random { k: groups(cfg)? })
     }

@@ -91,7 +91,9 @@ pub struct FederationConfig {
     /// each cluster's members' warmed-up models). Unset: θ⁰.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_start: Option<ClusterStart>,
-    /// FeSEM, IFCA: the number of clusters K.
+    /// The number of clusters K where a method is given one: FeSEM's and IFCA's K, and for the
+    /// one-shot cut (FedClust, AdaCFL, MT-HFL, random groups) the same as `threshold = "k=K"`
+    /// ([`FederationConfig::cut`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clusters: Option<usize>,
     /// FeSEM: the layers its EM step measures distances on (`all` or `final`). Unset: all.
@@ -343,6 +345,15 @@ impl FederationConfig {
         if self.clusters == Some(0) {
             return bad("clusters must be ≥ 1".into());
         }
+        if let Some(k) = self.clusters
+            && !matches!(self.threshold, Threshold::Auto)
+            && self.threshold != Threshold::Clusters(k)
+        {
+            return bad(format!(
+                "clusters = {k} and lambda = {} both say where to cut; give one",
+                self.threshold
+            ));
+        }
         self.algorithm.check(self)?;
         if self.hierarchical() {
             self.common()?;
@@ -351,6 +362,13 @@ impl FederationConfig {
             .validate()
             .map_err(|e| FederationError::Config(e.to_string()))?;
         Ok(())
+    }
+
+    /// Where the one-shot clustering is cut: `k=K` when [`clusters`](Self::clusters) gives K
+    /// (`--clusters K`, the flag every method that is given a K shares), otherwise
+    /// [`threshold`](Self::threshold) (`--lambda`).
+    pub fn cut(&self) -> Threshold {
+        self.clusters.map_or(self.threshold, Threshold::Clusters)
     }
 
     /// True when clusters train as LPSs under a GPS (MT-HFL, or `hierarchy`).
