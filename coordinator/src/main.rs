@@ -8,7 +8,7 @@ use coordinator::cmd::{cluster, credentials, demo, export, lps, partition, simul
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
 use coordinator::live;
 use edgecfl_shared::logging::LogArgs;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// Coordinator of edgecfl: one-shot clustering of edge clients and cluster-wise federated training.
 #[derive(Parser)]
@@ -136,10 +136,24 @@ fn main() -> ExitCode {
             final_line(&r, &cfg.out);
             Ok(())
         }),
-        Command::Cluster(args) => cluster::run(&args).and_then(|v| {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-            Ok(())
-        }),
+        Command::Cluster(args) => {
+            for (old, new, note) in [
+                (
+                    "--threshold",
+                    "--lambda",
+                    "; `auto` is now a run's silhouette cut, the former rule is `gap`",
+                ),
+                ("--k", "--clusters", ""),
+            ] {
+                if std::env::args().any(|a| a == old || a.starts_with(&format!("{old}="))) {
+                    warn!("{old} is the old name of {new}, kept for one release{note}");
+                }
+            }
+            cluster::run(&args).and_then(|v| {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                Ok(())
+            })
+        }
         Command::Partition(args) => partition::run(&args).and_then(|v| {
             println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(())

@@ -1,5 +1,5 @@
 //! `coordinator cluster` end to end: write small `.npy` / `.csv` files, run
-//! [`coordinator::offline::run`], check the JSON.
+//! [`coordinator::cmd::cluster::run`], check the JSON.
 //!
 //! Expected merges come from scipy (`scipy.cluster.hierarchy.linkage` on the same points, values
 //! quoted in the comments), not from this crate.
@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use coordinator::cmd::cluster::{ClusterArgs, Metric, Threshold, run};
-use edgecfl_shared::cluster::Linkage;
+use coordinator::cmd::cluster::{ClusterArgs, Metric, run};
+use edgecfl_shared::cluster::{Linkage, Threshold};
 use serde_json::Value;
 
 /// Points on a line: three tight groups {0, 1, 2}, {3, 4}, {5}.
@@ -73,8 +73,8 @@ fn args(input: &TempFile, linkage: Linkage) -> ClusterArgs {
     ClusterArgs {
         input: input.0.clone(),
         linkage,
-        threshold: None,
-        k: None,
+        lambda: None,
+        clusters: None,
         metric: Metric::Euclidean,
     }
 }
@@ -89,10 +89,10 @@ fn labels(v: &Value) -> Vec<u64> {
 }
 
 #[test]
-fn npy_threshold_auto_and_k() {
+fn npy_gap_auto_and_k() {
     let file = TempFile::new("npy", &f4_npy());
     let mut a = args(&file, Linkage::Single);
-    a.threshold = Some(Threshold::Auto);
+    a.lambda = Some(Threshold::Gap);
     let out = run(&a).expect("run");
     assert_eq!(out["n"], 6);
     assert_eq!(out["dim"], 2);
@@ -102,7 +102,7 @@ fn npy_threshold_auto_and_k() {
     //   [[0, 1, 1, 2], [2, 6, 1, 3], [3, 4, 1, 2], [7, 8, 13.45362404707371, 5],
     //    [5, 9, 22.360679774997898, 6]]
     // (|(1,0) − (10,10)| = sqrt(181), |(30,0) − (10,10)| = sqrt(500)). Heights 1, 1, 1,
-    // sqrt(181), sqrt(500): the largest gap is 1 → sqrt(181), so auto cuts at
+    // sqrt(181), sqrt(500): the largest gap is 1 → sqrt(181), so gap cuts at
     // (1 + sqrt(181)) / 2 → 3 clusters.
     let merges = out["merges"].as_array().expect("merges");
     let m: Vec<(u64, u64, f64, u64)> = merges
@@ -131,13 +131,26 @@ fn npy_threshold_auto_and_k() {
     assert_eq!(out["heights"].as_array().unwrap().len(), 5);
     let t = out["threshold"].as_f64().unwrap();
     assert!((t - (1.0 + s181) / 2.0).abs() < 1e-12);
-    assert_eq!(out["cut"], "auto");
+    assert_eq!(out["cut"], "gap");
     assert_eq!(out["n_clusters"], 3);
     assert_eq!(labels(&out), vec![0, 0, 0, 1, 1, 2]);
     assert_eq!(out["cluster_sizes"], serde_json::json!([3, 2, 1]));
 
+    // auto, as a run cuts: the best mean silhouette. By hand (silhouette 0 for a singleton):
+    // 3 clusters {0,1,2} {3,4} {5} score (3 · ~0.93 + 2 · ~0.93 + 0) / 6 ≈ 0.78; 2 clusters
+    // {0..4} {5}: points 0-2 have a ≈ 7.4 against b ≈ 30 (0.75), points 3, 4 a ≈ 10.5 against
+    // b ≈ 22.4 (0.53), so ≈ 0.55; more clusters split a tight group. So 3 clusters again.
+    a.lambda = Some(Threshold::Auto);
+    let out = run(&a).expect("run auto");
+    assert_eq!(out["cut"], "auto");
+    assert_eq!(labels(&out), vec![0, 0, 0, 1, 1, 2]);
+    let scores = &out["cut_scores"];
+    assert!(scores.is_object(), "{out:#}");
+    let t = out["threshold"].as_f64().unwrap();
+    assert!((1.0..s181).contains(&t), "{t}");
+
     let mut a = args(&file, Linkage::Ward);
-    a.k = Some(2);
+    a.clusters = Some(2);
     let out = run(&a).expect("run k");
     assert_eq!(out["cut"], "k");
     assert_eq!(out["n_clusters"], 2);
@@ -145,7 +158,7 @@ fn npy_threshold_auto_and_k() {
     // The reported threshold reproduces the k-cut as a distance cut.
     let t = out["threshold"].as_f64().expect("threshold for k");
     let mut b = args(&file, Linkage::Ward);
-    b.threshold = Some(Threshold::Distance(t));
+    b.lambda = Some(Threshold::Distance(t));
     assert_eq!(labels(&run(&b).unwrap()), vec![0, 0, 0, 0, 0, 1]);
 }
 
@@ -159,10 +172,10 @@ fn csv_with_header_matches_npy() {
     let npy = TempFile::new("npy", &f4_npy());
     for linkage in Linkage::ALL {
         let mut a = args(&csv, linkage);
-        a.threshold = Some(Threshold::Distance(5.0));
+        a.lambda = Some(Threshold::Distance(5.0));
         let from_csv = run(&a).expect("csv");
         let mut b = args(&npy, linkage);
-        b.threshold = Some(Threshold::Distance(5.0));
+        b.lambda = Some(Threshold::Distance(5.0));
         let from_npy = run(&b).expect("npy");
         assert_eq!(from_csv["merges"], from_npy["merges"], "{linkage}");
         assert_eq!(labels(&from_csv), vec![0, 0, 0, 1, 1, 2], "{linkage}");
@@ -182,7 +195,7 @@ fn f8_npy_and_cosine() {
     let file = TempFile::new("npy", &npy_bytes("<f8", 3, 2, &data));
     let mut a = args(&file, Linkage::Average);
     a.metric = Metric::Cosine;
-    a.k = Some(2);
+    a.clusters = Some(2);
     let out = run(&a).expect("run");
     assert_eq!(out["metric"], "cosine");
     assert_eq!(labels(&out), vec![0, 0, 1]);
@@ -199,7 +212,7 @@ fn errors_name_the_file() {
     // Missing file.
     let mut a = args(&good, Linkage::Single);
     a.input = std::env::temp_dir().join("edgecfl-offline-does-not-exist.npy");
-    a.k = Some(2);
+    a.clusters = Some(2);
     let e = error_of(&a);
     assert!(e.contains("does-not-exist.npy"), "{e}");
 
@@ -211,7 +224,7 @@ fn errors_name_the_file() {
     ] {
         let f = TempFile::new("npy", &bytes);
         let mut a = args(&f, Linkage::Single);
-        a.k = Some(2);
+        a.clusters = Some(2);
         let e = error_of(&a);
         assert!(
             e.contains(&*f.0.display().to_string()) && e.contains(what),
@@ -227,7 +240,7 @@ fn errors_name_the_file() {
     ] {
         let f = TempFile::new("csv", text.as_bytes());
         let mut a = args(&f, Linkage::Complete);
-        a.threshold = Some(Threshold::Auto);
+        a.lambda = Some(Threshold::Auto);
         let e = error_of(&a);
         assert!(
             e.contains(&*f.0.display().to_string()) && e.contains(what),
@@ -238,25 +251,25 @@ fn errors_name_the_file() {
     // Unknown extension.
     let f = TempFile::new("txt", b"1,2\n");
     let mut a = args(&f, Linkage::Single);
-    a.k = Some(1);
+    a.clusters = Some(1);
     assert!(error_of(&a).contains(".txt"));
 
     // Bad cut requests.
     let mut a = args(&good, Linkage::Single);
-    a.k = Some(0);
+    a.clusters = Some(0);
     assert!(error_of(&a).contains("out of range"));
-    a.k = Some(7);
+    a.clusters = Some(7);
     assert!(error_of(&a).contains("out of range"));
-    a.k = None;
-    assert!(error_of(&a).contains("--threshold"));
-    a.k = Some(2);
-    a.threshold = Some(Threshold::Auto);
+    a.clusters = None;
+    assert!(error_of(&a).contains("--lambda"));
+    a.clusters = Some(2);
+    a.lambda = Some(Threshold::Auto);
     assert!(error_of(&a).contains("not both"));
 
     // Ward needs Euclidean distances (as in scipy).
     let mut a = args(&good, Linkage::Ward);
     a.metric = Metric::Cosine;
-    a.k = Some(2);
+    a.clusters = Some(2);
     assert!(error_of(&a).contains("ward"));
 }
 
@@ -275,20 +288,38 @@ fn cli_parsing() {
         "x.npy",
         "--linkage",
         "ward",
-        "--threshold",
+        "--lambda",
         "auto",
     ])
     .expect("parse");
     assert_eq!(cli.args.linkage, Linkage::Ward);
-    assert_eq!(cli.args.threshold, Some(Threshold::Auto));
+    assert_eq!(cli.args.lambda, Some(Threshold::Auto));
     assert_eq!(cli.args.metric, Metric::Euclidean);
+    for cut in ["gap", "k=3", "2.5"] {
+        let cli = Cli::try_parse_from(["cluster", "--input", "x.npy", "--lambda", cut]).unwrap();
+        assert_eq!(cli.args.lambda.unwrap().to_string(), cut);
+    }
     let cli = Cli::try_parse_from([
-        "cluster", "--input", "x.csv", "--k", "3", "--metric", "cosine",
+        "cluster",
+        "--input",
+        "x.csv",
+        "--clusters",
+        "3",
+        "--metric",
+        "cosine",
     ])
     .expect("parse");
-    assert_eq!((cli.args.k, cli.args.metric), (Some(3), Metric::Cosine));
+    assert_eq!(
+        (cli.args.clusters, cli.args.metric),
+        (Some(3), Metric::Cosine)
+    );
     assert_eq!(cli.args.linkage, Linkage::Average);
-    // Exactly one of --threshold / --k.
+    // The old names, kept for one release.
+    let cli = Cli::try_parse_from(["cluster", "--input", "x.npy", "--threshold", "gap"]).unwrap();
+    assert_eq!(cli.args.lambda, Some(Threshold::Gap));
+    let cli = Cli::try_parse_from(["cluster", "--input", "x.npy", "--k", "2"]).unwrap();
+    assert_eq!(cli.args.clusters, Some(2));
+    // Exactly one of --lambda / --clusters.
     assert!(Cli::try_parse_from(["cluster", "--input", "x.npy"]).is_err());
     assert!(
         Cli::try_parse_from([

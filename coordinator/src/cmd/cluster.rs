@@ -1,17 +1,23 @@
 //! `coordinator cluster`: offline hierarchical clustering of vectors stored in a file.
 //!
 //! ```text
-//! coordinator cluster --input weights.npy --linkage average --threshold auto
-//! coordinator cluster --input weights.csv --linkage ward --k 4
-//! coordinator cluster --input weights.npy --linkage complete --threshold 2.5 --metric cosine
+//! coordinator cluster --input weights.npy --linkage average --lambda auto
+//! coordinator cluster --input weights.csv --linkage ward --clusters 4
+//! coordinator cluster --input weights.npy --linkage complete --lambda 2.5 --metric cosine
 //! ```
 //!
 //! Each row of the input is one observation (for FedClust: one client's flattened final layer).
 //! The tool computes the pairwise distances ([`CondensedMatrix`]), runs [`linkage`] (equal to
-//! `scipy.cluster.hierarchy.linkage`) and cuts the dendrogram either at a distance (`--threshold
-//! X`, like `fcluster(Z, X, "distance")`), at the largest gap between merge heights
-//! (`--threshold auto`, [`Dendrogram::auto_threshold`]) or into exactly `k` clusters (`--k K`,
-//! [`Dendrogram::cut_k`]). [`run`] returns the result as JSON (see [`run`] for the fields).
+//! `scipy.cluster.hierarchy.linkage`) and cuts the dendrogram as a run does (the same
+//! [`Threshold`] and [`cut_tree`], the same flags): at a distance (`--lambda X`, like
+//! `fcluster(Z, X, "distance")`), at the best mean silhouette (`--lambda auto`), at the largest
+//! gap between merge heights (`--lambda gap`, [`Dendrogram::auto_threshold`]) or into exactly `K`
+//! clusters (`--clusters K` or `--lambda k=K`, [`Dendrogram::cut_k`]). [`run`] returns the result
+//! as JSON (see [`run`] for the fields).
+//!
+//! `--threshold` and `--k`, this tool's flags before it shared the run's, are kept as aliases of
+//! `--lambda` and `--clusters` for one release (`main` warns); `--threshold auto` was the gap rule
+//! and is now the run's `auto`.
 //!
 //! Input formats:
 //!
@@ -23,17 +29,15 @@
 //! Values are converted to `f32`, as the clients report them; NaN and infinite values are
 //! rejected.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use anyhow::{Context, bail, ensure};
-use edgecfl_shared::cluster::{CondensedMatrix, Dendrogram, Linkage, linkage};
+use edgecfl_shared::cluster::{CondensedMatrix, Dendrogram, Linkage, Threshold, cut_tree, linkage};
 use serde_json::{Value, json};
 
 /// Arguments of `coordinator cluster`.
 #[derive(Debug, Clone, clap::Args)]
-#[command(group(clap::ArgGroup::new("cut").required(true).args(["threshold", "k"])))]
+#[command(group(clap::ArgGroup::new("cut").required(true).args(["lambda", "clusters"])))]
 pub struct ClusterArgs {
     /// Input file: `.npy` (2-D float32/float64 array) or `.csv` (one row per observation).
     #[arg(long)]
@@ -41,52 +45,17 @@ pub struct ClusterArgs {
     /// Linkage method: single, complete, average, weighted or ward (as in scipy).
     #[arg(long, default_value = "average")]
     pub linkage: Linkage,
-    /// Distance threshold for the cut (merges with height <= X are applied), or `auto` for the
-    /// midpoint of the largest gap between consecutive merge heights.
-    #[arg(long)]
-    pub threshold: Option<Threshold>,
-    /// Cut into exactly K clusters instead of at a threshold.
-    #[arg(long)]
-    pub k: Option<usize>,
+    /// The cut, as a run's `--lambda`: a distance (merges with height <= X are applied), `auto`
+    /// (best mean silhouette over the candidate cuts), `gap` (the midpoint of the largest gap
+    /// between merge heights) or `k=N` clusters. (`--threshold`: its old name.)
+    #[arg(long, alias = "threshold")]
+    pub lambda: Option<Threshold>,
+    /// Cut into exactly K clusters (`--lambda k=K`). (`--k`: its old name.)
+    #[arg(long, alias = "k")]
+    pub clusters: Option<usize>,
     /// Distance between observations.
     #[arg(long, value_enum, default_value_t = Metric::Euclidean)]
     pub metric: Metric,
-}
-
-/// Where to cut the dendrogram: `--threshold X` or `--threshold auto`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Threshold {
-    /// [`Dendrogram::auto_threshold`]: midpoint of the largest gap between merge heights.
-    Auto,
-    /// A fixed, finite, non-negative distance.
-    Distance(f64),
-}
-
-impl FromStr for Threshold {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        if s.eq_ignore_ascii_case("auto") {
-            return Ok(Threshold::Auto);
-        }
-        let t: f64 = s
-            .parse()
-            .map_err(|_| format!("threshold must be a number or `auto`, got {s:?}"))?;
-        if !t.is_finite() || t < 0.0 {
-            return Err(format!("threshold must be finite and >= 0, got {s}"));
-        }
-        Ok(Threshold::Distance(t))
-    }
-}
-
-impl fmt::Display for Threshold {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Threshold::Auto => f.write_str("auto"),
-            Threshold::Distance(t) => write!(f, "{t}"),
-        }
-    }
 }
 
 /// Distance between two observations.
@@ -113,9 +82,11 @@ impl Metric {
 /// {
 ///   "input": "weights.npy", "n": 100, "dim": 850,
 ///   "metric": "euclidean", "linkage": "average",
-///   "cut": "auto" | "distance" | "k",
-///   "threshold": 3.2,            // the distance used; for --k, one that gives the same
+///   "cut": "auto" | "gap" | "distance" | "k",
+///   "threshold": 3.2,            // the distance used; for k clusters, one that gives the same
 ///                                // partition, or null when the cut falls on tied heights
+///   "cut_scores": {...},         // auto and gap: every candidate cut and its score, as a
+///                                // run's clusters.json has them; null otherwise
 ///   "n_clusters": 4,
 ///   "labels": [0, 0, 1, ...],    // per observation, numbered by first appearance
 ///   "cluster_sizes": [25, 25, ...],
@@ -143,26 +114,29 @@ pub fn run(args: &ClusterArgs) -> anyhow::Result<Value> {
     .with_context(|| format!("{shown}: cannot compute {} distances", args.metric.as_str()))?;
     let tree = linkage(&d, args.linkage);
 
-    let (cut, threshold, labels) = match (args.threshold, args.k) {
-        (Some(_), Some(_)) => bail!("give either --threshold or --k, not both (input {shown})"),
-        (None, None) => bail!("give --threshold X, --threshold auto or --k K (input {shown})"),
-        (Some(Threshold::Auto), None) => {
-            let t = tree.auto_threshold();
-            ("auto", Some(t), tree.cut_distance(t))
-        }
-        (Some(Threshold::Distance(t)), None) => {
-            ensure!(
-                t.is_finite() && t >= 0.0,
-                "threshold must be finite and >= 0, got {t} (input {shown})"
-            );
-            ("distance", Some(t), tree.cut_distance(t))
-        }
-        (None, Some(k)) => {
+    let cut = match (args.lambda, args.clusters) {
+        (Some(_), Some(_)) => bail!("give either --lambda or --clusters, not both (input {shown})"),
+        (None, None) => bail!("give --lambda X|auto|gap|k=K or --clusters K (input {shown})"),
+        (Some(t), None) => t,
+        (None, Some(k)) => Threshold::Clusters(k),
+    };
+    let (name, threshold, labels, scores) = match cut {
+        Threshold::Clusters(k) => {
             ensure!(
                 (1..=n).contains(&k),
-                "--k {k} is out of range: {shown} has {n} observations, so k must be in 1..={n}"
+                "{k} clusters is out of range: {shown} has {n} observations, so K must be in \
+                 1..={n}"
             );
-            ("k", threshold_for_k(&tree, k), tree.cut_k(k))
+            ("k", threshold_for_k(&tree, k), tree.cut_k(k), None)
+        }
+        t => {
+            let (labels, height, scores) = cut_tree(&tree, &d, t);
+            let name = match t {
+                Threshold::Auto => "auto",
+                Threshold::Gap => "gap",
+                _ => "distance",
+            };
+            (name, Some(height), labels, scores)
         }
     };
 
@@ -182,8 +156,9 @@ pub fn run(args: &ClusterArgs) -> anyhow::Result<Value> {
         "dim": dim,
         "metric": args.metric.as_str(),
         "linkage": args.linkage.as_str(),
-        "cut": cut,
+        "cut": name,
         "threshold": threshold,
+        "cut_scores": scores,
         "n_clusters": n_clusters,
         "labels": labels,
         "cluster_sizes": cluster_sizes,
