@@ -1,5 +1,6 @@
 //! The generic round driver: round 0 by the method, then per round newcomers, sampling, the
-//! method's training step, the GPS step, evaluation and the round's record.
+//! method's training step, the GPS step, evaluation and the round's record. [`run_inner`] is the
+//! loop as the papers write it; each phase is a method of [`Run`], which holds the run's state.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -12,8 +13,8 @@ use super::result::{mean_of, task_accuracy};
 use super::{
     Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env,
     FederationConfig, FederationError, GpsLink, Init, Job, Newcomer, NewcomerError, Observer,
-    RoundRecord, RunContext, RunResult, Sampling, Target, Traffic, Training, Weighting,
-    client_seed, updates_of,
+    RoundRecord, RoundStats, RunContext, RunResult, Sampling, Strategy, Target, Traffic, Training,
+    Weighting, client_seed, updates_of,
 };
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::hierarchy::{self, CommonLayers};
@@ -88,400 +89,456 @@ pub fn run_lps(
     run_inner(cfg, pool, ctx, observer, Some((initial, gps)), None)
 }
 
-fn run_inner(
-    cfg: &FederationConfig,
-    pool: &mut dyn ClientPool,
-    ctx: &RunContext,
-    observer: &mut dyn Observer,
-    lps: Option<(Params, &mut dyn GpsLink)>,
+/// The [`Env`] of `run` (a [`Run`]), borrowing its fields one by one so that the strategy and
+/// the clusters (fields too) can be borrowed beside it.
+macro_rules! env {
+    ($run:expr) => {
+        Env {
+            cfg: $run.cfg,
+            ctx: $run.ctx,
+            clients: &$run.clients,
+            initial: &$run.initial,
+            pool: &mut *$run.pool,
+            position: &$run.position,
+            traffic: &mut $run.traffic,
+        }
+    };
+}
+
+fn run_inner<'a>(
+    cfg: &'a FederationConfig,
+    pool: &'a mut dyn ClientPool,
+    ctx: &'a RunContext,
+    observer: &'a mut dyn Observer,
+    lps: Option<(Params, &'a mut dyn GpsLink)>,
     resume: Option<Checkpoint>,
 ) -> Result<RunResult, FederationError> {
-    cfg.validate()?;
-    let start = Instant::now();
-    let mut clients = match &resume {
-        Some(c) => {
-            if c.config != *cfg {
-                return Err(FederationError::Config(
-                    "the checkpoint is of another configuration (same flags and seed needed)"
-                        .into(),
-                ));
-            }
-            c.clients.clone()
-        }
-        None => pool.clients(),
-    };
-    let n = clients.len();
-    if n == 0 {
-        return Err(FederationError::NoClients);
-    }
-    let (initial, mut remote_gps) = match lps {
-        Some((initial, link)) => (initial, Some(link)),
-        None => (Params::init(cfg.model, cfg.seed), None),
-    };
-    let common = if cfg.hierarchical() {
-        Some(cfg.common()?)
-    } else {
-        None
-    };
-    let mut strategy = cfg.algorithm.strategy(cfg)?;
-    // Position in `clients` of each pool index (round-0 clients: the same until one is left
-    // out; newcomers may leave gaps where one was dropped).
-    let mut position = positions(&clients);
-    // Round-0 clients that sent no round-0 upload (left out of the run).
-    let mut left_out: Vec<ClientInfo> = resume
-        .as_ref()
-        .map_or_else(Vec::new, |c| c.left_out.clone());
-    let mut traffic = Traffic::default();
-    // Dropped updates already handed to the observer.
-    let mut reported = 0;
-    macro_rules! report_dropped {
-        () => {
-            for d in &traffic.dropped[reported..] {
-                observer.update_dropped(d);
-            }
-            reported = traffic.dropped.len();
-        };
-    }
-    macro_rules! env {
-        () => {
-            Env {
-                cfg,
-                ctx,
-                clients: &clients,
-                initial: &initial,
-                pool: &mut *pool,
-                position: &position,
-                traffic: &mut traffic,
-            }
-        };
-    }
-
-    // Where the run starts: round 0 (who trains with whom), or after the checkpoint's round.
-    let mut done = 0;
-    let mut earlier_seconds = 0.0;
-    let resume_parts = resume.as_ref().map(|c| {
-        (
-            c.newcomers.clone(),
-            c.dropped_newcomers.clone(),
-            c.gps_rounds,
-        )
-    });
-    // Each client's best accuracy over the evaluations so far, in the run's view (NaN: never
-    // evaluated): the per-client maximum behind PACFL's "best clients average" figure.
-    let mut best_client_accuracy: Vec<f64> = resume
-        .as_ref()
-        .map_or_else(Vec::new, |c| unknown_as_nan(&c.best_client_accuracy));
-    let (init, ari, mut state, mut last_eval, mut rounds, mut final_client_accuracy) = match resume
-    {
-        None => {
-            let mut init = strategy.init(&mut env!())?;
-            report_dropped!();
-            // Round-0 clients without a round-0 upload leave the run.
-            if !init.absent.is_empty() {
-                for &p in &init.absent {
-                    observer.left_out(&clients[p]);
-                    left_out.push(clients[p].clone());
-                }
-                clients.retain(|c| !left_out.iter().any(|l| l.index == c.index));
-                position = positions(&clients);
-            }
-            if init.assignment.len() != clients.len() {
-                return Err(FederationError::Config(format!(
-                    "{} assigned {} of {} clients in round 0",
-                    cfg.algorithm,
-                    init.assignment.len(),
-                    clients.len()
-                )));
-            }
-            let ari = match &ctx.truth {
-                Some(t) if init.clusters_found => truth_ari(t, &clients, &init.assignment),
-                _ => None,
-            };
-            if let Some(c) = &init.clustering {
-                observer.clustered(c, ari);
-            }
-            let state = Clusters::new(
-                std::mem::take(&mut init.assignment),
-                std::mem::take(&mut init.models),
-            );
-            // Last evaluation of each client, with the (cluster, model version) it was made
-            // under.
-            let last_eval: Vec<Option<(EvalReport, (usize, u64))>> = vec![None; clients.len()];
-            (
-                init,
-                ari,
-                state,
-                last_eval,
-                Vec::with_capacity(cfg.rounds),
-                Vec::new(),
-            )
-        }
-        Some(c) => {
-            strategy.restore(c.strategy.clone())?;
-            done = c.round;
-            earlier_seconds = c.wall_seconds;
-            traffic.down = c.floats_down;
-            traffic.up = c.floats_up;
-            traffic.bytes_down = c.bytes_down;
-            traffic.bytes_up = c.bytes_up;
-            traffic.dropped = c.dropped_updates.clone();
-            reported = traffic.dropped.len();
-            let distances = match c.distances.clone() {
-                Some(d) => Some(
-                    crate::cluster::distance::CondensedMatrix::from_condensed(d)
-                        .map_err(|e| FederationError::Config(format!("checkpoint: {e}")))?,
-                ),
-                None => None,
-            };
-            let init = Init {
-                assignment: Vec::new(),
-                absent: Vec::new(),
-                models: Vec::new(),
-                clustering: c.clustering.clone(),
-                distances,
-                relevance: c.relevance.clone(),
-                signature_len: c.signature_len,
-                signature_bytes: c.signature_bytes,
-                clusters_found: c.clusters_found,
-            };
-            (
-                init,
-                c.ari,
-                c.clusters(),
-                c.last_eval.clone(),
-                c.rounds.clone(),
-                unknown_as_nan(&c.final_client_accuracy),
-            )
-        }
-    };
-    let mut gps_rounds = 0;
-    let (mut newcomers, mut dropped_newcomers) = (Vec::new(), Vec::new());
-    // The method's state goes into every checkpoint; a method without one gets none.
-    macro_rules! checkpoint {
-        ($round:expr) => {
-            if pool.wants_checkpoints()
-                && let Some(method) = strategy.save()
-            {
-                let (model_versions, next_version) = state.versions();
-                pool.checkpoint(&Checkpoint {
-                    version: super::CHECKPOINT_VERSION,
-                    config: cfg.clone(),
-                    round: $round,
-                    clients: clients.clone(),
-                    assignment: state.assignment().to_vec(),
-                    models: state.models().to_vec(),
-                    model_versions,
-                    next_version,
-                    last_eval: last_eval.clone(),
-                    rounds: rounds.clone(),
-                    final_client_accuracy: known(&final_client_accuracy),
-                    best_client_accuracy: known(&best_client_accuracy),
-                    gps_rounds,
-                    newcomers: newcomers.clone(),
-                    dropped_newcomers: dropped_newcomers.clone(),
-                    left_out: left_out.clone(),
-                    dropped_updates: traffic.dropped.clone(),
-                    floats_down: traffic.down,
-                    floats_up: traffic.up,
-                    bytes_down: traffic.bytes_down,
-                    bytes_up: traffic.bytes_up,
-                    clustering: init.clustering.clone(),
-                    distances: init.distances.as_ref().map(|d| d.as_slice().to_vec()),
-                    relevance: init.relevance.clone(),
-                    ari,
-                    clusters_found: init.clusters_found,
-                    signature_len: init.signature_len,
-                    signature_bytes: init.signature_bytes,
-                    strategy: method,
-                    wall_seconds: earlier_seconds + start.elapsed().as_secs_f64(),
-                })?;
-            }
-        };
-    }
-    match resume_parts {
-        Some((placed, turned_away, gps)) => {
-            newcomers = placed;
-            dropped_newcomers = turned_away;
-            gps_rounds = gps;
-        }
-        None => checkpoint!(0),
-    }
-
+    let mut run = Run::start(cfg, pool, ctx, observer, lps, resume)?;
     // With personalisation, one more pass after the last round places the newcomers offered
     // then (FedClust's Table 6: they join after the federation).
     let last_pass = cfg.rounds + usize::from(cfg.personalize_epochs.is_some());
-    for round in done + 1..=last_pass {
+    for round in run.done + 1..=last_pass {
         let t0 = Instant::now();
-        let mut offered = pool.newcomers(round);
+        run.admit_newcomers(round)?;
+        if round > cfg.rounds {
+            break; // the placement pass of personalisation
+        }
+        let chosen = sample_round(cfg, round, run.state.assignment(), run.state.len());
+        let stats = run
+            .strategy
+            .round(&mut env!(run), round, &chosen, &mut run.state)?;
+        let gps = run.gps(round)?;
+        let evaluation = run.evaluate(round)?;
+        run.record(round, stats, gps, evaluation, t0);
+        run.checkpoint(round)?;
+    }
+    run.finish(last_pass)
+}
+
+/// One run in progress: the phases of the round loop are its methods, in the order
+/// [`run_inner`] calls them (start or resume, admit newcomers, the method's training round, the
+/// GPS step, evaluation, the round's record, checkpoint), and [`Run::finish`] makes the result.
+struct Run<'a> {
+    cfg: &'a FederationConfig,
+    ctx: &'a RunContext,
+    pool: &'a mut dyn ClientPool,
+    observer: &'a mut dyn Observer,
+    /// The GPS of an LPS whose GPS is another process.
+    remote_gps: Option<&'a mut dyn GpsLink>,
+    strategy: Box<dyn Strategy>,
+    /// The layers the GPS averages, in a hierarchical run.
+    common: Option<CommonLayers>,
+    initial: Params,
+    start: Instant,
+    /// Wall time of the run before its checkpoint (a resumed run).
+    earlier_seconds: f64,
+    /// The last completed round: 0 after round 0, the checkpoint's round when resumed.
+    done: usize,
+    /// The run's clients, by position.
+    clients: Vec<ClientInfo>,
+    /// Position in `clients` of each pool index (round-0 clients: the same until one is left
+    /// out; newcomers may leave gaps where one was dropped).
+    position: HashMap<usize, usize>,
+    /// Round-0 clients that sent no round-0 upload (left out of the run).
+    left_out: Vec<ClientInfo>,
+    traffic: Traffic,
+    /// Dropped updates already handed to the observer.
+    reported: usize,
+    /// What round 0 found (its assignment and models moved into `state`).
+    init: Init,
+    /// The round-0 clustering's ARI against the ground truth.
+    ari: Option<f64>,
+    state: Clusters,
+    /// Last evaluation of each client, with the (cluster, model version) it was made under.
+    last_eval: Vec<Option<(EvalReport, (usize, u64))>>,
+    rounds: Vec<RoundRecord>,
+    final_client_accuracy: Vec<f64>,
+    /// Each client's best accuracy over the evaluations so far, in the run's view (NaN: never
+    /// evaluated): the per-client maximum behind PACFL's "best clients average" figure.
+    best_client_accuracy: Vec<f64>,
+    gps_rounds: usize,
+    newcomers: Vec<Newcomer>,
+    dropped_newcomers: Vec<DroppedNewcomer>,
+}
+
+/// One evaluation's figures: the labels and proportional views, per cluster, per task.
+type Evaluation = (Option<[Option<f64>; 2]>, Option<Vec<f64>>, Option<Vec<f64>>);
+
+impl<'a> Run<'a> {
+    /// Round 0 by the method, or the state of `resume`'s checkpoint.
+    fn start(
+        cfg: &'a FederationConfig,
+        pool: &'a mut dyn ClientPool,
+        ctx: &'a RunContext,
+        observer: &'a mut dyn Observer,
+        lps: Option<(Params, &'a mut dyn GpsLink)>,
+        resume: Option<Checkpoint>,
+    ) -> Result<Self, FederationError> {
+        cfg.validate()?;
+        let start = Instant::now();
+        let clients = match &resume {
+            Some(c) => {
+                if c.config != *cfg {
+                    return Err(FederationError::Config(
+                        "the checkpoint is of another configuration (same flags and seed needed)"
+                            .into(),
+                    ));
+                }
+                c.clients.clone()
+            }
+            None => pool.clients(),
+        };
+        if clients.is_empty() {
+            return Err(FederationError::NoClients);
+        }
+        let (initial, remote_gps) = match lps {
+            Some((initial, link)) => (initial, Some(link)),
+            None => (Params::init(cfg.model, cfg.seed), None),
+        };
+        let common = if cfg.hierarchical() {
+            Some(cfg.common()?)
+        } else {
+            None
+        };
+        let strategy = cfg.algorithm.strategy(cfg)?;
+        let init = Init::plain(Vec::new(), &initial, false);
+        let mut run = Run {
+            cfg,
+            ctx,
+            pool,
+            observer,
+            remote_gps,
+            strategy,
+            common,
+            initial,
+            start,
+            earlier_seconds: 0.0,
+            done: 0,
+            position: positions(&clients),
+            clients,
+            left_out: Vec::new(),
+            traffic: Traffic::default(),
+            reported: 0,
+            init,
+            ari: None,
+            state: Clusters::new(Vec::new(), Vec::new()),
+            last_eval: Vec::new(),
+            rounds: Vec::with_capacity(cfg.rounds),
+            final_client_accuracy: Vec::new(),
+            best_client_accuracy: Vec::new(),
+            gps_rounds: 0,
+            newcomers: Vec::new(),
+            dropped_newcomers: Vec::new(),
+        };
+        match resume {
+            None => {
+                run.round0()?;
+                run.checkpoint(0)?;
+            }
+            Some(c) => run.restore(c)?,
+        }
+        Ok(run)
+    }
+
+    /// Round 0: the method's clustering (or fixed start); clients without a round-0 upload
+    /// leave the run.
+    fn round0(&mut self) -> Result<(), FederationError> {
+        let mut init = self.strategy.init(&mut env!(self))?;
+        self.report_dropped();
+        if !init.absent.is_empty() {
+            for &p in &init.absent {
+                self.observer.left_out(&self.clients[p]);
+                self.left_out.push(self.clients[p].clone());
+            }
+            let left_out = &self.left_out;
+            self.clients
+                .retain(|c| !left_out.iter().any(|l| l.index == c.index));
+            self.position = positions(&self.clients);
+        }
+        if init.assignment.len() != self.clients.len() {
+            return Err(FederationError::Config(format!(
+                "{} assigned {} of {} clients in round 0",
+                self.cfg.algorithm,
+                init.assignment.len(),
+                self.clients.len()
+            )));
+        }
+        self.ari = match &self.ctx.truth {
+            Some(t) if init.clusters_found => truth_ari(t, &self.clients, &init.assignment),
+            _ => None,
+        };
+        if let Some(c) = &init.clustering {
+            self.observer.clustered(c, self.ari);
+        }
+        self.state = Clusters::new(
+            std::mem::take(&mut init.assignment),
+            std::mem::take(&mut init.models),
+        );
+        self.last_eval = vec![None; self.clients.len()];
+        self.init = init;
+        Ok(())
+    }
+
+    /// The state of an interrupted run, from its checkpoint `c`.
+    fn restore(&mut self, c: Checkpoint) -> Result<(), FederationError> {
+        self.strategy.restore(c.strategy.clone())?;
+        self.done = c.round;
+        self.earlier_seconds = c.wall_seconds;
+        self.left_out = c.left_out.clone();
+        self.best_client_accuracy = unknown_as_nan(&c.best_client_accuracy);
+        self.traffic.down = c.floats_down;
+        self.traffic.up = c.floats_up;
+        self.traffic.bytes_down = c.bytes_down;
+        self.traffic.bytes_up = c.bytes_up;
+        self.traffic.dropped = c.dropped_updates.clone();
+        self.reported = self.traffic.dropped.len();
+        let distances = match c.distances.clone() {
+            Some(d) => Some(
+                crate::cluster::distance::CondensedMatrix::from_condensed(d)
+                    .map_err(|e| FederationError::Config(format!("checkpoint: {e}")))?,
+            ),
+            None => None,
+        };
+        self.init = Init {
+            assignment: Vec::new(),
+            absent: Vec::new(),
+            models: Vec::new(),
+            clustering: c.clustering.clone(),
+            distances,
+            relevance: c.relevance.clone(),
+            signature_len: c.signature_len,
+            signature_bytes: c.signature_bytes,
+            clusters_found: c.clusters_found,
+        };
+        self.ari = c.ari;
+        self.state = c.clusters();
+        self.last_eval = c.last_eval.clone();
+        self.rounds = c.rounds.clone();
+        self.final_client_accuracy = unknown_as_nan(&c.final_client_accuracy);
+        self.newcomers = c.newcomers;
+        self.dropped_newcomers = c.dropped_newcomers;
+        self.gps_rounds = c.gps_rounds;
+        Ok(())
+    }
+
+    /// Hands the updates dropped since the last call to the observer.
+    fn report_dropped(&mut self) {
+        for d in &self.traffic.dropped[self.reported..] {
+            self.observer.update_dropped(d);
+        }
+        self.reported = self.traffic.dropped.len();
+    }
+
+    fn drop_newcomer(&mut self, d: DroppedNewcomer) {
+        self.observer.newcomer_dropped(&d);
+        self.dropped_newcomers.push(d);
+    }
+
+    /// The newcomers the pool offers at the start of `round` (and, in round 1, the round-0
+    /// clients that were left out), placed by the method's rule.
+    fn admit_newcomers(&mut self, round: usize) -> Result<(), FederationError> {
+        let mut offered = self.pool.newcomers(round);
         if round == 1 {
             // Round-0 clients that were left out get one more chance, as newcomers of round 1:
             // one that came back (a board restarted by its service) is placed by the method's
             // newcomer rule; one still gone is turned away.
-            offered.splice(0..0, left_out.iter().cloned());
+            offered.splice(0..0, self.left_out.iter().cloned());
         }
-        if !offered.is_empty() {
-            // Turn away indices the run already has; the others take the next positions while
-            // the method places them.
-            let mut fresh: Vec<ClientInfo> = Vec::new();
-            for c in offered {
-                if position.contains_key(&c.index) || fresh.iter().any(|f| f.index == c.index) {
-                    let d = DroppedNewcomer {
-                        reason: NewcomerError::DuplicateIndex(c.index),
-                        client: c,
-                        round,
-                    };
-                    observer.newcomer_dropped(&d);
-                    dropped_newcomers.push(d);
-                } else {
-                    fresh.push(c);
-                }
-            }
-            if !fresh.is_empty() {
-                let base = clients.len();
-                for (k, c) in fresh.iter().enumerate() {
-                    position.insert(c.index, base + k);
-                    clients.push(c.clone());
-                }
-                let placed = strategy.place(&mut env!(), round, &fresh, &state)?;
-                clients.truncate(base);
-                for c in &fresh {
-                    position.remove(&c.index);
-                }
-                let mut accepted = Vec::new();
-                for (client, outcome) in fresh.into_iter().zip(placed) {
-                    match outcome {
-                        Ok(p) => accepted.push((client, p)),
-                        Err(reason) => {
-                            let d = DroppedNewcomer {
-                                client,
-                                round,
-                                reason,
-                            };
-                            observer.newcomer_dropped(&d);
-                            dropped_newcomers.push(d);
-                        }
-                    }
-                }
-                for (client, p) in accepted {
-                    let cluster = match p.target {
-                        Target::Cluster(c) if c < state.len() => c,
-                        Target::Cluster(c) => {
-                            return Err(FederationError::Config(format!(
-                                "{} placed a newcomer in cluster {c} of {}",
-                                cfg.algorithm,
-                                state.len()
-                            )));
-                        }
-                        Target::New(model) => state.push_cluster(model),
-                    };
-                    position.insert(client.index, clients.len());
-                    clients.push(client.clone());
-                    state.push_client(cluster);
-                    last_eval.push(None);
-                    let nc = Newcomer {
-                        client,
-                        round,
-                        cluster,
-                        distance: p.distance,
-                        truth_match: None,
-                        personalized_accuracy: None,
-                    };
-                    observer.newcomer(&nc);
-                    newcomers.push(nc);
-                }
+        // Turn away indices the run already has; the others take the next positions while
+        // the method places them.
+        let mut fresh: Vec<ClientInfo> = Vec::new();
+        for c in offered {
+            if self.position.contains_key(&c.index) || fresh.iter().any(|f| f.index == c.index) {
+                self.drop_newcomer(DroppedNewcomer {
+                    reason: NewcomerError::DuplicateIndex(c.index),
+                    client: c,
+                    round,
+                });
+            } else {
+                fresh.push(c);
             }
         }
-        if round > cfg.rounds {
-            break; // the placement pass of personalisation
+        if fresh.is_empty() {
+            return Ok(());
         }
-        let n = clients.len();
-        let chosen = sample_round(cfg, round, state.assignment(), state.len());
-        let stats = strategy.round(&mut env!(), round, &chosen, &mut state)?;
+        let base = self.clients.len();
+        for (k, c) in fresh.iter().enumerate() {
+            self.position.insert(c.index, base + k);
+            self.clients.push(c.clone());
+        }
+        let placed = self
+            .strategy
+            .place(&mut env!(self), round, &fresh, &self.state)?;
+        self.clients.truncate(base);
+        for c in &fresh {
+            self.position.remove(&c.index);
+        }
+        let mut accepted = Vec::new();
+        for (client, outcome) in fresh.into_iter().zip(placed) {
+            match outcome {
+                Ok(p) => accepted.push((client, p)),
+                Err(reason) => self.drop_newcomer(DroppedNewcomer {
+                    client,
+                    round,
+                    reason,
+                }),
+            }
+        }
+        for (client, p) in accepted {
+            let cluster = match p.target {
+                Target::Cluster(c) if c < self.state.len() => c,
+                Target::Cluster(c) => {
+                    return Err(FederationError::Config(format!(
+                        "{} placed a newcomer in cluster {c} of {}",
+                        self.cfg.algorithm,
+                        self.state.len()
+                    )));
+                }
+                Target::New(model) => self.state.push_cluster(model),
+            };
+            self.position.insert(client.index, self.clients.len());
+            self.clients.push(client.clone());
+            self.state.push_client(cluster);
+            self.last_eval.push(None);
+            let nc = Newcomer {
+                client,
+                round,
+                cluster,
+                distance: p.distance,
+                truth_match: None,
+                personalized_accuracy: None,
+            };
+            self.observer.newcomer(&nc);
+            self.newcomers.push(nc);
+        }
+        Ok(())
+    }
 
-        // GPS: every `lps_rounds` rounds the LPSs share their common layers.
-        let gps = gps_step(
-            cfg,
+    /// The GPS step after `round`'s training ([`gps_step`]); whether it ran.
+    fn gps(&mut self, round: usize) -> Result<bool, FederationError> {
+        let ran = gps_step(
+            self.cfg,
             round,
-            common.as_ref(),
-            remote_gps.as_deref_mut(),
-            &mut state,
-            &clients,
-            &rounds,
-            gps_rounds + 1,
+            self.common.as_ref(),
+            self.remote_gps.as_deref_mut(),
+            &mut self.state,
+            &self.clients,
+            &self.rounds,
+            self.gps_rounds + 1,
         )?;
-        if gps {
-            gps_rounds += 1;
+        if ran {
+            self.gps_rounds += 1;
         }
+        Ok(ran)
+    }
 
-        let evaluate_now = round.is_multiple_of(cfg.eval_every) || round == cfg.rounds;
-        let (views, cluster_accuracy, task_acc) = if evaluate_now {
-            strategy.before_evaluation(&mut env!(), round, &mut state)?;
-            let tag = |p: usize| {
-                let c = state.assignment()[p];
-                (c, state.version(c))
-            };
-            let jobs: Vec<(usize, Job<'_>)> = (0..n)
-                .filter(|&p| last_eval[p].as_ref().is_none_or(|(_, t)| *t != tag(p)))
-                .map(|p| {
-                    (
-                        p,
-                        Job::Evaluate {
-                            model: state.model_of(p),
-                        },
-                    )
-                })
-                .collect();
-            let tags: HashMap<usize, (usize, u64)> =
-                jobs.iter().map(|(p, _)| (*p, tag(*p))).collect();
-            for (p, answer) in env!().run(round, jobs)? {
-                if let Answer::Evaluation(rep) = answer {
-                    last_eval[p] = Some((*rep, tags[&p]));
-                }
-            }
-            let reports: Vec<Option<EvalReport>> = last_eval
-                .iter()
-                .map(|e| e.as_ref().map(|(r, _)| *r))
-                .collect();
-            // Means over the clients with an evaluation (on a fleet, a client that never
-            // answered has none; in process every client has one).
-            let [labels, proportional] = [LocalTest::Labels, LocalTest::Proportional].map(|v| {
-                reports
-                    .iter()
-                    .map(|e| e.as_ref().and_then(|r| r.accuracy_in(v)))
-                    .collect::<Vec<Option<f64>>>()
-            });
-            let views = [&labels, &proportional].map(|a| mean_of(a.iter().flatten().copied()));
-            let acc = match cfg.local_test {
-                LocalTest::Labels => labels,
-                LocalTest::Proportional => proportional,
-            };
-            let mut per_cluster = vec![(0.0, 0usize); state.len()];
-            for (p, a) in acc.iter().enumerate() {
-                if let Some(a) = a {
-                    per_cluster[state.assignment()[p]].0 += a;
-                    per_cluster[state.assignment()[p]].1 += 1;
-                }
-            }
-            best_client_accuracy.resize(acc.len(), f64::NAN);
-            for (best, a) in best_client_accuracy.iter_mut().zip(&acc) {
-                if let Some(a) = a {
-                    *best = best.max(*a); // NaN.max(a) is a
-                }
-            }
-            final_client_accuracy = acc.into_iter().map(|a| a.unwrap_or(f64::NAN)).collect();
-            (
-                Some(views),
-                Some(
-                    per_cluster
-                        .into_iter()
-                        .map(|(s, k)| s / k.max(1) as f64)
-                        .collect(),
-                ),
-                task_accuracy(&reports, &clients, ctx),
-            )
-        } else {
-            (None, None, None)
+    /// Every `eval_every` rounds and after the last: each client whose cluster model changed
+    /// since its last evaluation evaluates it on its local test set.
+    fn evaluate(&mut self, round: usize) -> Result<Evaluation, FederationError> {
+        let cfg = self.cfg;
+        if !(round.is_multiple_of(cfg.eval_every) || round == cfg.rounds) {
+            return Ok((None, None, None));
+        }
+        self.strategy
+            .before_evaluation(&mut env!(self), round, &mut self.state)?;
+        let state = &self.state;
+        let tag = |p: usize| {
+            let c = state.assignment()[p];
+            (c, state.version(c))
         };
+        let last_eval = &self.last_eval;
+        let jobs: Vec<(usize, Job<'_>)> = (0..self.clients.len())
+            .filter(|&p| last_eval[p].as_ref().is_none_or(|(_, t)| *t != tag(p)))
+            .map(|p| {
+                (
+                    p,
+                    Job::Evaluate {
+                        model: state.model_of(p),
+                    },
+                )
+            })
+            .collect();
+        let tags: HashMap<usize, (usize, u64)> = jobs.iter().map(|(p, _)| (*p, tag(*p))).collect();
+        let answers = env!(self).run(round, jobs)?;
+        for (p, answer) in answers {
+            if let Answer::Evaluation(rep) = answer {
+                self.last_eval[p] = Some((*rep, tags[&p]));
+            }
+        }
+        let reports: Vec<Option<EvalReport>> = self
+            .last_eval
+            .iter()
+            .map(|e| e.as_ref().map(|(r, _)| *r))
+            .collect();
+        // Means over the clients with an evaluation (on a fleet, a client that never
+        // answered has none; in process every client has one).
+        let [labels, proportional] = [LocalTest::Labels, LocalTest::Proportional].map(|v| {
+            reports
+                .iter()
+                .map(|e| e.as_ref().and_then(|r| r.accuracy_in(v)))
+                .collect::<Vec<Option<f64>>>()
+        });
+        let views = [&labels, &proportional].map(|a| mean_of(a.iter().flatten().copied()));
+        let acc = match cfg.local_test {
+            LocalTest::Labels => labels,
+            LocalTest::Proportional => proportional,
+        };
+        let mut per_cluster = vec![(0.0, 0usize); self.state.len()];
+        for (p, a) in acc.iter().enumerate() {
+            if let Some(a) = a {
+                per_cluster[self.state.assignment()[p]].0 += a;
+                per_cluster[self.state.assignment()[p]].1 += 1;
+            }
+        }
+        self.best_client_accuracy.resize(acc.len(), f64::NAN);
+        for (best, a) in self.best_client_accuracy.iter_mut().zip(&acc) {
+            if let Some(a) = a {
+                *best = best.max(*a); // NaN.max(a) is a
+            }
+        }
+        self.final_client_accuracy = acc.into_iter().map(|a| a.unwrap_or(f64::NAN)).collect();
+        Ok((
+            Some(views),
+            Some(
+                per_cluster
+                    .into_iter()
+                    .map(|(s, k)| s / k.max(1) as f64)
+                    .collect(),
+            ),
+            task_accuracy(&reports, &self.clients, self.ctx),
+        ))
+    }
+
+    /// The record of `round`, handed to the observer and kept.
+    fn record(
+        &mut self,
+        round: usize,
+        stats: RoundStats,
+        gps: bool,
+        (views, cluster_accuracy, task_accuracy): Evaluation,
+        t0: Instant,
+    ) {
+        let cfg = self.cfg;
         // The run's view; 0 when no client answered (as the labels view always was).
         let accuracy = views.map(|[labels, proportional]| {
             match cfg.local_test {
@@ -500,71 +557,125 @@ fn run_inner(
             accuracy_labels,
             accuracy_proportional,
             cluster_accuracy,
-            task_accuracy: task_acc,
+            task_accuracy,
             gps,
-            clusters: state.len(),
-            ari: ctx
+            clusters: self.state.len(),
+            ari: self
+                .ctx
                 .truth
                 .as_ref()
-                .and_then(|t| truth_ari(t, &clients, state.assignment())),
+                .and_then(|t| truth_ari(t, &self.clients, self.state.assignment())),
             seconds: t0.elapsed().as_secs_f64(),
         };
-        report_dropped!();
-        observer.round(&record, cfg.rounds);
-        rounds.push(record);
-        checkpoint!(round);
-    }
-    // Newcomers placed after the last evaluation have none.
-    final_client_accuracy.resize(clients.len(), f64::NAN);
-    best_client_accuracy.resize(clients.len(), f64::NAN);
-
-    if let Some(epochs) = cfg.personalize_epochs {
-        let round = last_pass;
-        let mut personalized =
-            personalize(&mut env!(), round, epochs, &newcomers, &position, &state)?;
-        for nc in &mut newcomers {
-            nc.personalized_accuracy = personalized
-                .remove(&position[&nc.client.index])
-                .and_then(|r| r.accuracy_in(cfg.local_test));
-        }
-        for d in &traffic.dropped[reported..] {
-            observer.update_dropped(d);
-        }
+        self.report_dropped();
+        self.observer.round(&record, cfg.rounds);
+        self.rounds.push(record);
     }
 
-    let n_clusters = state.len();
-    let mut result = RunResult {
-        config: cfg.clone(),
-        clients,
-        assignment: state.assignment().to_vec(),
-        n_clusters,
-        clustering: init.clustering,
-        distances: init.distances,
-        relevance: init.relevance,
-        ari,
-        signature_len: init.signature_len,
-        signature_bytes: init.signature_bytes,
-        common_layers: common.as_ref().map(|c| c.set().to_string()),
-        common_len: common.as_ref().map_or(0, CommonLayers::len),
-        gps_rounds,
-        rounds,
-        final_client_accuracy,
-        best_client_accuracy,
-        models: state.models().to_vec(),
-        newcomers,
-        dropped_newcomers,
-        left_out,
-        dropped_updates: traffic.dropped,
-        floats_down: traffic.down,
-        floats_up: traffic.up,
-        bytes_down: traffic.bytes_down,
-        bytes_up: traffic.bytes_up,
-        wall_seconds: earlier_seconds + start.elapsed().as_secs_f64(),
-    };
-    if let Some(truth) = &ctx.truth {
-        result.score_newcomers(truth);
+    /// Hands the pool the checkpoint after `round` when it wants one; the method's state goes
+    /// into every checkpoint, and a method without one gets none.
+    fn checkpoint(&mut self, round: usize) -> Result<(), FederationError> {
+        if !self.pool.wants_checkpoints() {
+            return Ok(());
+        }
+        let Some(method) = self.strategy.save() else {
+            return Ok(());
+        };
+        let (model_versions, next_version) = self.state.versions();
+        let init = &self.init;
+        self.pool.checkpoint(&Checkpoint {
+            version: super::CHECKPOINT_VERSION,
+            config: self.cfg.clone(),
+            round,
+            clients: self.clients.clone(),
+            assignment: self.state.assignment().to_vec(),
+            models: self.state.models().to_vec(),
+            model_versions,
+            next_version,
+            last_eval: self.last_eval.clone(),
+            rounds: self.rounds.clone(),
+            final_client_accuracy: known(&self.final_client_accuracy),
+            best_client_accuracy: known(&self.best_client_accuracy),
+            gps_rounds: self.gps_rounds,
+            newcomers: self.newcomers.clone(),
+            dropped_newcomers: self.dropped_newcomers.clone(),
+            left_out: self.left_out.clone(),
+            dropped_updates: self.traffic.dropped.clone(),
+            floats_down: self.traffic.down,
+            floats_up: self.traffic.up,
+            bytes_down: self.traffic.bytes_down,
+            bytes_up: self.traffic.bytes_up,
+            clustering: init.clustering.clone(),
+            distances: init.distances.as_ref().map(|d| d.as_slice().to_vec()),
+            relevance: init.relevance.clone(),
+            ari: self.ari,
+            clusters_found: init.clusters_found,
+            signature_len: init.signature_len,
+            signature_bytes: init.signature_bytes,
+            strategy: method,
+            wall_seconds: self.earlier_seconds + self.start.elapsed().as_secs_f64(),
+        })?;
+        Ok(())
     }
-    Ok(result)
+
+    /// Personalisation of the newcomers (when asked, in pass `last_pass`), then the result.
+    fn finish(mut self, last_pass: usize) -> Result<RunResult, FederationError> {
+        let cfg = self.cfg;
+        // Newcomers placed after the last evaluation have none.
+        self.final_client_accuracy
+            .resize(self.clients.len(), f64::NAN);
+        self.best_client_accuracy
+            .resize(self.clients.len(), f64::NAN);
+        if let Some(epochs) = cfg.personalize_epochs {
+            let mut personalized = personalize(
+                &mut env!(self),
+                last_pass,
+                epochs,
+                &self.newcomers,
+                &self.position,
+                &self.state,
+            )?;
+            for nc in &mut self.newcomers {
+                nc.personalized_accuracy = personalized
+                    .remove(&self.position[&nc.client.index])
+                    .and_then(|r| r.accuracy_in(cfg.local_test));
+            }
+            self.report_dropped();
+        }
+        let common = self.common.as_ref();
+        let mut result = RunResult {
+            config: cfg.clone(),
+            assignment: self.state.assignment().to_vec(),
+            n_clusters: self.state.len(),
+            clients: self.clients,
+            clustering: self.init.clustering,
+            distances: self.init.distances,
+            relevance: self.init.relevance,
+            ari: self.ari,
+            signature_len: self.init.signature_len,
+            signature_bytes: self.init.signature_bytes,
+            common_layers: common.map(|c| c.set().to_string()),
+            common_len: common.map_or(0, CommonLayers::len),
+            gps_rounds: self.gps_rounds,
+            rounds: self.rounds,
+            final_client_accuracy: self.final_client_accuracy,
+            best_client_accuracy: self.best_client_accuracy,
+            models: self.state.models().to_vec(),
+            newcomers: self.newcomers,
+            dropped_newcomers: self.dropped_newcomers,
+            left_out: self.left_out,
+            dropped_updates: self.traffic.dropped,
+            floats_down: self.traffic.down,
+            floats_up: self.traffic.up,
+            bytes_down: self.traffic.bytes_down,
+            bytes_up: self.traffic.bytes_up,
+            wall_seconds: self.earlier_seconds + self.start.elapsed().as_secs_f64(),
+        };
+        if let Some(truth) = &self.ctx.truth {
+            result.score_newcomers(truth);
+        }
+        Ok(result)
+    }
 }
 
 /// ARI of `assignment` (by position) against `truth` (by pool index) over the clients the truth
