@@ -1,5 +1,5 @@
 //! The generic round driver: round 0 by the method, then per round newcomers, sampling, the
-//! method's training step, the GPS step, evaluation and the round's record. [`run_inner`] is the
+//! method's training step, the GPS step, evaluation and the round's record. [`Run::run`] is the
 //! loop as the papers write it; each phase is a method of [`Run`], which holds the run's state.
 
 use std::collections::HashMap;
@@ -33,7 +33,7 @@ pub fn run(
     ctx: &RunContext,
     observer: &mut dyn Observer,
 ) -> Result<RunResult, FederationError> {
-    run_inner(cfg, pool, ctx, observer, None, None)
+    Run::start(cfg, pool, ctx, observer, None, None)?.run()
 }
 
 /// [`run`], handing a [`Checkpoint`] to the pool ([`ClientPool::checkpoint`]) after every
@@ -54,7 +54,7 @@ pub fn run_resumable(
     observer: &mut dyn Observer,
     resume: Option<Checkpoint>,
 ) -> Result<RunResult, FederationError> {
-    run_inner(cfg, pool, ctx, observer, None, resume)
+    Run::start(cfg, pool, ctx, observer, None, resume)?.run()
 }
 
 /// Runs one LPS of a hierarchy whose GPS is another process: FedAvg of the pool's clients (one
@@ -86,7 +86,7 @@ pub fn run_lps(
             initial.model, cfg.model
         )));
     }
-    run_inner(cfg, pool, ctx, observer, Some((initial, gps)), None)
+    Run::start(cfg, pool, ctx, observer, Some((initial, gps)), None)?.run()
 }
 
 /// The [`Env`] of `run` (a [`Run`]), borrowing its fields one by one so that the strategy and
@@ -105,39 +105,9 @@ macro_rules! env {
     };
 }
 
-fn run_inner<'a>(
-    cfg: &'a FederationConfig,
-    pool: &'a mut dyn ClientPool,
-    ctx: &'a RunContext,
-    observer: &'a mut dyn Observer,
-    lps: Option<(Params, &'a mut dyn GpsLink)>,
-    resume: Option<Checkpoint>,
-) -> Result<RunResult, FederationError> {
-    let mut run = Run::start(cfg, pool, ctx, observer, lps, resume)?;
-    // With personalisation, one more pass after the last round places the newcomers offered
-    // then (FedClust's Table 6: they join after the federation).
-    let last_pass = cfg.rounds + usize::from(cfg.personalize_epochs.is_some());
-    for round in run.done + 1..=last_pass {
-        let t0 = Instant::now();
-        run.admit_newcomers(round)?;
-        if round > cfg.rounds {
-            break; // the placement pass of personalisation
-        }
-        let chosen = sample_round(cfg, round, run.state.assignment(), run.state.len());
-        let stats = run
-            .strategy
-            .round(&mut env!(run), round, &chosen, &mut run.state)?;
-        let gps = run.gps(round)?;
-        let evaluation = run.evaluate(round)?;
-        run.record(round, stats, gps, evaluation, t0);
-        run.checkpoint(round)?;
-    }
-    run.finish(last_pass)
-}
-
-/// One run in progress: the phases of the round loop are its methods, in the order
-/// [`run_inner`] calls them (start or resume, admit newcomers, the method's training round, the
-/// GPS step, evaluation, the round's record, checkpoint), and [`Run::finish`] makes the result.
+/// One run in progress: the phases of the round loop are its methods, in the order [`Run::run`]
+/// calls them (start or resume, admit newcomers, the method's training round, the GPS step,
+/// evaluation, the round's record, checkpoint), and [`Run::finish`] makes the result.
 struct Run<'a> {
     cfg: &'a FederationConfig,
     ctx: &'a RunContext,
@@ -258,6 +228,30 @@ impl<'a> Run<'a> {
             Some(c) => run.restore(c)?,
         }
         Ok(run)
+    }
+
+    /// The round loop, from the round after [`Run::start`]'s to the last, then the result.
+    fn run(mut self) -> Result<RunResult, FederationError> {
+        let cfg = self.cfg;
+        // With personalisation, one more pass after the last round places the newcomers offered
+        // then (FedClust's Table 6: they join after the federation).
+        let last_pass = cfg.rounds + usize::from(cfg.personalize_epochs.is_some());
+        for round in self.done + 1..=last_pass {
+            let t0 = Instant::now();
+            self.admit_newcomers(round)?;
+            if round > cfg.rounds {
+                break; // the placement pass of personalisation
+            }
+            let chosen = sample_round(cfg, round, self.state.assignment(), self.state.len());
+            let stats = self
+                .strategy
+                .round(&mut env!(self), round, &chosen, &mut self.state)?;
+            let gps = self.gps(round)?;
+            let evaluation = self.evaluate(round)?;
+            self.record(round, stats, gps, evaluation, t0);
+            self.checkpoint(round)?;
+        }
+        self.finish(last_pass)
     }
 
     /// Round 0: the method's clustering (or fixed start); clients without a round-0 upload
