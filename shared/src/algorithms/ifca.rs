@@ -47,6 +47,12 @@ use crate::federation::{
 };
 use crate::model::{ModelKind, Params};
 
+/// IFCA's largest upload: the trained pick and the 8-byte loss of each of the K models (counted
+/// as 2 values each).
+pub(crate) fn largest_upload_floats(cfg: &FederationConfig) -> usize {
+    crate::model::ParamLayout::of(cfg.model).len() + 2 * cfg.clusters.unwrap_or(0)
+}
+
 /// Checks IFCA's settings: K must be given.
 pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
     clusters(cfg).map(|_| ())

@@ -18,7 +18,9 @@
 //! | IFCA | [`ifca`] | K models; each sampled client trains the one of lowest local loss |
 //!
 //! Adding a method: a file here implementing [`Strategy`], a variant of [`Algorithm`], and one
-//! line in each of [`Algorithm::strategy`], [`Algorithm::check`] and the name tables.
+//! line in each of [`Algorithm::strategy`], [`Algorithm::check`] and the name tables (and in
+//! [`Algorithm::largest_upload_floats`] when one upload carries more than one model). This is the
+//! one place that lists the methods.
 
 use std::fmt;
 use std::str::FromStr;
@@ -131,6 +133,24 @@ impl Algorithm {
             Algorithm::Cfl => cfl::check(cfg),
             Algorithm::FedAvg | Algorithm::Local => Ok(()),
         }
+    }
+
+    /// The most floats one upload of the method carries beyond one model, with `clients`
+    /// clients (0: never more than one model): StoCFL's pair of models, IFCA's pick, MT-HFL's
+    /// eigenpairs and relevance row (each method's `largest_upload_floats`).
+    pub fn largest_upload_floats(self, cfg: &FederationConfig, clients: usize) -> usize {
+        match self {
+            Algorithm::StoCfl => stocfl::largest_upload_floats(cfg),
+            Algorithm::Ifca => ifca::largest_upload_floats(cfg),
+            Algorithm::MtHfl => mthfl::largest_upload_floats(cfg, clients),
+            _ => 0,
+        }
+    }
+
+    /// Whether the method always trains its clusters as LPSs under a GPS (MT-HFL); the others
+    /// do with `hierarchy`.
+    pub fn always_hierarchical(self) -> bool {
+        self == Algorithm::MtHfl
     }
 
     /// Every method.

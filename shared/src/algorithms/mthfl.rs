@@ -130,6 +130,12 @@ pub fn assign_newcomer(relevance: &[f64], clustering: &Clustering) -> Result<usi
     best.map(|(c, _)| c).ok_or(SpectralError::Empty)
 }
 
+/// MT-HFL's largest upload: the k eigenpairs (k × (d + 1)) or a relevance row (one value per
+/// client), whichever is longer.
+pub(crate) fn largest_upload_floats(cfg: &FederationConfig, clients: usize) -> usize {
+    (cfg.eigenvectors * (PIXELS + 1)).max(clients)
+}
+
 /// Checks MT-HFL's settings: 1 ≤ k ≤ 784 eigenpairs.
 pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
     if !(1..=PIXELS).contains(&cfg.eigenvectors) {

@@ -105,6 +105,11 @@ pub const DEFAULT_TAU: f64 = 0.5;
 /// λ (the proximal weight of the cluster models toward ω) when `cfg.mu` is unset (the paper's).
 pub const DEFAULT_MU: f64 = 0.05;
 
+/// StoCFL's largest upload: the pair of trained models (global ω and cluster θ).
+pub(crate) fn largest_upload_floats(cfg: &FederationConfig) -> usize {
+    2 * crate::model::ParamLayout::of(cfg.model).len()
+}
+
 /// Checks StoCFL's settings: τ is a cosine, so at most 1.
 pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
     let tau = cfg.tau.unwrap_or(DEFAULT_TAU);

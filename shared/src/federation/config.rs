@@ -287,20 +287,12 @@ impl Default for FederationConfig {
 
 impl FederationConfig {
     /// The most values one upload of this run's method can carry, with `clients` clients
-    /// (newcomers included). Every method uploads at most one model at a time (an update, an
-    /// LPS's common layers, a signature, a gradient), except: StoCFL's pair of models (2 × the
-    /// model's parameters); IFCA's pick (a model and 8 bytes of loss per cluster, counted as 2
-    /// values); MT-HFL's eigenpairs (k × 785) and relevance row (one value per client).
+    /// (newcomers included): one model (an update, an LPS's common layers, a signature, a
+    /// gradient), or more where the method's file says so ([`Algorithm::largest_upload_floats`]).
     /// [`crate::protocol::upload_limit`] turns it into bytes.
     pub fn largest_upload_floats(&self, clients: usize) -> usize {
         let params = crate::model::ParamLayout::of(self.model).len();
-        let own = match self.algorithm {
-            Algorithm::StoCfl => 2 * params,
-            Algorithm::Ifca => params + 2 * self.clusters.unwrap_or(0),
-            Algorithm::MtHfl => (self.eigenvectors * (crate::train::PIXELS + 1)).max(clients),
-            _ => 0,
-        };
-        params.max(own)
+        params.max(self.algorithm.largest_upload_floats(self, clients))
     }
 
     /// Checks ranges; the error says which field is wrong. Method-specific settings are checked
@@ -371,9 +363,10 @@ impl FederationConfig {
         self.clusters.map_or(self.threshold, Threshold::Clusters)
     }
 
-    /// True when clusters train as LPSs under a GPS (MT-HFL, or `hierarchy`).
+    /// True when clusters train as LPSs under a GPS (`hierarchy`, or a method that always does:
+    /// [`Algorithm::always_hierarchical`]).
     pub fn hierarchical(&self) -> bool {
-        self.hierarchy || self.algorithm == Algorithm::MtHfl
+        self.hierarchy || self.algorithm.always_hierarchical()
     }
 
     /// The common layers of a hierarchical run.
