@@ -277,8 +277,10 @@ fn killed_client_does_not_stop_the_round() {
     assert_eq!(&rows[2][..3], &["2", "8", "7"], "{csv}");
     // The last will normally ends the wait at once; at worst each phase waits out its timeout.
     assert!(s["phase_timeouts"].as_u64().unwrap() <= 4, "{s:#}");
-    // The victim's cluster still trained: its partner's accuracy after round 1 is well above
-    // chance (at most 1/2 within a group).
+    // The victim's cluster still trained: its partner's accuracy after the last round is well
+    // above chance (at most 1/2 within a group). Not after round 1: the victim is whichever
+    // client's command the observer sees first, and one group's model is still at chance after
+    // round 1 even with both its members alive (0.500 measured, the others above 0.74).
     let assignment: Vec<u64> = s["assignment"]
         .as_array()
         .unwrap()
@@ -290,8 +292,11 @@ fn killed_client_does_not_stop_the_round() {
         .iter()
         .position(|h| *h == format!("cluster{cluster}_accuracy"))
         .unwrap();
-    let acc: f64 = rows[1][col].parse().unwrap();
-    assert!(acc > 0.6, "cluster {cluster} accuracy {acc} after round 1");
+    let acc: f64 = rows[2][col].parse().unwrap();
+    assert!(
+        acc > 0.6,
+        "cluster {cluster} accuracy {acc} after round 2:\n{csv}"
+    );
     assert_eq!(s["n_clusters"], 4);
 }
 
