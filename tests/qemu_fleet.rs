@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{Answer, ClientPool, Job};
+use edgecfl_shared::jobs::EvaluateJob;
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
@@ -112,7 +113,7 @@ fn initial_accuracy() -> f64 {
     let mut pool = SimPool::new(&data, &part, Backend::Flex).expect("flex backend");
     let initial = Params::init(ModelKind::LeNet5, SEED);
     let jobs: Vec<(usize, Job<'_>)> = (0..CLIENTS)
-        .map(|c| (c, Job::Evaluate { model: &initial }))
+        .map(|c| (c, Job::Evaluate(EvaluateJob { model: &initial })))
         .collect();
     let answers = pool.run(0, &jobs).expect("evaluation");
     let accuracy: f64 = answers

@@ -15,36 +15,107 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use coordinator::rounds::{Answer, Awaiting, Expect, Phase};
-use edgecfl_shared::model::{ModelKind, ParamLayout};
+use coordinator::rounds::{Awaiting, Phase};
+use edgecfl_shared::cluster::spectral::{Estimate, Signature};
+use edgecfl_shared::federation::{Answer, Job, Training};
+use edgecfl_shared::jobs::{
+    EvaluateJob, GradientJob, GramJob, PairJob, PickJob, Prox, RelevanceJob, SignatureJob,
+};
+use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
 use edgecfl_shared::protocol::{
     Eigenpairs, Encoding, Envelope, Hello, Id, LabelEval, ProtocolError, Tensor, ToCoordinator, id,
     text,
 };
+use edgecfl_shared::train::{PIXELS, TrainConfig};
 
 mod fuzz_common;
 use fuzz_common::{Rng, env_var};
 
+/// LeNet-5's final layer, the signature of the signature phases.
 const SIGNATURE: usize = 850;
 const K: usize = 2;
-const D: usize = 16;
+const D: usize = PIXELS;
 const ROW: usize = 6;
 const CANDIDATES: usize = 3;
 
-/// Every kind of phase, with small shapes.
-fn expectations() -> Vec<Expect> {
-    vec![
-        Expect::Signature(SIGNATURE),
-        Expect::Update(ModelKind::Mlp),
-        Expect::Update(ModelKind::LeNet5),
-        Expect::Evaluation,
-        Expect::Eigenpairs { k: K, d: D },
-        Expect::RelevanceRow(ROW),
-        Expect::SignatureStats(SIGNATURE),
-        Expect::Pair(ModelKind::Mlp),
-        Expect::Picked(ModelKind::Mlp, CANDIDATES),
-        Expect::Gradient(SIGNATURE),
-    ]
+/// What the phases' jobs lend: models and signatures.
+struct Owned {
+    mlp: Params,
+    lenet: Params,
+    signatures: Vec<Signature>,
+}
+
+impl Owned {
+    fn new() -> Self {
+        let values: Vec<f32> = (0..K).map(|i| (K - i) as f32).collect();
+        let mut vectors = vec![0.0f32; K * D];
+        for m in 0..K {
+            vectors[m * D + m] = 1.0;
+        }
+        let wire = Eigenpairs::encode(K, D, &values, &vectors, Encoding::F32);
+        let one = Signature::from_wire(&wire, K, D).unwrap();
+        Owned {
+            mlp: Params::init(ModelKind::Mlp, 1),
+            lenet: Params::init(ModelKind::LeNet5, 1),
+            signatures: vec![one; ROW],
+        }
+    }
+
+    /// Every kind of phase, with small shapes: one job, asked of every client of the phase.
+    fn jobs(&self) -> Vec<Job<'_>> {
+        let training = |start| Training {
+            start,
+            cfg: TrainConfig {
+                epochs: 1,
+                batch_size: 10,
+                lr: 0.01,
+                momentum: 0.0,
+                seed: 0,
+                threads: 1,
+            },
+            prox: None,
+        };
+        let signature = |stats| {
+            Job::Signature(SignatureJob {
+                train: training(&self.lenet),
+                layers: &LayerSet::Final,
+                stats,
+            })
+        };
+        vec![
+            signature(false),
+            Job::Train(training(&self.mlp)),
+            Job::Train(training(&self.lenet)),
+            Job::Evaluate(EvaluateJob { model: &self.mlp }),
+            Job::GramSignature(GramJob {
+                k: K,
+                encoding: Encoding::F32,
+            }),
+            Job::Relevance(RelevanceJob {
+                all: &self.signatures,
+                estimate: Estimate::Norm,
+            }),
+            signature(true),
+            Job::TrainPair(PairJob {
+                global: training(&self.mlp),
+                cluster: Training {
+                    prox: Some(Prox {
+                        anchor: &self.mlp,
+                        mu: 0.1,
+                    }),
+                    ..training(&self.mlp)
+                },
+            }),
+            Job::Pick(PickJob {
+                candidates: vec![&self.mlp; CANDIDATES],
+                train: training(&self.mlp),
+            }),
+            Job::Gradient(GradientJob {
+                at: &self.mlp,
+                batch_size: 500,
+            }),
+        ]
+    }
 }
 
 /// A float: mostly ordinary, sometimes not finite or extreme.
@@ -100,23 +171,24 @@ fn samples(rng: &mut Rng) -> u64 {
     rng.pick(&[0, 1, 600, u64::MAX])
 }
 
-/// A message shaped near what `expect` wants: of its kind half of the time, else of any kind.
-fn body(rng: &mut Rng, expect: Expect) -> ToCoordinator {
-    let kind = match expect {
-        Expect::Signature(_) => 1,
-        Expect::Update(_) => 2,
-        Expect::Evaluation => 3,
-        Expect::Eigenpairs { .. } => 6,
-        Expect::RelevanceRow(_) => 7,
-        Expect::Pair(_) => 8,
-        Expect::Picked(..) => 9,
-        Expect::Gradient(_) => 10,
-        Expect::SignatureStats(_) => 11,
+/// A message shaped near what `job` wants: of its kind half of the time, else of any kind.
+fn body(rng: &mut Rng, job: &Job<'_>) -> ToCoordinator {
+    let (kind, trains) = match job {
+        Job::Signature(s) if s.stats => (11, None),
+        Job::Signature(_) => (1, None),
+        Job::Train(t) => (2, Some(t.start.model)),
+        Job::Evaluate(_) => (3, None),
+        Job::GramSignature(_) => (6, None),
+        Job::Relevance(_) => (7, None),
+        Job::TrainPair(p) => (8, Some(p.global.start.model)),
+        Job::Pick(p) => (9, Some(p.train.start.model)),
+        Job::Gradient(_) => (10, None),
+        _ => unreachable!("a job kind the fuzzer does not know"),
     };
     let kind = if rng.chance(2) { kind } else { rng.below(12) };
     // The model the run trains most of the time, with parameters of that model's length.
-    let m = match expect {
-        Expect::Update(m) | Expect::Pair(m) | Expect::Picked(m, _) if !rng.chance(5) => m,
+    let m = match trains {
+        Some(m) if !rng.chance(5) => m,
         _ => model(rng),
     };
     let len = ParamLayout::of(m).len();
@@ -196,7 +268,7 @@ fn body(rng: &mut Rng, expect: Expect) -> ToCoordinator {
             loss: float(rng),
         },
         10 => ToCoordinator::Gradient {
-            values: tensor(rng, SIGNATURE),
+            values: tensor(rng, ParamLayout::of(ModelKind::Mlp).len()),
         },
         _ => ToCoordinator::SignatureStats {
             values: tensor(rng, SIGNATURE),
@@ -210,28 +282,35 @@ fn body(rng: &mut Rng, expect: Expect) -> ToCoordinator {
     }
 }
 
-/// Checks an accepted answer against the phase's expectation.
-fn check(expect: Expect, answer: &Answer) {
+/// Checks an accepted answer against the job asked.
+fn check(job: &Job<'_>, answer: &Answer) {
     let finite = |v: &[f32]| v.iter().all(|x| x.is_finite());
-    match (expect, answer) {
-        (Expect::Signature(n), Answer::Signature(v))
-        | (Expect::Gradient(n), Answer::Gradient(v)) => {
-            assert_eq!(v.len(), n);
+    let model = |p: &Params, kind: ModelKind| {
+        assert_eq!(p.model, kind);
+        assert_eq!(p.values.len(), ParamLayout::of(kind).len());
+        assert!(finite(&p.values));
+    };
+    match (job, answer) {
+        (Job::Signature(j), Answer::Signature(s)) => {
+            assert_eq!(s.values.len(), SIGNATURE);
+            assert!(finite(&s.values));
+            assert_eq!(s.stats.is_some(), j.stats);
+            if let Some(st) = s.stats {
+                assert!((1..=10).contains(&st.classes));
+                assert!(
+                    st.entropy.is_finite() && (0.0..=10f64.log2() + 1e-9).contains(&st.entropy)
+                );
+            }
+        }
+        (Job::Gradient(g), Answer::Gradient(v)) => {
+            assert_eq!(v.len(), g.at.values.len());
             assert!(finite(v));
         }
-        (
-            Expect::Update(kind),
-            Answer::Update {
-                params,
-                samples,
-                loss,
-            },
-        ) => {
-            assert_eq!(params.model, kind);
-            assert_eq!(params.values.len(), ParamLayout::of(kind).len());
-            assert!(finite(&params.values) && *samples > 0 && loss.is_finite());
+        (Job::Train(t), Answer::Update(u)) => {
+            model(&u.params, t.start.model);
+            assert!(u.samples > 0 && u.loss.is_finite());
         }
-        (Expect::Evaluation, Answer::Evaluation(r)) => {
+        (Job::Evaluate(_), Answer::Evaluation(r)) => {
             for l in 0..r.total_per_label.len() {
                 assert!(r.correct_per_label[l] <= r.total_per_label[l]);
                 assert!(r.loss_per_label[l].is_finite() && r.loss_per_label[l] >= 0.0);
@@ -243,63 +322,32 @@ fn check(expect: Expect, answer: &Answer) {
                 r.loss_sum
             );
         }
-        (Expect::Eigenpairs { k, d }, Answer::Eigenpairs(s)) => {
+        (Job::GramSignature(g), Answer::Eigenpairs(s)) => {
             assert_eq!(
                 (s.k, s.d, s.values.len(), s.vectors.len()),
-                (k, d, k, k * d)
+                (g.k, D, g.k, g.k * D)
             );
             assert!(finite(&s.values) && finite(&s.vectors));
         }
-        (Expect::RelevanceRow(n), Answer::RelevanceRow(row)) => {
-            assert_eq!(row.len(), n);
+        (Job::Relevance(r), Answer::Row(row)) => {
+            assert_eq!(row.len(), r.all.len());
             assert!(row.iter().all(|r| (0.0..=1.0).contains(r)));
         }
-        (
-            Expect::SignatureStats(n),
-            Answer::SignatureStats {
-                values,
-                classes,
-                entropy,
-            },
-        ) => {
-            assert_eq!(values.len(), n);
-            assert!(finite(values));
-            assert!((1..=10).contains(classes));
-            assert!(entropy.is_finite() && (0.0..=10f64.log2() + 1e-9).contains(entropy));
-        }
-        (
-            Expect::Pair(kind),
-            Answer::Pair {
-                global,
-                cluster,
-                samples,
-                losses,
-            },
-        ) => {
-            for p in [global, cluster] {
-                assert_eq!(p.model, kind);
-                assert_eq!(p.values.len(), ParamLayout::of(kind).len());
-                assert!(finite(&p.values));
+        (Job::TrainPair(p), Answer::Pair(a)) => {
+            for u in [&a.global, &a.cluster] {
+                model(&u.params, p.global.start.model);
+                assert!(u.samples > 0 && u.loss.is_finite());
             }
-            assert!(*samples > 0 && losses.0.is_finite() && losses.1.is_finite());
         }
-        (
-            Expect::Picked(kind, k),
-            Answer::Picked {
-                choice,
-                losses,
-                params,
-                samples,
-                loss,
-            },
-        ) => {
-            assert!(*choice < k);
-            assert_eq!(losses.len(), k);
-            assert!(losses.iter().all(|l| l.is_finite()));
-            assert_eq!(params.model, kind);
-            assert!(finite(&params.values) && *samples > 0 && loss.is_finite());
+        (Job::Pick(p), Answer::Picked(a)) => {
+            let k = p.candidates.len();
+            assert!(a.choice < k);
+            assert_eq!(a.losses.len(), k);
+            assert!(a.losses.iter().all(|l| l.is_finite()));
+            model(&a.update.params, p.train.start.model);
+            assert!(a.update.samples > 0 && a.update.loss.is_finite());
         }
-        (e, a) => panic!("{a:?} accepted while expecting {e:?}"),
+        (j, a) => panic!("{a:?} accepted for a {} job", j.name()),
     }
 }
 
@@ -310,20 +358,21 @@ fn awaiting_accepts_only_valid_answers_from_asked_clients() {
     let seed: u64 = env_var("EDGECFL_FUZZ_SEED").unwrap_or(0);
     let mut rng = Rng(seed);
     let run: Id = id("run-7").unwrap();
-    let expectations = expectations();
+    let owned = Owned::new();
+    let jobs = owned.jobs();
     let start = Instant::now();
-    let (mut done, mut accepted) = (0u64, vec![0u64; expectations.len()]);
+    let (mut done, mut accepted) = (0u64, vec![0u64; jobs.len()]);
     'phases: loop {
         // A phase: 4 asked clients of 6 known ones, then up to 24 messages.
-        let e = rng.below(expectations.len());
-        let expect = expectations[e];
+        let e = rng.below(jobs.len());
+        let job = &jobs[e];
         let phase = match rng.below(3) {
             0 => Phase::Clustering,
             1 => Phase::Training(1 + rng.below(5) as u32),
             _ => Phase::Evaluating(1 + rng.below(5) as u32),
         };
         let asked: BTreeSet<usize> = (0..6).filter(|_| !rng.chance(3)).collect();
-        let mut aw = Awaiting::new(phase, run.clone(), expect, asked.iter().copied());
+        let mut aw = Awaiting::new(phase, run.clone(), asked.iter().map(|&c| (c, job)));
         let mut answered = BTreeSet::new();
         for _ in 0..24 {
             if done >= execs
@@ -346,11 +395,7 @@ fn awaiting_accepts_only_valid_answers_from_asked_clients() {
             let msg = if rng.chance(15) {
                 Err(ProtocolError::TrailingBytes(1))
             } else {
-                Ok(Envelope::new(
-                    msg_run.clone(),
-                    round,
-                    body(&mut rng, expect),
-                ))
+                Ok(Envelope::new(msg_run.clone(), round, body(&mut rng, job)))
             };
             let failed = matches!(
                 msg,
@@ -369,7 +414,7 @@ fn awaiting_accepts_only_valid_answers_from_asked_clients() {
                     assert!(answered.insert(client), "client {client} answered twice");
                     assert!(msg_run == run && round == phase.round());
                     assert!(!aw.is_pending(client));
-                    check(expect, &answer);
+                    check(job, &answer);
                     accepted[e] += 1;
                 }
                 Err(_) => {
@@ -388,7 +433,10 @@ fn awaiting_accepts_only_valid_answers_from_asked_clients() {
     let secs = start.elapsed().as_secs_f64();
     println!(
         "fuzz_rounds: {done} messages (seed {seed}) in {secs:.1} s, 0 crashes; accepted per phase kind: {:?}",
-        expectations.iter().zip(&accepted).collect::<Vec<_>>()
+        jobs.iter()
+            .map(Job::name)
+            .zip(&accepted)
+            .collect::<Vec<_>>()
     );
     // Every kind of phase must have accepted some answers, or the run proves little.
     assert!(accepted.iter().all(|&n| n > 0), "{accepted:?}");

@@ -19,17 +19,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::client::{self, ClientData};
+use edgecfl_shared::client::ClientData;
 use edgecfl_shared::cluster::spectral::{Gram, Signature};
-use edgecfl_shared::federation::{Answer, Job, Prox, Training, Update, wire};
-use edgecfl_shared::model::{LayerSet, ModelKind, ParamLayout, Params};
+use edgecfl_shared::jobs;
+use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
 use edgecfl_shared::model_file::{self, ModelMeta};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, FinalModel, Hello, Id, Tensor,
-    ToClient, ToCoordinator, Topics, TrainJob,
+    ToClient, ToCoordinator, Topics,
 };
-use edgecfl_shared::train::{Backend, Device, MAX_TRAIN_THREADS, TrainConfig};
+use edgecfl_shared::train::{Backend, Device, MAX_TRAIN_THREADS};
 
 use crate::shard::{Shard, ShardArgs};
 use tracing::{debug, info, warn};
@@ -458,32 +458,6 @@ fn decode_params(model: ModelKind, params: &Tensor) -> anyhow::Result<Params> {
     Ok(Params::new(model, values)?)
 }
 
-/// A job's training of `start`.
-fn training<'a>(
-    start: &'a Params,
-    job: &TrainJob,
-    prox: Option<Prox<'a>>,
-    threads: usize,
-) -> Training<'a> {
-    Training {
-        start,
-        cfg: settings(job, threads),
-        prox,
-    }
-}
-
-/// The local-training settings of a job.
-fn settings(job: &TrainJob, threads: usize) -> TrainConfig {
-    TrainConfig {
-        epochs: job.epochs as usize,
-        batch_size: job.batch_size as usize,
-        lr: job.lr,
-        momentum: job.momentum,
-        seed: job.seed,
-        threads,
-    }
-}
-
 /// The exact MT-HFL signature of this client's data (before upload rounding) and its Gram
 /// matrix, kept from the `GramSignature` job for the `Relevance` job of the same run.
 struct OwnSignature {
@@ -603,8 +577,8 @@ impl Worker<'_> {
     }
 }
 
-/// Does one job that needs no state: decodes the command into a [`Job`], runs it on the shard
-/// and answers with [`wire::reply`] in the encoding the command asked for.
+/// Does one job that needs no state: the registry's [`jobs::serve`] decodes the command, runs
+/// the job on the shard and answers in the encoding the command asked for.
 fn answer(
     cmd: ToClient,
     shard: &Shard,
@@ -615,114 +589,23 @@ fn answer(
         train: &shard.train,
         test: Some(&shard.test),
     };
-    // The models a command carries, decoded (owned here, lent to the job below).
-    let (models, upload): (Vec<Params>, Encoding) = match &cmd {
-        ToClient::Signature { job, .. }
-        | ToClient::SignatureStats { job, .. }
-        | ToClient::Train(job)
-        | ToClient::TrainProx { job, .. } => {
-            (vec![decode_params(job.model, &job.params)?], job.upload)
-        }
-        ToClient::TrainPair {
-            global, cluster, ..
-        } => {
-            anyhow::ensure!(
-                global.model == cluster.model,
-                "pair of {} and {}",
-                global.model,
-                cluster.model
-            );
-            (
-                vec![
-                    decode_params(global.model, &global.params)?,
-                    decode_params(cluster.model, &cluster.params)?,
-                ],
-                global.upload,
-            )
-        }
-        ToClient::Pick { job, candidates } => (
-            candidates
-                .iter()
-                .map(|c| decode_params(job.model, c))
-                .collect::<anyhow::Result<_>>()?,
-            job.upload,
-        ),
-        ToClient::Gradient {
-            model,
-            params,
-            upload,
-            ..
-        } => (vec![decode_params(*model, params)?], *upload),
-        ToClient::Evaluate { model, params } => {
-            (vec![decode_params(*model, params)?], Encoding::F32)
-        }
-        ToClient::Finish | ToClient::Ping | ToClient::FinalModel(_) => {
-            anyhow::bail!("`finish`, `ping` and the final model are not jobs")
-        }
-        ToClient::GramSignature { .. } | ToClient::Relay(_) | ToClient::Relevance { .. } => {
-            anyhow::bail!("MT-HFL round 0 is handled by the worker")
-        }
-    };
-    let layers: LayerSet;
-    let job = match &cmd {
-        ToClient::Signature { job, layers: l } | ToClient::SignatureStats { job, layers: l } => {
-            layers = l.parse()?;
-            Job::Signature {
-                train: training(&models[0], job, None, threads),
-                layers: &layers,
-                stats: matches!(cmd, ToClient::SignatureStats { .. }),
-            }
-        }
-        ToClient::Train(job) => Job::Train(training(&models[0], job, None, threads)),
-        ToClient::TrainProx { job, mu } => {
-            let prox = Prox {
-                anchor: &models[0],
-                mu: *mu,
-            };
-            Job::Train(training(&models[0], job, Some(prox), threads))
-        }
-        ToClient::TrainPair {
-            global,
-            cluster,
-            mu,
-        } => {
-            let prox = Prox {
-                anchor: &models[0],
-                mu: *mu,
-            };
-            Job::TrainPair {
-                global: training(&models[0], global, None, threads),
-                cluster: training(&models[1], cluster, Some(prox), threads),
-            }
-        }
-        ToClient::Pick { job, .. } => {
-            anyhow::ensure!(!models.is_empty(), "no candidate model");
-            Job::Pick {
-                candidates: models.iter().collect(),
-                train: training(&models[0], job, None, threads),
-            }
-        }
-        ToClient::Gradient { batch_size, .. } => Job::Gradient {
-            at: &models[0],
-            batch_size: (*batch_size).max(1) as usize,
-        },
-        ToClient::Evaluate { .. } => Job::Evaluate { model: &models[0] },
-        _ => anyhow::bail!("not a job"),
-    };
-    let answer = client::execute(&job, data, device)?;
-    let finite = |u: &Update| -> anyhow::Result<()> {
-        anyhow::ensure!(u.loss.is_finite(), "training diverged (loss {})", u.loss);
-        Ok(())
-    };
-    match &answer {
-        Answer::Update(u) | Answer::Picked { update: u, .. } => finite(u)?,
-        Answer::Pair { global, cluster } => {
-            finite(global)?;
-            finite(cluster)?;
-        }
-        _ => {}
+    match jobs::serve(&cmd, data, device, threads) {
+        Some(reply) => Ok(reply?),
+        None => anyhow::bail!("not a job this client does: {}", command_name(&cmd)),
     }
-    Ok(wire::reply(&job, &answer, upload)?)
+}
+
+/// A command's name, for the log.
+fn command_name(cmd: &ToClient) -> &'static str {
+    match cmd {
+        ToClient::Finish => "finish",
+        ToClient::Ping => "ping",
+        ToClient::FinalModel(_) => "final model",
+        ToClient::GramSignature { .. } | ToClient::Relay(_) | ToClient::Relevance { .. } => {
+            "MT-HFL round 0 outside the worker"
+        }
+        _ => "unknown command",
+    }
 }
 
 #[cfg(test)]

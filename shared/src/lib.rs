@@ -50,6 +50,8 @@ pub mod data;
 pub mod federation;
 #[cfg(feature = "std")]
 pub mod hierarchy;
+#[cfg(feature = "std")]
+pub mod jobs;
 #[cfg(feature = "logging")]
 pub mod logging;
 #[cfg(feature = "std")]

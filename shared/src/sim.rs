@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::client::{self, ClientData, EVAL_BATCH};
+use crate::client::{ClientData, EVAL_BATCH};
 use crate::cluster::spectral;
 use crate::cluster::spectral::{Estimate, Gram, Signature};
 use crate::data::fmnist::{Dataset, FashionMnist};
@@ -166,7 +166,7 @@ impl ClientPool for SimPool {
     }
 
     /// Evaluations are shared (see the module docs); MT-HFL's jobs keep each client's exact
-    /// signature between its two jobs; everything else is [`client::execute`], clients in
+    /// signature between its two jobs; everything else is [`Job::execute`], clients in
     /// parallel. Answers come in job order, then MT-HFL's, then evaluations by client.
     fn run(
         &mut self,
@@ -185,7 +185,7 @@ impl ClientPool for SimPool {
             .filter(|(_, j)| {
                 !matches!(
                     j,
-                    Job::Evaluate { .. } | Job::GramSignature { .. } | Job::Relevance { .. }
+                    Job::Evaluate(_) | Job::GramSignature(_) | Job::Relevance(_)
                 )
             })
             .collect();
@@ -194,8 +194,7 @@ impl ClientPool for SimPool {
                 train: &self.train[c],
                 test: None,
             };
-            let mut answer = client::execute(job, data, &self.device).map_err(|e| fail(c, &e))?;
-            set_client(&mut answer, c);
+            let answer = job.execute(data, &self.device).map_err(|e| fail(c, &e))?;
             Ok((c, answer))
         })
         .into_iter()
@@ -204,7 +203,7 @@ impl ClientPool for SimPool {
         let grams: Vec<(usize, usize, Encoding)> = jobs
             .iter()
             .filter_map(|(c, j)| match j {
-                Job::GramSignature { k, encoding } => Some((*c, *k, *encoding)),
+                Job::GramSignature(g) => Some((*c, g.k, g.encoding)),
                 _ => None,
             })
             .collect();
@@ -224,7 +223,7 @@ impl ClientPool for SimPool {
         let rows: Vec<(usize, &[Signature], Estimate)> = jobs
             .iter()
             .filter_map(|(c, j)| match j {
-                Job::Relevance { all, estimate } => Some((*c, *all, *estimate)),
+                Job::Relevance(r) => Some((*c, r.all, r.estimate)),
                 _ => None,
             })
             .collect();
@@ -247,7 +246,7 @@ impl ClientPool for SimPool {
         let evals: Vec<(usize, &Params)> = jobs
             .iter()
             .filter_map(|(c, j)| match j {
-                Job::Evaluate { model } => Some((*c, *model)),
+                Job::Evaluate(e) => Some((*c, e.model)),
                 _ => None,
             })
             .collect();
@@ -259,18 +258,6 @@ impl ClientPool for SimPool {
             );
         }
         Ok(out)
-    }
-}
-
-/// Stamps the pool index on the updates of an answer.
-fn set_client(answer: &mut Answer, c: usize) {
-    match answer {
-        Answer::Update(u) | Answer::Picked { update: u, .. } => u.client = c,
-        Answer::Pair { global, cluster } => {
-            global.client = c;
-            cluster.client = c;
-        }
-        _ => {}
     }
 }
 

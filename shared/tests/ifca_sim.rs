@@ -67,9 +67,9 @@ impl ClientPool for Picks {
         let answers = self.inner.run(round, jobs)?;
         let mut this = Vec::new();
         for (c, a) in &answers {
-            if let Answer::Picked { choice, losses, .. } = a {
-                self.last.insert(*c, (*choice, losses.clone()));
-                this.push((*c, *choice));
+            if let Answer::Picked(a) = a {
+                self.last.insert(*c, (a.choice, a.losses.clone()));
+                this.push((*c, a.choice));
             }
         }
         if !this.is_empty() {

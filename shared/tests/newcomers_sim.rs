@@ -91,16 +91,16 @@ impl ClientPool for Recording {
         if !trained.is_empty() {
             self.trained.push((round, trained));
         }
-        let evaluated = of(|j| matches!(j, Job::Evaluate { .. }));
+        let evaluated = of(|j| matches!(j, Job::Evaluate(_)));
         if !evaluated.is_empty() {
             self.evaluated.push((round, evaluated));
         }
         let mut answers = self.inner.run(round, jobs)?;
         for (c, a) in &mut answers {
-            if let (Answer::Signature { values, .. }, Some((_, bad))) =
+            if let (Answer::Signature(s), Some((_, bad))) =
                 (a, self.corrupt.iter().find(|(b, _)| b == c))
             {
-                *values = bad.clone();
+                s.values = bad.clone();
             }
         }
         Ok(answers)

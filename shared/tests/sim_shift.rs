@@ -5,6 +5,7 @@
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, client_datasets, partition};
 use edgecfl_shared::federation::{Answer, ClientPool, Job};
+use edgecfl_shared::jobs::EvaluateJob;
 use edgecfl_shared::model::Params;
 use edgecfl_shared::protocol::ModelKind;
 use edgecfl_shared::sim::SimPool;
@@ -26,9 +27,9 @@ fn pooled_evaluation_matches_each_clients_own_test_set() {
         .map(|c| {
             (
                 c,
-                Job::Evaluate {
+                Job::Evaluate(EvaluateJob {
                     model: &models[(c / 4) % 2],
-                },
+                }),
             )
         })
         .collect();

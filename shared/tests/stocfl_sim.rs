@@ -12,6 +12,7 @@ use edgecfl_shared::federation::{
     self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, Job, Observer, PoolError,
     Quiet, RunContext, RunResult,
 };
+use edgecfl_shared::jobs::GradientJob;
 use edgecfl_shared::model::Params;
 use edgecfl_shared::protocol::ModelKind;
 use edgecfl_shared::sim::SimPool;
@@ -65,10 +66,10 @@ fn anchor_gradients_separate_groups() {
             .map(|c| {
                 (
                     c,
-                    Job::Gradient {
+                    Job::Gradient(GradientJob {
                         at: &anchor,
                         batch_size: EVAL_BATCH,
-                    },
+                    }),
                 )
             })
             .collect();

@@ -69,6 +69,7 @@ use crate::federation::{
     NewcomerError, Placement, Strategy, Target, Training, bad_state, client_seed, round0_uploads,
     strategy_state,
 };
+use crate::jobs::SignatureJob;
 use crate::model::{LayerSet, Params};
 
 /// The paper's newcomer threshold ε (§6.1).
@@ -347,7 +348,7 @@ fn upload_job<'a>(env: &Env<'a>, p: usize, stats: bool) -> Job<'a> {
     let (cfg, initial) = (env.cfg, env.initial);
     let mut train = cfg.train_config(client_seed(cfg.seed, 0, env.clients[p].index));
     train.epochs = cfg.warmup_epochs;
-    Job::Signature {
+    Job::Signature(SignatureJob {
         train: Training {
             start: initial,
             cfg: train,
@@ -355,7 +356,7 @@ fn upload_job<'a>(env: &Env<'a>, p: usize, stats: bool) -> Job<'a> {
         },
         layers: signature_layers(cfg),
         stats,
-    }
+    })
 }
 
 /// Label statistics a client may have sent: a finite entropy ≥ 0.
@@ -417,7 +418,7 @@ impl Strategy for AdaCfl {
             .run(0, jobs)?
             .into_iter()
             .filter_map(|(p, a)| match a {
-                Answer::Signature { values, stats: s } => Some((p, (values, s))),
+                Answer::Signature(s) => Some((p, (s.values, s.stats))),
                 _ => None,
             })
             .filter(|(_, (_, s))| !stats || s.as_ref().is_some_and(valid_stats))
@@ -483,7 +484,7 @@ impl Strategy for AdaCfl {
             .run(0, jobs)?
             .into_iter()
             .filter_map(|(p, a)| match a {
-                Answer::Signature { values, .. } => Some((p, values)),
+                Answer::Signature(s) => Some((p, s.values)),
                 _ => None,
             })
             .collect();

@@ -29,6 +29,7 @@ use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, Strategy, Target, Training, Weighting, client_seed, round0_uploads,
 };
+use crate::jobs::SignatureJob;
 use crate::model::{LayerSet, ParamLayout, Params};
 
 /// Where FedClust's cluster models start after round 0.
@@ -110,7 +111,7 @@ fn signature_job<'a>(env: &Env<'a>, p: usize, layers: &'a LayerSet) -> Job<'a> {
     let (cfg, initial) = (env.cfg, env.initial);
     let mut train = cfg.train_config(client_seed(cfg.seed, 0, env.clients[p].index));
     train.epochs = cfg.warmup_epochs;
-    Job::Signature {
+    Job::Signature(SignatureJob {
         train: Training {
             start: initial,
             cfg: train,
@@ -118,7 +119,7 @@ fn signature_job<'a>(env: &Env<'a>, p: usize, layers: &'a LayerSet) -> Job<'a> {
         },
         layers,
         stats: false,
-    }
+    })
 }
 
 /// The signatures among `answers`, by position.
@@ -126,7 +127,7 @@ fn signatures(answers: Vec<(usize, Answer)>) -> Vec<(usize, Vec<f32>)> {
     answers
         .into_iter()
         .filter_map(|(p, a)| match a {
-            Answer::Signature { values, .. } => Some((p, values)),
+            Answer::Signature(s) => Some((p, s.values)),
             _ => None,
         })
         .collect()

@@ -45,6 +45,7 @@ use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, RoundStats, Strategy, Target, Training, Update, client_seed,
 };
+use crate::jobs::PickJob;
 use crate::model::{ModelKind, Params};
 
 /// IFCA's largest upload: the trained pick and the 8-byte loss of each of the K models (counted
@@ -151,22 +152,22 @@ impl Strategy for Ifca {
             .map(|&p| {
                 (
                     p,
-                    Job::Pick {
+                    Job::Pick(PickJob {
                         candidates: candidates.clone(),
                         train: Training {
                             start: candidates[0],
                             cfg: env.train_config(round, p),
                             prox: None,
                         },
-                    },
+                    }),
                 )
             })
             .collect();
         let answers = env.run(round, jobs)?;
         let mut picks: Vec<(usize, usize, Update)> = Vec::new();
         for (p, a) in answers {
-            if let Answer::Picked { choice, update, .. } = a {
-                picks.push((p, choice, update));
+            if let Answer::Picked(a) = a {
+                picks.push((p, a.choice, a.update));
             }
         }
         let averages = average_by_choice(

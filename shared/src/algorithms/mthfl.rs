@@ -63,6 +63,7 @@ use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, Strategy, Target, round0_uploads,
 };
+use crate::jobs::{GramJob, RelevanceJob};
 use crate::train::{Device, PIXELS};
 
 /// The linkage [`cluster`] uses unless told otherwise: average (UPGMA). The paper does not name
@@ -197,10 +198,10 @@ impl MtHfl {
 
 /// The signature job of round 0 (and of a newcomer).
 fn signature_job<'a>(cfg: &FederationConfig) -> Job<'a> {
-    Job::GramSignature {
+    Job::GramSignature(GramJob {
         k: cfg.eigenvectors,
         encoding: cfg.signature_encoding,
-    }
+    })
 }
 
 /// The signatures among `answers`, by position.
@@ -265,10 +266,10 @@ impl Strategy for MtHfl {
                     .map(|&p| {
                         (
                             p,
-                            Job::Relevance {
+                            Job::Relevance(RelevanceJob {
                                 all: &sigs,
                                 estimate: cfg.estimate,
-                            },
+                            }),
                         )
                     })
                     .collect();

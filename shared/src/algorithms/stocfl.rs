@@ -97,6 +97,7 @@ use crate::federation::{
     Placement, Prox, RoundStats, Strategy, Target, Training, Update, bad_state, check_model,
     strategy_state,
 };
+use crate::jobs::{GradientJob, PairJob};
 use crate::model::Params;
 
 /// τ when `cfg.tau` is unset (the paper's value for rotated MNIST / CIFAR-10).
@@ -349,10 +350,10 @@ impl StoCfl {
             .map(|&p| {
                 (
                     p,
-                    Job::Gradient {
+                    Job::Gradient(GradientJob {
                         at: anchor,
                         batch_size: EVAL_BATCH,
-                    },
+                    }),
                 )
             })
             .collect();
@@ -554,7 +555,7 @@ impl Strategy for StoCfl {
                 let cfg = env.train_config(round, p);
                 (
                     p,
-                    Job::TrainPair {
+                    Job::TrainPair(PairJob {
                         global: Training {
                             start: &*omega,
                             cfg,
@@ -568,7 +569,7 @@ impl Strategy for StoCfl {
                                 mu,
                             }),
                         },
-                    },
+                    }),
                 )
             })
             .collect();
@@ -576,9 +577,9 @@ impl Strategy for StoCfl {
         let mut globals: Vec<Update> = Vec::new();
         let mut locals: Vec<(usize, Update)> = Vec::new();
         for (p, a) in answers {
-            if let Answer::Pair { global, cluster } = a {
-                globals.push(global);
-                locals.push((p, cluster));
+            if let Answer::Pair(pair) = a {
+                globals.push(pair.global);
+                locals.push((p, pair.cluster));
             }
         }
         if !globals.is_empty() {

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::hierarchy::{self, CommonLayers};
+use crate::jobs::EvaluateJob;
 use crate::model::Params;
 use crate::train::{EvalReport, LocalTest};
 
@@ -466,9 +467,9 @@ impl<'a> Run<'a> {
             .map(|p| {
                 (
                     p,
-                    Job::Evaluate {
+                    Job::Evaluate(EvaluateJob {
                         model: state.model_of(p),
-                    },
+                    }),
                 )
             })
             .collect();
@@ -777,7 +778,7 @@ fn personalize(
     let trained = updates_of(env.run(round, jobs)?);
     let jobs = trained
         .iter()
-        .map(|(p, u)| (*p, Job::Evaluate { model: &u.params }))
+        .map(|(p, u)| (*p, Job::Evaluate(EvaluateJob { model: &u.params })))
         .collect();
     Ok(env
         .run(round, jobs)?

@@ -48,17 +48,15 @@ mod config;
 mod driver;
 mod pool;
 mod result;
-pub mod wire;
 
 pub use crate::algorithms::Algorithm;
+pub use crate::jobs::{Answer, Job, LabelStats, Prox, Training, Update};
 pub use crate::train::LocalTest;
 pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, from_exact_json, to_exact_json};
 pub(crate) use checkpoint::{bad_state, check_model, strategy_state};
 pub use config::{FederationConfig, Sampling, Weighting, client_seed};
 pub use driver::{run, run_lps, run_resumable};
-pub use pool::{
-    Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Prox, Training, Update,
-};
+pub use pool::{ClientInfo, ClientPool, PoolError};
 pub use result::{
     DroppedNewcomer, DroppedUpdate, Newcomer, NewcomerError, Observer, Quiet, RoundRecord,
     RunResult, UpdateRejection,
@@ -72,6 +70,7 @@ use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::spectral::SpectralError;
 use crate::data::partition::Partition;
 use crate::hierarchy::HierarchyError;
+use crate::jobs::encoded_len;
 use crate::model::{ModelError, Params};
 use crate::train::Backend;
 
@@ -615,10 +614,10 @@ impl Traffic {
     /// relay, a broadcast received by each client asked; 0 for every other job).
     fn send(&mut self, job: &Job<'_>, upload: crate::protocol::Encoding, relay: u64) {
         self.down += job.floats_down() as u64;
-        if let Ok(cmd) = wire::command(job, upload) {
-            self.bytes_down += wire::encoded_len(&cmd);
+        if let Ok(cmd) = job.command(upload) {
+            self.bytes_down += encoded_len(&cmd);
         }
-        if matches!(job, Job::Relevance { .. }) {
+        if matches!(job, Job::Relevance(_)) {
             self.bytes_down += relay;
         }
     }
@@ -667,8 +666,8 @@ impl Env<'_> {
         // built once, not once per client.
         let relay = by_index
             .iter()
-            .find_map(|(_, j)| wire::relay(j).ok().flatten())
-            .map_or(0, |r| wire::encoded_len(&r));
+            .find_map(|(_, j)| j.broadcast().ok().flatten())
+            .map_or(0, |b| encoded_len(&b.message));
         for (_, j) in &by_index {
             self.traffic.send(j, upload, relay);
         }
@@ -715,63 +714,32 @@ impl Env<'_> {
                 continue;
             }
             // The message as it came (before the checks below and `Weighting::Equal`).
-            if let Ok(msg) = wire::reply(job, &answer, upload) {
-                self.traffic.bytes_up += wire::encoded_len(&msg);
+            if let Ok(msg) = job.reply(&answer, upload) {
+                self.traffic.bytes_up += encoded_len(&msg);
             }
-            let checked = match (&mut answer, job) {
-                (Answer::Update(u), Job::Train(t)) => {
-                    u.client = p;
-                    well_formed(u).then(|| trusted(u, t.start))
-                }
-                (
-                    Answer::Pair { global, cluster },
-                    Job::TrainPair {
-                        global: g,
-                        cluster: c,
-                    },
-                ) => {
-                    global.client = p;
-                    cluster.client = p;
-                    (well_formed(global) && well_formed(cluster))
-                        .then(|| trusted(global, g.start).and_then(|()| trusted(cluster, c.start)))
-                }
-                (
-                    Answer::Picked {
-                        update,
-                        choice,
-                        losses,
-                    },
-                    Job::Pick { candidates, .. },
-                ) => {
-                    update.client = p;
-                    (well_formed(update)
-                        && *choice < candidates.len()
-                        && losses.len() == candidates.len())
-                    .then(|| trusted(update, candidates[*choice]))
-                }
-                (Answer::Update(_) | Answer::Pair { .. } | Answer::Picked { .. }, _) => None,
-                _ => Some(Ok(())),
+            // Every trained model: of the run's architecture and size, trained on at least one
+            // sample, on no more than its client declared, and not too far from the model it
+            // started from.
+            let Some(mut trained) = job.trained(&mut answer) else {
+                continue;
             };
-            match checked {
-                None => continue,
-                Some(Err(reason)) => {
-                    self.traffic.dropped.push(DroppedUpdate {
-                        client: clients[p].id.clone(),
-                        round,
-                        reason,
-                    });
-                    continue;
-                }
-                Some(Ok(())) => {}
+            for (_, u) in &mut trained {
+                u.client = p;
+            }
+            if !trained.iter().all(|(_, u)| well_formed(u)) {
+                continue;
+            }
+            if let Err(reason) = trained.iter().try_for_each(|(sent, u)| trusted(u, sent)) {
+                self.traffic.dropped.push(DroppedUpdate {
+                    client: clients[p].id.clone(),
+                    round,
+                    reason,
+                });
+                continue;
             }
             if equal {
-                match &mut answer {
-                    Answer::Update(u) | Answer::Picked { update: u, .. } => u.samples = 1,
-                    Answer::Pair { global, cluster } => {
-                        global.samples = 1;
-                        cluster.samples = 1;
-                    }
-                    _ => {}
+                for (_, u) in trained {
+                    u.samples = 1;
                 }
             }
             self.traffic.up += answer.floats_up() as u64;
@@ -791,23 +759,6 @@ fn change_norm(a: &[f32], b: &[f32]) -> f64 {
         })
         .sum::<f64>()
         .sqrt()
-}
-
-impl Job<'_> {
-    /// Whether `answer` is of the kind this job asks for.
-    pub fn accepts(&self, answer: &Answer) -> bool {
-        matches!(
-            (self, answer),
-            (Job::Train(_), Answer::Update(_))
-                | (Job::Signature { .. }, Answer::Signature { .. })
-                | (Job::TrainPair { .. }, Answer::Pair { .. })
-                | (Job::Pick { .. }, Answer::Picked { .. })
-                | (Job::Gradient { .. }, Answer::Gradient(_))
-                | (Job::GramSignature { .. }, Answer::Eigenpairs(_))
-                | (Job::Relevance { .. }, Answer::Row(_))
-                | (Job::Evaluate { .. }, Answer::Evaluation(_))
-        )
-    }
 }
 
 /// The plain training round most methods share: every sampled client trains its cluster's model

@@ -3,12 +3,13 @@
 
 use std::time::{Instant, SystemTime};
 
-use edgecfl_shared::federation::PoolError;
+use edgecfl_shared::federation::{Answer, Job, PoolError};
+use edgecfl_shared::jobs::Uploads;
 use edgecfl_shared::mqtt::Inbound;
 use edgecfl_shared::protocol::{self, Envelope, ToClient, ToCoordinator, TopicKind};
 use tracing::{debug, info, warn};
 
-use crate::rounds::{Answer as WireAnswer, Awaiting, Expect, Phase, Rejected, Rejection};
+use crate::rounds::{Awaiting, Phase, Rejected, Rejection};
 
 use super::join::{finish_fleet, shard_holder, shard_taken, stray, upload_on_status};
 use super::pool::{DropReason, MqttPool};
@@ -18,9 +19,9 @@ impl MqttPool {
     /// its shard's size in testbed mode) is refused: a client cannot outweigh the others in the
     /// reported accuracy. The samples an update claims are held to the fleet cap where it
     /// lowered the client's count ([`super::join::Declared`]). Other answers pass.
-    fn within_declared(&self, c: usize, mut a: WireAnswer) -> Result<WireAnswer, Rejected> {
+    fn within_declared(&self, c: usize, mut a: Answer) -> Result<Answer, Rejected> {
         let declared = self.members[c].hello.test_samples;
-        if let WireAnswer::Evaluation(r) = &a
+        if let Answer::Evaluation(r) = &a
             && r.total as u64 > declared
         {
             return Err(Rejected::new(
@@ -32,12 +33,10 @@ impl MqttPool {
             ));
         }
         // A client above the fleet cap (`--sample-cap`) weighs as the cap.
-        if let Some(cap) = self.declared.weight_cap(self.members[c].id.as_str())
-            && let WireAnswer::Update { samples, .. }
-            | WireAnswer::Pair { samples, .. }
-            | WireAnswer::Picked { samples, .. } = &mut a
-        {
-            *samples = (*samples).min(cap);
+        if let Some(cap) = self.declared.weight_cap(self.members[c].id.as_str()) {
+            for u in a.updates() {
+                u.samples = u.samples.min(cap);
+            }
         }
         Ok(a)
     }
@@ -66,18 +65,22 @@ impl MqttPool {
         self.tally.add(r.reason);
     }
 
-    /// One awaiting phase: sends each job, then collects answers until everyone asked has
-    /// answered, failed or dropped out, or the phase timeout fires. `broadcast`, a message every
-    /// job depends on, is published first on the broadcast topic (not retained) and again when an
-    /// asked client reconnects.
+    /// One awaiting phase: sends each client its command (`jobs`, the messages of `asked`'s
+    /// jobs), then collects answers until everyone asked has answered, failed or dropped out, or
+    /// the phase timeout fires. `broadcast`, a message every job depends on, is published first
+    /// on the broadcast topic (not retained) and again when an asked client reconnects.
     pub(super) fn exchange(
         &mut self,
         phase: Phase,
-        expect: Expect,
+        asked: &[&(usize, Job<'_>)],
         jobs: Vec<(usize, ToClient)>,
         broadcast: Option<&[u8]>,
-    ) -> Result<Vec<(usize, WireAnswer)>, PoolError> {
-        let mut aw = Awaiting::new(phase, self.run.clone(), expect, jobs.iter().map(|j| j.0));
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        let mut aw = Awaiting::new(
+            phase,
+            self.run.clone(),
+            asked.iter().map(|&&(c, ref job)| (c, job)),
+        );
         let round = phase.round();
         self.live
             .phase_started(phase, jobs.iter().map(|j| self.members[j.0].id.to_string()));
@@ -161,12 +164,12 @@ impl MqttPool {
 
     fn on_message(
         &mut self,
-        aw: &mut Awaiting,
+        aw: &mut Awaiting<'_, '_>,
         jobs: &[(usize, ToClient)],
         broadcast: Option<&[u8]>,
         topic: &str,
         payload: &[u8],
-    ) -> Result<Option<(usize, WireAnswer)>, PoolError> {
+    ) -> Result<Option<(usize, Answer)>, PoolError> {
         let Some((id, kind)) = self.topics.parse(topic) else {
             return Ok(None);
         };
@@ -296,26 +299,21 @@ impl MqttPool {
             ),
             (TopicKind::Up, Some(c)) => {
                 let len = payload.len() as u64;
+                let uploads = aw.job(c).map(Job::uploads);
                 match aw.accept(c, msg).and_then(|a| self.within_declared(c, a)) {
                     Ok(a) => {
                         debug!("{phase}: answer of {id} ({len} bytes)");
                         self.live.answered(id, phase, len);
                         self.wire.answers_up += 1;
-                        match &a {
-                            WireAnswer::Signature(_)
-                            | WireAnswer::SignatureStats { .. }
-                            | WireAnswer::Eigenpairs(_)
-                            | WireAnswer::Gradient(_) => {
-                                self.wire.signature_up += len;
-                            }
-                            WireAnswer::RelevanceRow(_) => self.wire.relevance_up += len,
-                            WireAnswer::Update { .. }
-                            | WireAnswer::Pair { .. }
-                            | WireAnswer::Picked { .. } => {
+                        match uploads {
+                            Some(Uploads::Signatures) => self.wire.signature_up += len,
+                            Some(Uploads::RelevanceRows) => self.wire.relevance_up += len,
+                            Some(Uploads::Models) => {
                                 self.wire.update_up += len;
                                 self.wire.updates += 1;
                             }
-                            WireAnswer::Evaluation(_) => self.wire.evaluation_up += len,
+                            Some(Uploads::Evaluations) => self.wire.evaluation_up += len,
+                            None => {}
                         }
                         return Ok(Some((c, a)));
                     }

@@ -2,22 +2,18 @@
 //! `summary.json` reports.
 
 use edgecfl_shared::atomic_file;
-use edgecfl_shared::cluster::spectral;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use edgecfl_shared::data::partition::PartitionSpec;
-use edgecfl_shared::federation::{
-    self, Answer, ClientInfo, ClientPool, Job, LabelStats, PoolError, Update, wire,
-};
-use edgecfl_shared::model::ParamLayout;
+use edgecfl_shared::federation::{self, Answer, ClientInfo, ClientPool, Job, PoolError};
+use edgecfl_shared::jobs::{Uploads, WireError};
 use edgecfl_shared::mqtt::Link;
 use edgecfl_shared::protocol::{Encoding, Envelope, Hello, Id, ToClient, Topics};
-use edgecfl_shared::train::PIXELS;
 use serde::{Deserialize, Serialize};
 
-use crate::rounds::{Answer as WireAnswer, Expect, Phase, Tally};
+use crate::rounds::{Phase, Tally};
 
 use super::NetFlags;
 use super::join::finish_fleet;
@@ -288,157 +284,42 @@ impl MqttPool {
         });
     }
 
-    /// One exchange for jobs of one kind (`jobs` non-empty, all of `jobs[0]`'s kind).
+    /// One exchange for jobs of one kind (`jobs` non-empty, all of `jobs[0]`'s kind): their
+    /// commands ([`Job::command`]) and the broadcast they need, if any ([`Job::broadcast`]).
     fn run_kind(
         &mut self,
         round: usize,
         jobs: &[&(usize, Job<'_>)],
     ) -> Result<Vec<(usize, Answer)>, PoolError> {
-        let unsupported = |job: &Job<'_>| PoolError::Job {
-            job: job.name(),
-            reason: "not carried over MQTT yet".into(),
-        };
         let first = &jobs[0].1;
-        let phase = match first {
+        let phase = match first.uploads() {
             _ if round == 0 => Phase::Clustering,
-            Job::Evaluate { .. } => Phase::Evaluating(round as u32),
+            Uploads::Evaluations => Phase::Evaluating(round as u32),
             _ => Phase::Training(round as u32),
         };
-        let mut relay = None;
-        let expect = match first {
-            Job::Train(t) => Expect::Update(t.start.model),
-            Job::Signature {
-                train,
-                layers,
-                stats,
-            } => {
-                let len = ParamLayout::of(train.start.model)
-                    .select(layers)
-                    .map_err(|e| PoolError::Job {
-                        job: first.name(),
-                        reason: e.to_string(),
-                    })?
-                    .len();
-                if *stats {
-                    Expect::SignatureStats(len)
-                } else {
-                    Expect::Signature(len)
-                }
-            }
-            Job::TrainPair { global, .. } => Expect::Pair(global.start.model),
-            Job::Pick { train, candidates } => Expect::Picked(train.start.model, candidates.len()),
-            Job::Gradient { at, .. } => Expect::Gradient(at.values.len()),
-            Job::Evaluate { .. } => Expect::Evaluation,
-            Job::GramSignature { k, .. } => Expect::Eigenpairs { k: *k, d: PIXELS },
-            Job::Relevance { all, .. } => {
-                let n = all.len();
-                let wire = spectral::relay(all).map_err(|e| PoolError::Job {
-                    job: first.name(),
-                    reason: e.to_string(),
-                })?;
-                let encoding = wire.values.encoding;
-                relay = Some(
-                    Envelope::new(
-                        self.run.clone(),
-                        Phase::Clustering.round(),
-                        ToClient::Relay(wire),
-                    )
+        let unsendable = |e: WireError| PoolError::Job {
+            job: e.job,
+            reason: e.reason,
+        };
+        let broadcast = match first.broadcast().map_err(unsendable)? {
+            Some(b) => Some(
+                Envelope::new(self.run.clone(), phase.round(), b.message)
                     .to_bytes_checked()
                     .map_err(|e| PoolError::Job {
                         job: first.name(),
-                        reason: format!(
-                            "the relay of {n} signatures (k = {}, {encoding}) cannot be sent: \
-                             {e}; use --signature-encoding f16, fewer --eigenvectors, or \
-                             --relevance server",
-                            all.first().map_or(0, |s| s.k)
-                        ),
+                        reason: format!("{}: {e}", b.too_large),
                     })?,
-                );
-                Expect::RelevanceRow(n)
-            }
-            other => return Err(unsupported(other)),
+            ),
+            None => None,
         };
         let mut msgs = Vec::with_capacity(jobs.len());
         for &&(c, ref job) in jobs {
-            let msg = wire::command(job, self.upload).map_err(|e| PoolError::Job {
-                job: e.job,
-                reason: e.reason,
-            })?;
             if c >= self.members.len() {
                 return Err(PoolError::NoClient(c));
             }
-            msgs.push((c, msg));
+            msgs.push((c, job.command(self.upload).map_err(unsendable)?));
         }
-        let answers = self.exchange(phase, expect, msgs, relay.as_deref())?;
-        Ok(answers
-            .into_iter()
-            .map(|(client, a)| {
-                let answer = match a {
-                    WireAnswer::Signature(values) => Answer::Signature {
-                        values,
-                        stats: None,
-                    },
-                    WireAnswer::Update {
-                        params,
-                        samples,
-                        loss,
-                    } => Answer::Update(Update {
-                        client,
-                        params,
-                        samples,
-                        loss,
-                    }),
-                    WireAnswer::Evaluation(r) => Answer::Evaluation(r),
-                    WireAnswer::Eigenpairs(s) => Answer::Eigenpairs(s),
-                    WireAnswer::RelevanceRow(r) => Answer::Row(r),
-                    WireAnswer::SignatureStats {
-                        values,
-                        classes,
-                        entropy,
-                    } => Answer::Signature {
-                        values,
-                        stats: Some(LabelStats { classes, entropy }),
-                    },
-                    WireAnswer::Pair {
-                        global,
-                        cluster,
-                        samples,
-                        losses,
-                    } => Answer::Pair {
-                        global: Update {
-                            client,
-                            params: global,
-                            samples,
-                            loss: losses.0,
-                        },
-                        cluster: Update {
-                            client,
-                            params: cluster,
-                            samples,
-                            loss: losses.1,
-                        },
-                    },
-                    WireAnswer::Picked {
-                        choice,
-                        losses,
-                        params,
-                        samples,
-                        loss,
-                    } => Answer::Picked {
-                        choice,
-                        losses,
-                        update: Update {
-                            client,
-                            params,
-                            samples,
-                            loss,
-                        },
-                    },
-                    WireAnswer::Gradient(g) => Answer::Gradient(g),
-                };
-                (client, answer)
-            })
-            .collect())
+        self.exchange(phase, jobs, msgs, broadcast.as_deref())
     }
 
     /// Tells every client the run is over, then disconnects. A member with a message in `kept`
