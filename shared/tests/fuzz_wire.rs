@@ -130,6 +130,10 @@ fn to_client() -> Vec<ToClient> {
             method: text("fedclust"),
             accuracy: Some(0.9),
         }),
+        ToClient::Custom {
+            kind: text("label-counts"),
+            body: vec![],
+        },
     ];
     for m in &all {
         match m {
@@ -146,7 +150,8 @@ fn to_client() -> Vec<ToClient> {
             | ToClient::Pick { .. }
             | ToClient::Gradient { .. }
             | ToClient::SignatureStats { .. }
-            | ToClient::FinalModel(_) => {}
+            | ToClient::FinalModel(_)
+            | ToClient::Custom { .. } => {}
         }
     }
     all
@@ -232,6 +237,10 @@ fn to_coordinator() -> Vec<ToCoordinator> {
             entropy: 1.0,
         },
         ToCoordinator::Pong,
+        ToCoordinator::Custom {
+            kind: text("label-counts"),
+            body: vec![1, 0, 0, 3],
+        },
     ];
     for m in &all {
         match m {
@@ -247,7 +256,8 @@ fn to_coordinator() -> Vec<ToCoordinator> {
             | ToCoordinator::Pair { .. }
             | ToCoordinator::Picked { .. }
             | ToCoordinator::Gradient { .. }
-            | ToCoordinator::SignatureStats { .. } => {}
+            | ToCoordinator::SignatureStats { .. }
+            | ToCoordinator::Custom { .. } => {}
         }
     }
     all
@@ -488,7 +498,8 @@ fn execute(bytes: &[u8], other: usize) -> [bool; 4] {
             ToClient::Finish
             | ToClient::Ping
             | ToClient::GramSignature { .. }
-            | ToClient::Relevance { .. } => {}
+            | ToClient::Relevance { .. }
+            | ToClient::Custom { .. } => {}
         }
     }
     if let Some(m) = round_trip::<ToCoordinator>(bytes) {
@@ -517,7 +528,8 @@ fn execute(bytes: &[u8], other: usize) -> [bool; 4] {
             | ToCoordinator::Evaluation { .. }
             | ToCoordinator::Failed { .. }
             | ToCoordinator::Gone
-            | ToCoordinator::Pong => {}
+            | ToCoordinator::Pong
+            | ToCoordinator::Custom { .. } => {}
         }
     }
     if let Some(m) = round_trip::<ToLps>(bytes) {

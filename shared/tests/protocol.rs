@@ -94,6 +94,18 @@ fn golden_to_client() {
 
     golden(env("r1", 3, ToClient::Finish), &cat(&[0x03]));
     golden(env("r1", 3, ToClient::Ping), &cat(&[0x0C]));
+    // variant 14: kind "echo" (len 4), body of 2 bytes
+    golden(
+        env(
+            "r1",
+            3,
+            ToClient::Custom {
+                kind: text("echo"),
+                body: vec![0x01, 0xFF],
+            },
+        ),
+        &cat(&[0x0E, 0x04, b'e', b'c', b'h', b'o', 0x02, 0x01, 0xFF]),
+    );
 
     // variant 13, LeNet-5, f32 tensor of 4 bytes, cluster 2, 300 rounds (varint AC 02),
     // "fedclust" (len 8), Some(0.5)
@@ -147,6 +159,14 @@ fn golden_to_coordinator() {
     );
     golden(blank(ToCoordinator::Gone), &[0x02, 0x00, 0x00, 0x05]);
     golden(blank(ToCoordinator::Pong), &[0x02, 0x00, 0x00, 0x0C]);
+    // variant 13: kind "echo" (len 4), empty body
+    golden(
+        blank(ToCoordinator::Custom {
+            kind: text("echo"),
+            body: vec![],
+        }),
+        &[0x02, 0x00, 0x00, 0x0D, 0x04, b'e', b'c', b'h', b'o', 0x00],
+    );
 
     let head = [0x02, 0x01, b'x', 0x00];
     let cat = |body: &[u8]| [&head[..], body].concat();

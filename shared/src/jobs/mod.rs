@@ -12,7 +12,10 @@
 //! The runtimes dispatch through the registry below: the in-process pool of `simulate`
 //! ([`Job::execute`]), the coordinator's MQTT pool ([`Job::command`], [`Job::accept`]) and the
 //! edge client ([`serve`]). Adding a job is one file implementing [`JobKind`] plus one line in
-//! the registry's invocation at the foot of this file.
+//! the registry's invocation at the foot of this file; a job whose messages are not among the
+//! protocol's carries them in [`ToClient::Custom`] and [`ToCoordinator::Custom`] ([`custom`]), so
+//! neither the protocol nor a runtime changes. `label_counts.rs`, a job compiled for the unit
+//! tests only, is such a job, run through the simulator and the wire in its tests.
 //!
 //! | file | job | answer | used by |
 //! | --- | --- | --- | --- |
@@ -34,9 +37,12 @@ use crate::model::Params;
 use crate::protocol::{Encoding, ToClient, ToCoordinator};
 use crate::train::Device;
 
+pub mod custom;
 pub mod evaluate;
 pub mod gradient;
 pub mod gram_signature;
+#[cfg(test)]
+mod label_counts;
 pub mod pick;
 pub mod rejection;
 pub mod relevance;
@@ -187,12 +193,12 @@ pub trait JobKind {
 /// The registry: one line per kind of job, `Variant(file::Kind) => AnswerVariant`, in the order
 /// of [`Job`]'s variants. Generates [`Job`], [`Answer`] and their dispatch to the kinds.
 macro_rules! registry {
-    ($( $(#[$doc:meta])* $job:ident($kind:ty) => $answer:ident ),* $(,)?) => {
+    ($( $(#[doc = $doc:expr])* $(#[cfg($cfg:meta)])? $job:ident($kind:ty) => $answer:ident ),* $(,)?) => {
         /// Work for one client (see the module docs for the table of kinds).
         #[derive(Debug, Clone)]
         #[non_exhaustive]
         pub enum Job<'a> {
-            $( $(#[$doc])* $job(<$kind as JobKind>::Job<'a>), )*
+            $( $(#[doc = $doc])* $(#[cfg($cfg)])? $job(<$kind as JobKind>::Job<'a>), )*
         }
 
         /// A client's answer to a [`Job`], of the variant the registry pairs with the job's.
@@ -200,23 +206,23 @@ macro_rules! registry {
         #[non_exhaustive]
         pub enum Answer {
             $( #[doc = concat!("To [`Job::", stringify!($job), "`].")]
-               $answer(<$kind as JobKind>::Answer), )*
+               $(#[cfg($cfg)])? $answer(<$kind as JobKind>::Answer), )*
         }
 
         impl<'a> Job<'a> {
             /// A short name for logs and errors.
             pub fn name(&self) -> &'static str {
-                match self { $( Job::$job(_) => <$kind as JobKind>::NAME, )* }
+                match self { $( $(#[cfg($cfg)])? Job::$job(_) => <$kind as JobKind>::NAME, )* }
             }
 
             /// Which byte counter its answers go to.
             pub fn uploads(&self) -> Uploads {
-                match self { $( Job::$job(_) => <$kind as JobKind>::UPLOADS, )* }
+                match self { $( $(#[cfg($cfg)])? Job::$job(_) => <$kind as JobKind>::UPLOADS, )* }
             }
 
             /// Floats this job carries down to the client (models, relays), for byte counts.
             pub fn floats_down(&self) -> usize {
-                match self { $( Job::$job(j) => <$kind as JobKind>::floats_down(j), )* }
+                match self { $( $(#[cfg($cfg)])? Job::$job(j) => <$kind as JobKind>::floats_down(j), )* }
             }
 
             /// The command that asks a client for this job ([`JobKind::command`]).
@@ -225,7 +231,7 @@ macro_rules! registry {
             ///
             /// [`WireError`] for a job the protocol cannot express.
             pub fn command(&self, upload: Encoding) -> Result<ToClient, WireError> {
-                match self { $( Job::$job(j) => <$kind as JobKind>::command(j, upload), )* }
+                match self { $( $(#[cfg($cfg)])? Job::$job(j) => <$kind as JobKind>::command(j, upload), )* }
             }
 
             /// The broadcast this job needs beside its command ([`JobKind::broadcast`]).
@@ -234,7 +240,7 @@ macro_rules! registry {
             ///
             /// [`WireError`] when it cannot be built.
             pub fn broadcast(&self) -> Result<Option<Broadcast>, WireError> {
-                match self { $( Job::$job(j) => <$kind as JobKind>::broadcast(j), )* }
+                match self { $( $(#[cfg($cfg)])? Job::$job(j) => <$kind as JobKind>::broadcast(j), )* }
             }
 
             /// The server's judgement of a client's reply ([`JobKind::accept`]).
@@ -244,7 +250,7 @@ macro_rules! registry {
             /// [`Rejected`] with the reason.
             pub fn accept(&self, body: ToCoordinator) -> Result<Answer, Rejected> {
                 match self {
-                    $( Job::$job(j) => <$kind as JobKind>::accept(j, body).map(Answer::$answer), )*
+                    $( $(#[cfg($cfg)])? Job::$job(j) => <$kind as JobKind>::accept(j, body).map(Answer::$answer), )*
                 }
             }
 
@@ -258,7 +264,7 @@ macro_rules! registry {
                     return Err(ClientError::NoData("no training samples"));
                 }
                 match self {
-                    $( Job::$job(j) => <$kind as JobKind>::execute(j, data, device).map(Answer::$answer), )*
+                    $( $(#[cfg($cfg)])? Job::$job(j) => <$kind as JobKind>::execute(j, data, device).map(Answer::$answer), )*
                 }
             }
 
@@ -269,7 +275,7 @@ macro_rules! registry {
             /// [`WireError`] when `answer` is not of this job's kind or cannot be sent.
             pub fn reply(&self, answer: &Answer, upload: Encoding) -> Result<ToCoordinator, WireError> {
                 match (self, answer) {
-                    $( (Job::$job(j), Answer::$answer(a)) => <$kind as JobKind>::reply(j, a, upload), )*
+                    $( $(#[cfg($cfg)])? (Job::$job(j), Answer::$answer(a)) => <$kind as JobKind>::reply(j, a, upload), )*
                     _ => Err(WireError {
                         job: self.name(),
                         reason: format!("{} does not answer it", answer.name()),
@@ -281,7 +287,7 @@ macro_rules! registry {
             pub fn accepts(&self, answer: &Answer) -> bool {
                 #[allow(unreachable_patterns)]
                 match (self, answer) {
-                    $( (Job::$job(_), Answer::$answer(_)) => true, )*
+                    $( $(#[cfg($cfg)])? (Job::$job(_), Answer::$answer(_)) => true, )*
                     _ => false,
                 }
             }
@@ -291,7 +297,7 @@ macro_rules! registry {
             /// job's kind or does not fit it.
             pub fn trained<'x>(&self, answer: &'x mut Answer) -> Option<Vec<(&'a Params, &'x mut Update)>> {
                 match (self, answer) {
-                    $( (Job::$job(j), Answer::$answer(a)) => {
+                    $( $(#[cfg($cfg)])? (Job::$job(j), Answer::$answer(a)) => {
                         let starts = <$kind as JobKind>::starts(j, a)?;
                         let updates = <$kind as JobKind>::updates(a);
                         (starts.len() == updates.len()).then(|| starts.into_iter().zip(updates).collect())
@@ -304,17 +310,17 @@ macro_rules! registry {
         impl Answer {
             /// Floats this answer carries up (models, signatures, rows), for byte counts.
             pub fn floats_up(&self) -> usize {
-                match self { $( Answer::$answer(a) => <$kind as JobKind>::floats_up(a), )* }
+                match self { $( $(#[cfg($cfg)])? Answer::$answer(a) => <$kind as JobKind>::floats_up(a), )* }
             }
 
             /// A short name for logs and errors.
             pub fn name(&self) -> &'static str {
-                match self { $( Answer::$answer(_) => stringify!($answer), )* }
+                match self { $( $(#[cfg($cfg)])? Answer::$answer(_) => stringify!($answer), )* }
             }
 
             /// The trained updates it carries ([`JobKind::updates`]).
             pub fn updates(&mut self) -> Vec<&mut Update> {
-                match self { $( Answer::$answer(a) => <$kind as JobKind>::updates(a), )* }
+                match self { $( $(#[cfg($cfg)])? Answer::$answer(a) => <$kind as JobKind>::updates(a), )* }
             }
         }
 
@@ -327,7 +333,15 @@ macro_rules! registry {
             device: &Device,
             threads: usize,
         ) -> Option<Result<ToCoordinator, ClientError>> {
-            None $( .or_else(|| <$kind as JobKind>::serve(cmd, data, device, threads)) )*
+            $(
+                $(#[cfg($cfg)])?
+                {
+                    if let Some(reply) = <$kind as JobKind>::serve(cmd, data, device, threads) {
+                        return Some(reply);
+                    }
+                }
+            )*
+            None
         }
     };
 }
@@ -350,6 +364,9 @@ registry! {
     Relevance(relevance::Relevance) => Row,
     /// Evaluate a model on the local test set.
     Evaluate(evaluate::Evaluate) => Evaluation,
+    /// A job for the unit tests: count the training samples of each label.
+    #[cfg(test)]
+    LabelCounts(label_counts::LabelCounts) => LabelCounts,
 }
 
 /// Bytes of a message's postcard encoding (the body of its envelope: without the version, run

@@ -109,5 +109,6 @@ pub fn kind_name(m: &ToCoordinator) -> &'static str {
         ToCoordinator::Picked { .. } => "pick",
         ToCoordinator::Gradient { .. } => "gradient",
         ToCoordinator::SignatureStats { .. } => "signature with statistics",
+        ToCoordinator::Custom { .. } => "custom answer",
     }
 }

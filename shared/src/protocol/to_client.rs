@@ -171,6 +171,16 @@ pub enum ToClient {
     /// for the client to keep. Sent retained, so that a client that missed the end of the run
     /// gets it when it next connects (while the broker keeps it). Not a job: not answered.
     FinalModel(FinalModel),
+    /// A job of a kind that has no message of its own in this protocol: the kind's name and the
+    /// job's own message, postcard-encoded by the job's file (`shared/src/jobs/`). How a job
+    /// added after these messages travels, so that adding a job does not touch the protocol.
+    /// Answered by [`ToCoordinator::Custom`].
+    Custom {
+        /// The job kind's name.
+        kind: Text,
+        /// The job's message, postcard-encoded.
+        body: Vec<u8>,
+    },
 }
 
 /// A cluster's final model as a client keeps it ([`ToClient::FinalModel`]).

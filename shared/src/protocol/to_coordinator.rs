@@ -142,6 +142,14 @@ pub enum ToCoordinator {
     /// The answer to a [`ToClient::Ping`], with the ping's run and round: this client is live
     /// and serves that run.
     Pong,
+    /// The answer to a [`ToClient::Custom`]: the job kind's name and the answer's own message,
+    /// postcard-encoded by the job's file.
+    Custom {
+        /// The job kind's name.
+        kind: Text,
+        /// The answer's message, postcard-encoded.
+        body: Vec<u8>,
+    },
 }
 
 /// Decodes a relevance row of `n` values, each finite and in `[0, 1]`.
