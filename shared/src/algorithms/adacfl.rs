@@ -30,7 +30,7 @@
 //!    the pre-clusters). Clusters are numbered `0..κ` in order of first appearance by client
 //!    position.
 //! 3. trains each cluster by FedAvg weighted by samples (eq. 2), from θ⁰, with client sampling
-//!    ([`fedavg_round`]).
+//!    ([`crate::federation::fedavg_round`]).
 //!
 //! Newcomers (§5.4, eq. 5, Algorithm 2): the newcomer trains θ⁰ as in round 0 (seed
 //! [`client_seed`]`(seed, 0, index)`, as if it had been there) and uploads the same layers (no

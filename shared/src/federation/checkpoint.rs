@@ -68,7 +68,7 @@ pub struct Checkpoint {
     pub floats_down: u64,
     /// Floats sent up so far.
     pub floats_up: u64,
-    /// Message bytes sent down so far ([`crate::federation::wire`]).
+    /// Message bytes sent down so far (the jobs' messages, [`crate::jobs::JobKind::command`]).
     #[serde(default)]
     pub bytes_down: u64,
     /// Message bytes sent up so far.

@@ -269,7 +269,7 @@ pub struct RunResult {
     pub floats_up: u64,
     /// Bytes of the messages sent to clients over the whole run: the postcard encoding of each
     /// job's command (and of MT-HFL's relay, once per client that needs it), envelopes left out
-    /// ([`crate::federation::wire`]).
+    /// ([`crate::jobs::JobKind::command`]).
     pub bytes_down: u64,
     /// Bytes of the messages clients answered with over the whole run, as they came (models in
     /// the pool's upload encoding), envelopes left out.
