@@ -382,31 +382,47 @@ pub fn to_bytes(params: &Params, meta: &ModelMeta) -> Result<Vec<u8>, ModelFileE
     // safetensors takes the metadata as a hash map and writes it in that map's (random) order;
     // the header is written here instead, its keys sorted, so that one model gives one file.
     let bytes = safetensors::serialize(views, None)?;
-    Ok(with_metadata(&bytes, &meta.to_map()))
+    with_metadata(&bytes, &meta.to_map())
 }
 
 /// `bytes` (a safetensors file without `__metadata__`, as `safetensors::serialize` writes it)
 /// with `metadata` put first in its header, keys in order; the header padded with spaces to a
 /// multiple of 8 bytes as the format asks, the tensors' bytes unchanged.
-fn with_metadata(bytes: &[u8], metadata: &BTreeMap<String, String>) -> Vec<u8> {
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+///
+/// # Errors
+///
+/// [`ModelFileError::Format`] when `bytes` is not such a file (a safetensors release that writes
+/// otherwise).
+fn with_metadata(
+    bytes: &[u8],
+    metadata: &BTreeMap<String, String>,
+) -> Result<Vec<u8>, ModelFileError> {
+    let bad = |what: &str| ModelFileError::Format(format!("safetensors wrote {what}"));
+    let n = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(|b| u64::from_le_bytes(b) as usize)
+        .filter(|&n| bytes.len() >= 8 + n)
+        .ok_or_else(|| bad("no header"))?;
     let tensors = std::str::from_utf8(&bytes[8..8 + n])
-        .expect("safetensors writes a UTF-8 header")
+        .map_err(|_| bad("a header that is not UTF-8"))?
         .trim_end();
-    let rest = tensors.strip_prefix('{').expect("a JSON object");
+    let rest = tensors
+        .strip_prefix('{')
+        .ok_or_else(|| bad("a header that is not a JSON object"))?;
     let comma = if rest.trim_start().starts_with('}') {
         ""
     } else {
         ","
     };
-    let meta = serde_json::to_string(metadata).expect("strings serialise");
+    let meta = serde_json::to_string(metadata).map_err(|e| bad(&e.to_string()))?;
     let mut header = format!("{{\"__metadata__\":{meta}{comma}{rest}").into_bytes();
     header.resize(header.len().next_multiple_of(8), b' ');
     let mut out = Vec::with_capacity(8 + header.len() + bytes.len() - 8 - n);
     out.extend_from_slice(&(header.len() as u64).to_le_bytes());
     out.extend_from_slice(&header);
     out.extend_from_slice(&bytes[8 + n..]);
-    out
+    Ok(out)
 }
 
 /// Writes `params` with `meta` to `path` atomically ([`crate::atomic_file::write`]).
