@@ -24,6 +24,7 @@ pub struct Evaluate;
 impl JobKind for Evaluate {
     const NAME: &'static str = "evaluate";
     const UPLOADS: Uploads = Uploads::Evaluations;
+    const NEEDS_TRAINING_DATA: bool = false;
     type Job<'a> = EvaluateJob<'a>;
     type Answer = Box<EvalReport>;
 

@@ -110,6 +110,8 @@ pub trait JobKind {
     const NAME: &'static str;
     /// Which byte counter its answers go to.
     const UPLOADS: Uploads;
+    /// Whether a client without training samples cannot do it (true but for evaluation).
+    const NEEDS_TRAINING_DATA: bool = true;
     /// The job as a method builds it (models lent by the method).
     type Job<'a>: std::fmt::Debug + Clone;
     /// The answer as a method reads it.
@@ -260,11 +262,13 @@ macro_rules! registry {
             ///
             /// [`ClientError`] when the computation fails.
             pub fn execute(&self, data: ClientData<'_>, device: &Device) -> Result<Answer, ClientError> {
-                if data.train.is_empty() && !matches!(self, Job::Evaluate(_)) {
-                    return Err(ClientError::NoData("no training samples"));
-                }
                 match self {
-                    $( $(#[cfg($cfg)])? Job::$job(j) => <$kind as JobKind>::execute(j, data, device).map(Answer::$answer), )*
+                    $( $(#[cfg($cfg)])? Job::$job(j) => {
+                        if <$kind as JobKind>::NEEDS_TRAINING_DATA && data.train.is_empty() {
+                            return Err(ClientError::NoData("no training samples"));
+                        }
+                        <$kind as JobKind>::execute(j, data, device).map(Answer::$answer)
+                    } )*
                 }
             }
 
@@ -285,7 +289,6 @@ macro_rules! registry {
 
             /// Whether `answer` is of the kind this job asks for.
             pub fn accepts(&self, answer: &Answer) -> bool {
-                #[allow(unreachable_patterns)]
                 match (self, answer) {
                     $( $(#[cfg($cfg)])? (Job::$job(_), Answer::$answer(_)) => true, )*
                     _ => false,
