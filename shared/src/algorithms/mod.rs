@@ -153,6 +153,16 @@ impl Algorithm {
         self == Algorithm::MtHfl
     }
 
+    /// Whether the method cuts a tree once (FedClust, AdaCFL, MT-HFL, random groups): where to cut
+    /// is `lambda` or `clusters` ([`FederationConfig::cut`]); for the others `clusters` is their
+    /// own K, if any, and `lambda` means nothing.
+    pub fn cuts_a_tree(self) -> bool {
+        matches!(
+            self,
+            Algorithm::FedClust | Algorithm::AdaCfl | Algorithm::MtHfl | Algorithm::Random
+        )
+    }
+
     /// Every method.
     pub fn all() -> impl Iterator<Item = Algorithm> {
         NAMES.iter().map(|(a, _)| *a)
@@ -222,6 +232,10 @@ mod tests {
         );
         cfg.threshold = Threshold::Clusters(4);
         assert!(cfg.validate().is_err());
+        // A method that cuts no tree: its K, and lambda means nothing to it.
+        cfg.algorithm = Algorithm::Ifca;
+        cfg.validate().unwrap();
+        cfg.algorithm = Algorithm::Random;
         cfg.threshold = Threshold::Clusters(3);
         cfg.clusters = None;
         cfg.algorithm = Algorithm::MtHfl;

@@ -338,6 +338,7 @@ impl FederationConfig {
             return bad("clusters must be ≥ 1".into());
         }
         if let Some(k) = self.clusters
+            && self.algorithm.cuts_a_tree()
             && !matches!(self.threshold, Threshold::Auto)
             && self.threshold != Threshold::Clusters(k)
         {
