@@ -5,7 +5,6 @@ use std::path::Path;
 
 use anyhow::Context;
 use edgecfl_shared::cluster::clustering::Clustering;
-use edgecfl_shared::cluster::spectral::Relevance;
 use edgecfl_shared::federation::{
     Algorithm, ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord,
     RunResult,
@@ -28,7 +27,6 @@ pub fn summary(
 ) -> Value {
     let accuracy_per_round: Vec<Option<f64>> = result.rounds.iter().map(|r| r.accuracy).collect();
     let f = &cfg.federation;
-    let mthfl = f.algorithm == Algorithm::MtHfl;
     let n = result.clients.len();
     let task_accuracy_per_round: Vec<Option<Vec<f64>>> = result
         .rounds
@@ -54,14 +52,7 @@ pub fn summary(
         "client_accuracy": result.final_client_accuracy,
         "task_accuracy_per_round": task_accuracy_per_round,
         "final_task_accuracy": result.rounds.iter().rev().find_map(|r| r.task_accuracy.clone()),
-        "eigenvectors": mthfl.then_some(f.eigenvectors),
-        "relevance": mthfl.then(|| f.relevance.to_string()),
         "relevance_file": result.relevance.as_ref().map(|_| RELEVANCE_FILE),
-        "signature_encoding": mthfl.then(|| f.signature_encoding.to_string()),
-        // The paper's relevance relays every signature to every client, which uploads one row.
-        "relevance_download_bytes_per_client":
-            (mthfl && f.relevance == Relevance::Client).then(|| n * result.signature_bytes),
-        "relevance_row_floats_per_client": (mthfl && f.relevance == Relevance::Client).then_some(n),
         "hierarchy": f.hierarchical(),
         "lps_rounds": f.hierarchical().then_some(f.lps_rounds),
         "common_layers": result.common_layers,
@@ -83,6 +74,13 @@ pub fn summary(
         "max_update_norm": f.max_update_norm,
         "config": cfg,
     });
+    // Every method's own keys, null but for the run's method's.
+    for key in Algorithm::summary_keys() {
+        v[key] = Value::Null;
+    }
+    for (key, value) in f.algorithm.summary_fields(f, n, result.signature_bytes) {
+        v[key] = value;
+    }
     let reported = result.reported_accuracy();
     // Who and what the run did not take (apart: one json! of every key exceeds the macro's
     // recursion limit).

@@ -153,6 +153,27 @@ impl Algorithm {
         self == Algorithm::MtHfl
     }
 
+    /// The method's own keys of `summary.json` and their values for a run of `cfg` with
+    /// `clients` clients whose round-0 uploads took `signature_bytes` each (MT-HFL's
+    /// `mthfl::summary_fields`; none for the others). Every summary carries every method's keys
+    /// ([`Algorithm::summary_keys`]), null where they are not the run's method's.
+    pub fn summary_fields(
+        self,
+        cfg: &FederationConfig,
+        clients: usize,
+        signature_bytes: usize,
+    ) -> Vec<(&'static str, serde_json::Value)> {
+        match self {
+            Algorithm::MtHfl => mthfl::summary_fields(cfg, clients, signature_bytes),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every method's own keys of `summary.json` ([`Algorithm::summary_fields`]).
+    pub fn summary_keys() -> impl Iterator<Item = &'static str> {
+        mthfl::SUMMARY_KEYS.into_iter()
+    }
+
     /// Whether the method cuts a tree once (FedClust, AdaCFL, MT-HFL, random groups): where to cut
     /// is `lambda` or `clusters` ([`FederationConfig::cut`]); for the others `clusters` is their
     /// own K, if any, and `lambda` means nothing.

@@ -137,6 +137,35 @@ pub(crate) fn largest_upload_floats(cfg: &FederationConfig, clients: usize) -> u
     (cfg.eigenvectors * (PIXELS + 1)).max(clients)
 }
 
+/// MT-HFL's own keys of `summary.json`, in the order of [`summary_fields`].
+pub(crate) const SUMMARY_KEYS: [&str; 5] = [
+    "eigenvectors",
+    "relevance",
+    "signature_encoding",
+    "relevance_download_bytes_per_client",
+    "relevance_row_floats_per_client",
+];
+
+/// The values of [`SUMMARY_KEYS`] for a run of `cfg` with `clients` clients whose signatures
+/// took `signature_bytes` each: k, where the relevance was computed, the signatures' encoding,
+/// and with relevance on the clients, what the paper's way costs each of them (the relay of every
+/// signature down, one row up).
+pub(crate) fn summary_fields(
+    cfg: &FederationConfig,
+    clients: usize,
+    signature_bytes: usize,
+) -> Vec<(&'static str, serde_json::Value)> {
+    let on_clients = cfg.relevance == Relevance::Client;
+    let values = [
+        serde_json::json!(cfg.eigenvectors),
+        serde_json::json!(cfg.relevance.to_string()),
+        serde_json::json!(cfg.signature_encoding.to_string()),
+        serde_json::json!(on_clients.then(|| clients * signature_bytes)),
+        serde_json::json!(on_clients.then_some(clients)),
+    ];
+    SUMMARY_KEYS.into_iter().zip(values).collect()
+}
+
 /// Checks MT-HFL's settings: 1 ≤ k ≤ 784 eigenpairs.
 pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
     if !(1..=PIXELS).contains(&cfg.eigenvectors) {
