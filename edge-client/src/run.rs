@@ -22,7 +22,6 @@ use clap::Args;
 use edgecfl_shared::client::ClientData;
 use edgecfl_shared::cluster::spectral::{Gram, Signature};
 use edgecfl_shared::jobs;
-use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
 use edgecfl_shared::model_file::{self, ModelMeta};
 use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
 use edgecfl_shared::protocol::{
@@ -418,7 +417,7 @@ pub fn run_with(
 /// safetensors, atomically (a reader sees the old file or the new one, never a part), creating
 /// the directory.
 fn keep(m: &FinalModel, run: &Id, path: &Path) -> anyhow::Result<Kept> {
-    let params = decode_params(m.model, &m.params)?;
+    let params = jobs::train::decode_params(m.model, &m.params)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -449,13 +448,6 @@ fn retry_note(at: SystemTime) -> String {
     let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
     format!("; next attempt in {wait:.0} s ({h:02}:{m:02}:{s:02} UTC)")
-}
-
-fn decode_params(model: ModelKind, params: &Tensor) -> anyhow::Result<Params> {
-    let values = params
-        .decode(Some(ParamLayout::of(model).len()))
-        .context("model from the coordinator")?;
-    Ok(Params::new(model, values)?)
 }
 
 /// The exact MT-HFL signature of this client's data (before upload rounding) and its Gram
@@ -611,6 +603,7 @@ fn command_name(cmd: &ToClient) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgecfl_shared::model::{ModelKind, ParamLayout};
 
     fn final_model(values: &[f32]) -> FinalModel {
         FinalModel {

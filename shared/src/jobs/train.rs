@@ -181,7 +181,7 @@ pub(crate) fn config_of(job: &TrainJob, threads: usize) -> TrainConfig {
 }
 
 /// A model sent by the coordinator, decoded: its architecture's length, finite.
-pub(crate) fn decode_params(model: ModelKind, params: &Tensor) -> Result<Params, ClientError> {
+pub fn decode_params(model: ModelKind, params: &Tensor) -> Result<Params, ClientError> {
     let values = params
         .decode(Some(ParamLayout::of(model).len()))
         .map_err(|e| ClientError::Command(format!("model from the coordinator: {e}")))?;
