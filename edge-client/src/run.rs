@@ -588,15 +588,16 @@ fn answer(
 }
 
 /// A command's name, for the log.
-fn command_name(cmd: &ToClient) -> &'static str {
+fn command_name(cmd: &ToClient) -> String {
     match cmd {
-        ToClient::Finish => "finish",
-        ToClient::Ping => "ping",
-        ToClient::FinalModel(_) => "final model",
+        ToClient::Finish => "finish".into(),
+        ToClient::Ping => "ping".into(),
+        ToClient::FinalModel(_) => "final model".into(),
         ToClient::GramSignature { .. } | ToClient::Relay(_) | ToClient::Relevance { .. } => {
-            "MT-HFL round 0 outside the worker"
+            "MT-HFL round 0 outside the worker".into()
         }
-        _ => "unknown command",
+        ToClient::Custom { kind, .. } => format!("job {:?} (unknown to this build)", kind.as_str()),
+        _ => "unknown command".into(),
     }
 }
 
