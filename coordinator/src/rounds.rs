@@ -203,11 +203,11 @@ impl<'j, 'a> Awaiting<'j, 'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgecfl_shared::federation::FederationConfig;
     use edgecfl_shared::federation::Training;
     use edgecfl_shared::jobs::EvaluateJob;
     use edgecfl_shared::model::{ModelKind, Params};
     use edgecfl_shared::protocol::{Encoding, Tensor, id, text};
-    use edgecfl_shared::train::TrainConfig;
 
     fn env(
         run: &str,
@@ -229,14 +229,7 @@ mod tests {
     fn train(start: &Params) -> Job<'_> {
         Job::Train(Training {
             start,
-            cfg: TrainConfig {
-                epochs: 1,
-                batch_size: 10,
-                lr: 0.01,
-                momentum: 0.0,
-                seed: 0,
-                threads: 1,
-            },
+            cfg: FederationConfig::default().train_config(0),
             prox: None,
         })
     }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use coordinator::rounds::{Awaiting, Phase};
 use edgecfl_shared::cluster::spectral::{Estimate, Signature};
+use edgecfl_shared::federation::FederationConfig;
 use edgecfl_shared::federation::{Answer, Job, Training};
 use edgecfl_shared::jobs::{
     EvaluateJob, GradientJob, GramJob, PairJob, PickJob, Prox, RelevanceJob, SignatureJob,
@@ -26,7 +27,7 @@ use edgecfl_shared::protocol::{
     Eigenpairs, Encoding, Envelope, Hello, Id, LabelEval, ProtocolError, Tensor, ToCoordinator, id,
     text,
 };
-use edgecfl_shared::train::{PIXELS, TrainConfig};
+use edgecfl_shared::train::PIXELS;
 
 mod fuzz_common;
 use fuzz_common::{Rng, env_var};
@@ -65,14 +66,7 @@ impl Owned {
     fn jobs(&self) -> Vec<Job<'_>> {
         let training = |start| Training {
             start,
-            cfg: TrainConfig {
-                epochs: 1,
-                batch_size: 10,
-                lr: 0.01,
-                momentum: 0.0,
-                seed: 0,
-                threads: 1,
-            },
+            cfg: FederationConfig::default().train_config(0),
             prox: None,
         };
         let signature = |stats| {
