@@ -13,6 +13,7 @@
 //! | [`atomic_file`] | files written whole or not at all (checkpoints, models) |
 //! | [`model_file`] | trained models as safetensors files that load into the PyTorch modules, and read back |
 //! | [`train`] | local SGD training and evaluation |
+//! | [`cohort`] | many clients' local trainings as one batched model (a cohort step: grouped convolutions, batched matrix products over the client axis) |
 //! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index; the one-shot clustering the methods share ([`cluster::clustering`]) and MT-HFL's Gram signature and relevance ([`cluster::spectral`]) |
 //! | [`algorithms`] | one file per method: [`algorithms::fedclust`] (one-shot HC on final-layer weights, newcomers), [`algorithms::mthfl`] (HAC on 1 − R of the clients' data relevance; LPS/GPS), ... |
 //! | [`malloc`] | glibc's allocator settings for training, set by the binaries at start-up |
@@ -45,6 +46,8 @@ pub mod atomic_file;
 pub mod client;
 #[cfg(feature = "std")]
 pub mod cluster;
+#[cfg(feature = "std")]
+pub mod cohort;
 #[cfg(feature = "std")]
 pub mod data;
 #[cfg(feature = "std")]

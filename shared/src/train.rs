@@ -615,22 +615,35 @@ impl LocalData {
         }
     }
 
+    /// Sample `i`'s image scaled to `[0, 1]` ([`to_unit`]) into `out` (784 floats).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_images`](Self::read_images); `out` not 784 long is `InvalidInput`.
+    pub(crate) fn unit_image(&self, i: usize, out: &mut [f32]) -> io::Result<()> {
+        if out.len() != PIXELS {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "an image is 784 pixels"));
+        }
+        let mut one = Vec::new();
+        let img = match &self.pixels {
+            Pixels::Memory(p) => p
+                .get(i * PIXELS..(i + 1) * PIXELS)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, format!("no image {i}")))?,
+            Pixels::Spilled(..) => {
+                self.read_images(i, 1, &mut one)?;
+                &one[..]
+            }
+        };
+        out.iter_mut().zip(img).for_each(|(o, &p)| *o = to_unit(p));
+        Ok(())
+    }
+
     /// The batch of samples `idx`, scaled to `[0, 1]`.
     fn images(&self, idx: &[usize], device: &Device) -> Result<Tensor<4>, TrainError> {
-        let mut px = Vec::with_capacity(idx.len() * PIXELS);
-        let mut one = Vec::with_capacity(PIXELS);
-        for &i in idx {
-            let img = match &self.pixels {
-                Pixels::Memory(p) => p.get(i * PIXELS..(i + 1) * PIXELS),
-                Pixels::Spilled(..) => {
-                    one.clear();
-                    self.read_images(i, 1, &mut one)
-                        .map_err(|e| TrainError::Data(e.to_string()))?;
-                    Some(&one[..])
-                }
-            };
-            let img = img.ok_or_else(|| TrainError::Data(format!("no image {i}")))?;
-            px.extend(img.iter().map(|&p| to_unit(p)));
+        let mut px = vec![0.0; idx.len() * PIXELS];
+        for (&i, out) in idx.iter().zip(px.chunks_exact_mut(PIXELS)) {
+            self.unit_image(i, out)
+                .map_err(|e| TrainError::Data(e.to_string()))?;
         }
         Ok(Tensor::<4>::from_data(
             TensorData::new(px, [idx.len(), 1, 28, 28]),

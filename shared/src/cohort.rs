@@ -1,0 +1,462 @@
+//! Cohort training: many clients' local trainings as one batched model.
+//!
+//! One small model at a time is launch-bound on a GPU and overhead-bound on a CPU (a LeNet-5 step
+//! at batch 10 is a few hundred tiny kernels). A cohort stacks C clients' models along a leading
+//! client axis and trains them in one batched computation per step, each client still taking its
+//! own SGD step on its own mini-batch:
+//!
+//! - every parameter tensor is held as `[C, n]` (client-major, each row one client's tensor in
+//!   [`ParamLayout`] order);
+//! - LeNet-5's convolutions run as grouped convolutions (the clients are the groups: input
+//!   `[B, C, 28, 28]`, weight `[C·out, in, 5, 5]`), its and the MLP's linear layers as batched
+//!   matrix products over the client axis (`[C, B, in] × [C, in, out]`);
+//! - the objective is Σ_c (client c's mean cross-entropy over its own batch, plus its proximal
+//!   term): the clients' parameters never meet, so each client's gradient is exactly the gradient
+//!   of its own loss;
+//! - SGD with momentum per client (`v ← μ_c·v + g`, `θ ← θ − lr_c·v`, PyTorch's rule as in
+//!   [`crate::train`]).
+//!
+//! Clients need not have the same number of steps (unequal shards, Dirichlet splits, other epoch
+//! counts) nor full batches: a client's short last batch is masked (its padded samples weigh 0 in
+//! its mean), and a client with no batch at a step is masked out of it entirely (μ_c = 1, lr_c = 0
+//! and a zero gradient leave its parameters and velocity bit for bit as they were). Each client
+//! keeps its own sample order: the same ChaCha8 shuffle of its own seed as
+//! [`crate::train::train_local_prox`], so a client trained in a cohort ends with the model it gets
+//! trained alone, up to float rounding (`shared/tests/cohort.rs` checks 1e-5 relative for every
+//! kind of training).
+
+use std::time::Instant;
+
+use burn::prelude::*;
+use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::module::{conv2d, max_pool2d};
+use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
+use burn::tensor::{Gradients, TensorData};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use crate::model::{ModelError, ModelKind, ParamLayout, Params};
+use crate::train::{Device, LocalData, PIXELS, Proximal, TrainConfig, TrainError, TrainReport};
+
+/// One client's local training in a cohort: what [`crate::train::train_local_prox`] takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    /// The starting model.
+    pub start: &'a Params,
+    /// The client's samples.
+    pub data: &'a LocalData,
+    /// Its settings (epochs, batch, lr, momentum, seed; `threads` is ignored).
+    pub cfg: TrainConfig,
+    /// Its proximal term, if any.
+    pub prox: Option<Proximal<'a>>,
+}
+
+/// A trained member's model and report, or why it could not be trained.
+pub type Trained = Result<(Params, TrainReport), TrainError>;
+
+/// Trains every member, as [`crate::train::train_local_prox`] would one by one, in one batched
+/// computation on `device` (the plain device; autodiff is added here). Returns one result per
+/// member, in order.
+///
+/// A member whose settings, model or anchor are invalid gets that error and the others train on;
+/// members of another model than the first valid one get [`TrainError::InvalidConfig`] (a cohort
+/// is one architecture). Every report's `seconds` is the cohort's wall-clock time.
+pub fn train_cohort(members: &[Member<'_>], device: &Device) -> Vec<Trained> {
+    let start = Instant::now();
+    let mut out: Vec<Option<Trained>> = members.iter().map(|_| None).collect();
+    let mut model = None;
+    let mut valid = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        match check(m, &mut model) {
+            Ok(()) => valid.push(i),
+            Err(e) => out[i] = Some(Err(e)),
+        }
+    }
+    if let Some(model) = model {
+        let cohort: Vec<&Member<'_>> = valid.iter().map(|&i| &members[i]).collect();
+        let trained = Cohort::new(model, &cohort, device).train(device);
+        match trained {
+            Ok(results) => {
+                for (&i, r) in valid.iter().zip(results) {
+                    out[i] = Some(r.map(|(params, mut report)| {
+                        report.seconds = start.elapsed().as_secs_f64();
+                        (params, report)
+                    }));
+                }
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                for &i in &valid {
+                    out[i] = Some(Err(TrainError::Data(reason.clone())));
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| r.expect("every member has a result"))
+        .collect()
+}
+
+/// The checks of [`crate::train::train_local_prox`], and one architecture per cohort.
+fn check(m: &Member<'_>, model: &mut Option<ModelKind>) -> Result<(), TrainError> {
+    m.cfg.validate()?;
+    let expected = ParamLayout::of(m.start.model).len();
+    if m.start.values.len() != expected {
+        return Err(TrainError::InvalidParams(ModelError::WrongSize {
+            model: m.start.model,
+            expected,
+            got: m.start.values.len(),
+        }));
+    }
+    if let Some(p) = &m.prox {
+        p.validate(m.start.model)?;
+    }
+    match model {
+        Some(k) if *k != m.start.model => Err(TrainError::InvalidConfig(format!(
+            "a cohort trains one architecture: {} beside {k}",
+            m.start.model
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            *model = Some(m.start.model);
+            Ok(())
+        }
+    }
+}
+
+/// A client's batches over all its epochs: the sample order of each epoch (the same shuffles as
+/// [`crate::train::train_local_prox`]) cut into batches.
+struct Schedule {
+    /// Every epoch's shuffled order, one after the other.
+    order: Vec<usize>,
+    /// `(start in order, length, in the last epoch)` of each step.
+    steps: Vec<(usize, usize, bool)>,
+}
+
+impl Schedule {
+    fn of(len: usize, cfg: &TrainConfig) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let mut epoch: Vec<usize> = (0..len).collect();
+        let mut order = Vec::with_capacity(cfg.epochs * len);
+        let mut steps = Vec::new();
+        for e in 0..cfg.epochs {
+            epoch.shuffle(&mut rng);
+            let base = order.len();
+            order.extend_from_slice(&epoch);
+            for (k, chunk) in epoch.chunks(cfg.batch_size).enumerate() {
+                steps.push((base + k * cfg.batch_size, chunk.len(), e + 1 == cfg.epochs));
+            }
+        }
+        Schedule { order, steps }
+    }
+
+    fn batch(&self, step: usize) -> Option<(&[usize], bool)> {
+        self.steps
+            .get(step)
+            .map(|&(s, n, last)| (&self.order[s..s + n], last))
+    }
+}
+
+/// The cohort's state: the members, their schedules, and the stacked parameters and velocities.
+struct Cohort<'m, 'a> {
+    model: ModelKind,
+    members: &'m [&'m Member<'a>],
+    schedules: Vec<Schedule>,
+    /// The widest batch of any member (the padded batch axis).
+    batch: usize,
+    /// Per layout entry, `[C, n]` on the autodiff device, tracked.
+    params: Vec<Tensor<2>>,
+    /// Per layout entry, `[C, n]` on the plain device.
+    velocity: Vec<Tensor<2>>,
+    /// Per layout entry, the anchors `[C, n]` (plain device; zeros for members without a term),
+    /// and μ/2 per member `[C, 1]`; `None` when no member has a proximal term.
+    anchor: Option<(Vec<Tensor<2>>, Vec<f32>)>,
+    layout: ParamLayout,
+}
+
+impl<'m, 'a> Cohort<'m, 'a> {
+    fn new(model: ModelKind, members: &'m [&'m Member<'a>], device: &Device) -> Self {
+        let layout = ParamLayout::of(model);
+        let ad = device.clone().autodiff();
+        let c = members.len();
+        // Row i of an entry: member i's slice of it (zeros where it has none).
+        let stack = |values: &dyn Fn(usize) -> Option<&'a [f32]>, e: &crate::model::ParamEntry| {
+            let mut flat = Vec::with_capacity(c * e.len());
+            for i in 0..c {
+                match values(i) {
+                    Some(v) => flat.extend_from_slice(&v[e.range()]),
+                    None => flat.extend(std::iter::repeat_n(0.0, e.len())),
+                }
+            }
+            TensorData::new(flat, [c, e.len()])
+        };
+        let params = layout
+            .entries
+            .iter()
+            .map(|e| {
+                Tensor::<2>::from_data(stack(&|i| Some(members[i].start.values.as_slice()), e), &ad).require_grad()
+            })
+            .collect();
+        let velocity = layout
+            .entries
+            .iter()
+            .map(|e| Tensor::<2>::zeros([c, e.len()], device))
+            .collect();
+        let prox: Vec<Option<Proximal<'a>>> = members
+            .iter()
+            .map(|m| m.prox.filter(|p| p.mu > 0.0))
+            .collect();
+        let anchor = prox.iter().any(Option::is_some).then(|| {
+            let tensors = layout
+                .entries
+                .iter()
+                .map(|e| {
+                    Tensor::<2>::from_data(
+                        stack(&|i| prox[i].map(|p| p.anchor.values.as_slice()), e),
+                        device,
+                    )
+                })
+                .collect();
+            let half_mu = prox
+                .iter()
+                .map(|p| p.map_or(0.0, |p| (p.mu / 2.0) as f32))
+                .collect();
+            (tensors, half_mu)
+        });
+        Cohort {
+            model,
+            members,
+            schedules: members
+                .iter()
+                .map(|m| Schedule::of(m.data.len(), &m.cfg))
+                .collect(),
+            batch: members.iter().map(|m| m.cfg.batch_size).max().unwrap_or(1),
+            params,
+            velocity,
+            anchor,
+            layout,
+        }
+    }
+
+    /// Runs every step; each member's trained model and report.
+    fn train(mut self, device: &Device) -> Result<Vec<Trained>, TrainError> {
+        let ad = device.clone().autodiff();
+        let c = self.members.len();
+        let steps = self.schedules.iter().map(|s| s.steps.len()).max().unwrap_or(0);
+        let mut loss_sum = Tensor::<2>::zeros([c, 1], device);
+        for t in 0..steps {
+            let mut batch = self.step_batch(t)?;
+            let x = batch.images(self.model, &ad);
+            let logits = self.forward(x);
+            let targets = Tensor::<3, Int>::from_data(
+                TensorData::new(batch.labels, [c, self.batch, 1]),
+                &ad,
+            );
+            let nll = log_softmax(logits, 2).gather(2, targets).neg().reshape([c, self.batch]);
+            let weights = Tensor::<2>::from_data(
+                TensorData::new(batch.weights, [c, self.batch]),
+                &ad,
+            );
+            let mut objective = (nll.clone() * weights).sum();
+            if let Some((anchor, half_mu)) = &self.anchor {
+                let coef: Vec<f32> = half_mu
+                    .iter()
+                    .zip(&batch.active)
+                    .map(|(h, &a)| if a { *h } else { 0.0 })
+                    .collect();
+                let coef = Tensor::<2>::from_data(TensorData::new(coef, [c, 1]), &ad);
+                let term = self
+                    .params
+                    .iter()
+                    .zip(anchor)
+                    .map(|(p, a)| {
+                        let d = p.clone() - a.clone().autodiff();
+                        (d.clone() * d).sum_dim(1)
+                    })
+                    .reduce(|x, y| x + y)
+                    .expect("every model has parameters");
+                objective = objective + (term * coef).sum();
+            }
+            let grads = objective.backward();
+            let last = Tensor::<2>::from_data(TensorData::new(batch.last, [c, self.batch]), device);
+            loss_sum = loss_sum + (nll.inner() * last).sum_dim(1);
+            self.step(&grads, &batch.active, device);
+        }
+        self.finish(loss_sum)
+    }
+
+    /// The inputs of step `t`: every member's batch, padded to the cohort's batch width.
+    fn step_batch(&self, t: usize) -> Result<StepBatch, TrainError> {
+        let (c, b) = (self.members.len(), self.batch);
+        let mut batch = StepBatch {
+            pixels: vec![0.0; c * b * PIXELS],
+            labels: vec![0; c * b],
+            weights: vec![0.0; c * b],
+            last: vec![0.0; c * b],
+            active: vec![false; c],
+            clients: c,
+            width: b,
+        };
+        for (i, (m, s)) in self.members.iter().zip(&self.schedules).enumerate() {
+            let Some((idx, last)) = s.batch(t) else {
+                continue;
+            };
+            batch.active[i] = true;
+            let w = 1.0 / idx.len() as f32;
+            for (k, &sample) in idx.iter().enumerate() {
+                let at = batch.pixel_offset(self.model, i, k);
+                m.data
+                    .unit_image(sample, &mut batch.pixels[at..at + PIXELS])
+                    .map_err(|e| TrainError::Data(e.to_string()))?;
+                batch.labels[i * b + k] = i64::from(m.data.labels[sample]);
+                batch.weights[i * b + k] = w;
+                batch.last[i * b + k] = if last { 1.0 } else { 0.0 };
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Logits `[C, B, 10]`.
+    fn forward(&self, x: Tensor<4>) -> Tensor<3> {
+        let c = self.members.len();
+        let b = self.batch;
+        let p = &self.params;
+        let shape = |k: usize| self.layout.entries[k].shape.clone();
+        let linear = |x: Tensor<3>, k: usize| {
+            let s = shape(k);
+            let w = p[k].clone().reshape([c, s[0], s[1]]);
+            let bias = p[k + 1].clone().reshape([c, 1, s[1]]);
+            x.matmul(w) + bias
+        };
+        match self.model {
+            ModelKind::LeNet5 => {
+                let conv = |x: Tensor<4>, k: usize| {
+                    let s = shape(k);
+                    let w = p[k].clone().reshape([c * s[0], s[1], s[2], s[3]]);
+                    let bias = p[k + 1].clone().reshape([c * s[0]]);
+                    let y = conv2d(x, w, Some(bias), ConvOptions::new([1, 1], [0, 0], [1, 1], c));
+                    max_pool2d(relu(y), MaxPoolOptions::new([2, 2]))
+                };
+                let x = conv(conv(x, 0), 2);
+                let x: Tensor<3> = x.reshape([b, c, shape(4)[0]]).swap_dims(0, 1);
+                let x = relu(linear(x, 4));
+                let x = relu(linear(x, 6));
+                linear(x, 8)
+            }
+            ModelKind::Mlp => {
+                let x: Tensor<3> = x.reshape([c, b, PIXELS]);
+                linear(relu(linear(x, 0)), 2)
+            }
+        }
+    }
+
+    /// One SGD-with-momentum step of every active member; the others keep their parameters and
+    /// velocities bit for bit (μ = 1 and lr = 0 on a zero gradient).
+    fn step(&mut self, grads: &Gradients, active: &[bool], device: &Device) {
+        let c = self.members.len();
+        let column = |f: &dyn Fn(usize) -> f32| {
+            Tensor::<2>::from_data(TensorData::new((0..c).map(f).collect::<Vec<f32>>(), [c, 1]), device)
+        };
+        let mu = column(&|i| {
+            if active[i] {
+                self.members[i].cfg.momentum as f32
+            } else {
+                1.0
+            }
+        });
+        let lr = column(&|i| {
+            if active[i] {
+                self.members[i].cfg.lr as f32
+            } else {
+                0.0
+            }
+        });
+        for (p, v) in self.params.iter_mut().zip(self.velocity.iter_mut()) {
+            let g = p
+                .grad(grads)
+                .unwrap_or_else(|| Tensor::<2>::zeros(p.shape(), device));
+            *v = v.clone() * mu.clone() + g;
+            let theta = p.clone().inner() - v.clone() * lr.clone();
+            *p = Tensor::from_inner(theta).require_grad();
+        }
+    }
+
+    /// Each member's parameters and report, or [`TrainError::Diverged`].
+    fn finish(self, loss_sum: Tensor<2>) -> Result<Vec<Trained>, TrainError> {
+        let c = self.members.len();
+        let losses: Vec<f32> = loss_sum.into_data().iter::<f32>().collect();
+        let mut values: Vec<Vec<f32>> = (0..c)
+            .map(|_| Vec::with_capacity(self.layout.len()))
+            .collect();
+        for p in self.params {
+            let data = p.inner().into_data();
+            let flat: Vec<f32> = data.iter::<f32>().collect();
+            let n = flat.len() / c.max(1);
+            for (i, v) in values.iter_mut().enumerate() {
+                v.extend_from_slice(&flat[i * n..(i + 1) * n]);
+            }
+        }
+        Ok(self
+            .members
+            .iter()
+            .zip(values)
+            .zip(losses)
+            .zip(&self.schedules)
+            .map(|(((m, values), loss), s)| {
+                let last_epoch_loss = f64::from(loss) / m.data.len().max(1) as f64;
+                if !last_epoch_loss.is_finite() || values.iter().any(|v| !v.is_finite()) {
+                    return Err(TrainError::Diverged);
+                }
+                Ok((
+                    Params {
+                        model: self.model,
+                        values,
+                    },
+                    TrainReport {
+                        samples: m.cfg.epochs * m.data.len(),
+                        steps: s.steps.len(),
+                        last_epoch_loss,
+                        seconds: 0.0,
+                    },
+                ))
+            })
+            .collect())
+    }
+}
+
+/// One step's host-side inputs.
+struct StepBatch {
+    /// Images scaled to `[0, 1]`: `[B, C, 784]` for LeNet-5 (clients are the convolution's
+    /// groups), `[C, B, 784]` for the MLP.
+    pixels: Vec<f32>,
+    /// `[C, B]`, padded samples labelled 0.
+    labels: Vec<i64>,
+    /// `[C, B]`: 1 / (the member's batch length) on its samples, 0 on padding.
+    weights: Vec<f32>,
+    /// `[C, B]`: 1 on the samples of a member's last epoch (its reported loss), else 0.
+    last: Vec<f32>,
+    /// Which members take a step.
+    active: Vec<bool>,
+    clients: usize,
+    width: usize,
+}
+
+impl StepBatch {
+    fn pixel_offset(&self, model: ModelKind, client: usize, k: usize) -> usize {
+        match model {
+            ModelKind::LeNet5 => (k * self.clients + client) * PIXELS,
+            ModelKind::Mlp => (client * self.width + k) * PIXELS,
+        }
+    }
+
+    /// The images as a tensor (taken out of the batch).
+    fn images(&mut self, model: ModelKind, device: &Device) -> Tensor<4> {
+        let (c, b) = (self.clients, self.width);
+        let shape = match model {
+            ModelKind::LeNet5 => [b, c, 28, 28],
+            ModelKind::Mlp => [c, b, 28, 28],
+        };
+        Tensor::<4>::from_data(TensorData::new(std::mem::take(&mut self.pixels), shape), device)
+    }
+}

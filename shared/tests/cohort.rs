@@ -1,0 +1,216 @@
+//! Cohort training against independent truth: each client trained alone by
+//! [`train_local_prox`] (today's per-client path). A client trained in a cohort must end with
+//! the same model (1e-5 relative) and report, whatever the others do: unequal shards, short last
+//! batches, other epoch counts, learning rates, momenta, seeds and batch sizes, proximal terms on
+//! some members only, and members that fail their checks.
+
+use burn::prelude::Device;
+use edgecfl_shared::cohort::{Member, train_cohort};
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::model::{ModelKind, Params};
+use edgecfl_shared::train::{LocalData, Proximal, TrainConfig, TrainError, train_local_prox};
+
+fn local(n: usize, offset: usize) -> LocalData {
+    let data = FashionMnist::bundled().unwrap();
+    let idx: Vec<usize> = (offset..offset + n).collect();
+    LocalData::from_dataset(&data.train, &idx, 0)
+}
+
+fn cfg(epochs: usize, batch_size: usize, lr: f64, momentum: f64, seed: u64) -> TrainConfig {
+    TrainConfig {
+        epochs,
+        batch_size,
+        lr,
+        momentum,
+        seed,
+        threads: 1,
+    }
+}
+
+/// max |a − b| / max(|b|_∞, 1e-3): the relative difference of two parameter vectors.
+fn rel_diff(a: &Params, b: &Params) -> f32 {
+    let scale = b.values.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+    a.values
+        .iter()
+        .zip(&b.values)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+        / scale
+}
+
+/// Each member trained in one cohort equals it trained alone.
+fn check_against_alone(members: &[Member<'_>], device: &Device) {
+    let cohort = train_cohort(members, device);
+    assert_eq!(cohort.len(), members.len());
+    for (i, (m, got)) in members.iter().zip(cohort).enumerate() {
+        let alone = train_local_prox(m.start, m.data, &m.cfg, m.prox, device);
+        match (got, alone) {
+            (Ok((p, r)), Ok((q, s))) => {
+                assert_eq!(p.values.len(), q.values.len());
+                let d = rel_diff(&p, &q);
+                assert!(d < 1e-5, "member {i}: relative difference {d}");
+                if !m.data.is_empty() {
+                    assert_ne!(p.values, m.start.values, "member {i} did not train");
+                }
+                assert_eq!((r.steps, r.samples), (s.steps, s.samples), "member {i}");
+                let dl = (r.last_epoch_loss - s.last_epoch_loss).abs();
+                assert!(dl < 1e-5 * s.last_epoch_loss.max(1.0), "member {i}: loss {dl}");
+            }
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "member {i}"),
+            (a, b) => panic!("member {i}: cohort {a:?}, alone {b:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_cohort_trains_each_client_as_it_is_trained_alone() {
+    let device = Device::default();
+    for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+        // Unequal shards, each with a short last batch (23 = 2·10 + 3, 37, 8 < one batch, 50).
+        let data = [local(23, 0), local(37, 100), local(8, 200), local(50, 300)];
+        let starts: Vec<Params> = (0..4).map(|i| Params::init(model, 10 + i)).collect();
+        let anchor = Params::init(model, 99);
+        let members = [
+            Member {
+                start: &starts[0],
+                data: &data[0],
+                cfg: cfg(2, 10, 0.01, 0.5, 1),
+                prox: None,
+            },
+            // Proximal toward another model, its own lr, momentum, batch and epochs.
+            Member {
+                start: &starts[1],
+                data: &data[1],
+                cfg: cfg(1, 16, 0.05, 0.9, 2),
+                prox: Some(Proximal {
+                    anchor: &anchor,
+                    mu: 0.1,
+                }),
+            },
+            // Fewer samples than one batch, no momentum, more epochs than the others.
+            Member {
+                start: &starts[2],
+                data: &data[2],
+                cfg: cfg(3, 10, 0.02, 0.0, 3),
+                prox: None,
+            },
+            // Proximal toward its own start (FedProx).
+            Member {
+                start: &starts[3],
+                data: &data[3],
+                cfg: cfg(2, 10, 0.01, 0.5, 4),
+                prox: Some(Proximal {
+                    anchor: &starts[3],
+                    mu: 0.01,
+                }),
+            },
+        ];
+        check_against_alone(&members, &device);
+        // One member alone in its cohort, and the cohort in another order.
+        check_against_alone(&members[2..3], &device);
+        let reversed: Vec<Member<'_>> = members.iter().rev().copied().collect();
+        check_against_alone(&reversed, &device);
+    }
+}
+
+#[test]
+fn a_member_that_fails_its_checks_gets_its_error_and_the_others_train() {
+    let device = Device::default();
+    let data = local(20, 0);
+    let good = Params::init(ModelKind::Mlp, 1);
+    let short = Params {
+        model: ModelKind::Mlp,
+        values: vec![0.0; 7],
+    };
+    let lenet = Params::init(ModelKind::LeNet5, 2);
+    let members = [
+        Member {
+            start: &good,
+            data: &data,
+            cfg: cfg(1, 10, 0.01, 0.5, 1),
+            prox: None,
+        },
+        Member {
+            start: &short,
+            data: &data,
+            cfg: cfg(1, 10, 0.01, 0.5, 1),
+            prox: None,
+        },
+        Member {
+            start: &good,
+            data: &data,
+            cfg: cfg(1, 0, 0.01, 0.5, 1),
+            prox: None,
+        },
+        Member {
+            start: &lenet,
+            data: &data,
+            cfg: cfg(1, 10, 0.01, 0.5, 1),
+            prox: None,
+        },
+    ];
+    let got = train_cohort(&members, &device);
+    assert!(got[0].is_ok());
+    assert!(matches!(got[1], Err(TrainError::InvalidParams(_))));
+    assert!(matches!(got[2], Err(TrainError::InvalidConfig(_))));
+    let Err(TrainError::InvalidConfig(why)) = &got[3] else {
+        panic!("{:?}", got[3]);
+    };
+    assert!(why.contains("one architecture"), "{why}");
+    // The valid member is trained as alone.
+    check_against_alone(&members[..1], &device);
+}
+
+#[test]
+fn a_diverging_member_is_reported_and_does_not_touch_the_others() {
+    let device = Device::default();
+    let data = local(30, 0);
+    let start = Params::init(ModelKind::Mlp, 3);
+    let members = [
+        Member {
+            start: &start,
+            data: &data,
+            cfg: cfg(2, 10, 0.01, 0.5, 1),
+            prox: None,
+        },
+        Member {
+            start: &start,
+            data: &data,
+            cfg: cfg(2, 10, 1e30, 0.5, 1),
+            prox: None,
+        },
+    ];
+    let got = train_cohort(&members, &device);
+    assert!(matches!(got[1], Err(TrainError::Diverged)), "{:?}", got[1]);
+    check_against_alone(&members[..1], &device);
+    let (alone, _) = train_local_prox(&start, &data, &members[0].cfg, None, &device).unwrap();
+    let (p, _) = got[0].as_ref().unwrap();
+    assert!(rel_diff(p, &alone) < 1e-5);
+}
+
+#[test]
+fn empty_data_leaves_the_start_and_a_zero_loss() {
+    let device = Device::default();
+    let empty = LocalData::default();
+    let data = local(12, 0);
+    let start = Params::init(ModelKind::LeNet5, 5);
+    let members = [
+        Member {
+            start: &start,
+            data: &empty,
+            cfg: cfg(2, 10, 0.01, 0.5, 1),
+            prox: None,
+        },
+        Member {
+            start: &start,
+            data: &data,
+            cfg: cfg(1, 10, 0.01, 0.5, 1),
+            prox: None,
+        },
+    ];
+    let got = train_cohort(&members, &device);
+    let (p, r) = got[0].as_ref().unwrap();
+    assert_eq!(p.values, start.values);
+    assert_eq!((r.steps, r.last_epoch_loss), (0, 0.0));
+    check_against_alone(&members, &device);
+}
