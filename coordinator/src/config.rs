@@ -36,6 +36,11 @@ pub struct RunConfig {
     /// `device` is accepted too).
     #[serde(alias = "device")]
     pub backend: Backend,
+    /// `simulate`: the most clients whose local trainings are batched into one model (a cohort,
+    /// `edgecfl_shared::cohort`); 1 trains each client alone. Unset: [`default_cohort`] of the
+    /// device.
+    #[serde(default)]
+    pub cohort: Option<usize>,
     /// Where results are written.
     pub out: PathBuf,
     /// `simulate`: the last `newcomers` clients are held out of round 0 and join at
@@ -51,6 +56,13 @@ pub struct RunConfig {
 
 fn default_join_round() -> usize {
     1
+}
+
+/// The cohort size `simulate` uses on `backend` when none is given: on a GPU every sampled client
+/// in one cohort (one small model at a time leaves a GPU idle between kernel launches); on the
+/// CPU backends 1, each client alone on its own core.
+pub fn default_cohort(backend: Backend) -> usize {
+    if backend.is_cpu() { 1 } else { usize::MAX }
 }
 
 impl RunConfig {
@@ -90,6 +102,7 @@ impl RunConfig {
                 self.join_round
             );
         }
+        anyhow::ensure!(self.cohort != Some(0), "cohort must be ≥ 1");
         self.backend.check_compiled()?;
         self.federation.validate()?;
         Ok(())
@@ -259,6 +272,10 @@ pub struct RunFlags {
     /// but cpu need the cargo feature of the same name (`--backend` is an alias).
     #[arg(long = "device", visible_alias = "backend", value_name = "DEVICE")]
     pub backend: Option<Backend>,
+    /// `simulate`: train up to N sampled clients together as one batched model (1: each alone;
+    /// default: all sampled clients on a GPU, 1 on the CPU). Same models up to float rounding.
+    #[arg(long, value_name = "N")]
+    pub cohort: Option<usize>,
     /// Output directory.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -357,6 +374,9 @@ impl RunFlags {
         set!(newcomers => c.newcomers);
         set!(join_round => c.join_round);
         set!(backend => c.backend);
+        if self.cohort.is_some() {
+            c.cohort = self.cohort;
+        }
         set!(out => c.out);
         if self.data.is_some() {
             c.data = self.data.clone();

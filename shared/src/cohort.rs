@@ -195,7 +195,8 @@ impl<'m, 'a> Cohort<'m, 'a> {
             .entries
             .iter()
             .map(|e| {
-                Tensor::<2>::from_data(stack(&|i| Some(members[i].start.values.as_slice()), e), &ad).require_grad()
+                Tensor::<2>::from_data(stack(&|i| Some(members[i].start.values.as_slice()), e), &ad)
+                    .require_grad()
             })
             .collect();
         let velocity = layout
@@ -243,21 +244,25 @@ impl<'m, 'a> Cohort<'m, 'a> {
     fn train(mut self, device: &Device) -> Result<Vec<Trained>, TrainError> {
         let ad = device.clone().autodiff();
         let c = self.members.len();
-        let steps = self.schedules.iter().map(|s| s.steps.len()).max().unwrap_or(0);
+        let steps = self
+            .schedules
+            .iter()
+            .map(|s| s.steps.len())
+            .max()
+            .unwrap_or(0);
         let mut loss_sum = Tensor::<2>::zeros([c, 1], device);
         for t in 0..steps {
             let mut batch = self.step_batch(t)?;
             let x = batch.images(self.model, &ad);
             let logits = self.forward(x);
-            let targets = Tensor::<3, Int>::from_data(
-                TensorData::new(batch.labels, [c, self.batch, 1]),
-                &ad,
-            );
-            let nll = log_softmax(logits, 2).gather(2, targets).neg().reshape([c, self.batch]);
-            let weights = Tensor::<2>::from_data(
-                TensorData::new(batch.weights, [c, self.batch]),
-                &ad,
-            );
+            let targets =
+                Tensor::<3, Int>::from_data(TensorData::new(batch.labels, [c, self.batch, 1]), &ad);
+            let nll = log_softmax(logits, 2)
+                .gather(2, targets)
+                .neg()
+                .reshape([c, self.batch]);
+            let weights =
+                Tensor::<2>::from_data(TensorData::new(batch.weights, [c, self.batch]), &ad);
             let mut objective = (nll.clone() * weights).sum();
             if let Some((anchor, half_mu)) = &self.anchor {
                 let coef: Vec<f32> = half_mu
@@ -335,7 +340,12 @@ impl<'m, 'a> Cohort<'m, 'a> {
                     let s = shape(k);
                     let w = p[k].clone().reshape([c * s[0], s[1], s[2], s[3]]);
                     let bias = p[k + 1].clone().reshape([c * s[0]]);
-                    let y = conv2d(x, w, Some(bias), ConvOptions::new([1, 1], [0, 0], [1, 1], c));
+                    let y = conv2d(
+                        x,
+                        w,
+                        Some(bias),
+                        ConvOptions::new([1, 1], [0, 0], [1, 1], c),
+                    );
                     max_pool2d(relu(y), MaxPoolOptions::new([2, 2]))
                 };
                 let x = conv(conv(x, 0), 2);
@@ -356,7 +366,10 @@ impl<'m, 'a> Cohort<'m, 'a> {
     fn step(&mut self, grads: &Gradients, active: &[bool], device: &Device) {
         let c = self.members.len();
         let column = |f: &dyn Fn(usize) -> f32| {
-            Tensor::<2>::from_data(TensorData::new((0..c).map(f).collect::<Vec<f32>>(), [c, 1]), device)
+            Tensor::<2>::from_data(
+                TensorData::new((0..c).map(f).collect::<Vec<f32>>(), [c, 1]),
+                device,
+            )
         };
         let mu = column(&|i| {
             if active[i] {
@@ -457,6 +470,9 @@ impl StepBatch {
             ModelKind::LeNet5 => [b, c, 28, 28],
             ModelKind::Mlp => [c, b, 28, 28],
         };
-        Tensor::<4>::from_data(TensorData::new(std::mem::take(&mut self.pixels), shape), device)
+        Tensor::<4>::from_data(
+            TensorData::new(std::mem::take(&mut self.pixels), shape),
+            device,
+        )
     }
 }

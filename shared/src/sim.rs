@@ -9,15 +9,19 @@
 
 use std::collections::HashMap;
 
-use crate::client::{ClientData, EVAL_BATCH};
+use crate::client::{ClientData, ClientError, EVAL_BATCH};
 use crate::cluster::spectral;
 use crate::cluster::spectral::{Estimate, Gram, Signature};
+use crate::cohort::{Member, Trained, train_cohort};
 use crate::data::fmnist::{Dataset, FashionMnist};
 use crate::data::partition::{Partition, shift_label};
 use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
+use crate::jobs::{Trainer, Training, Update};
 use crate::model::Params;
 use crate::protocol::Encoding;
-use crate::train::{Backend, CLASSES, EvalReport, LocalData, TrainError, evaluate};
+use crate::train::{
+    Backend, CLASSES, EvalReport, LocalData, Proximal, TrainConfig, TrainError, evaluate,
+};
 use burn::prelude::Device;
 
 /// Maps `f` over `items` on all cores (clients train independently, so the result does not depend
@@ -53,6 +57,67 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
     out.into_iter().map(|(_, r)| r).collect()
 }
 
+/// A training as a job handed it to its [`Trainer`], owned (the first pass of
+/// [`SimPool::run_in_cohorts`]).
+struct Recorded {
+    start: Params,
+    cfg: TrainConfig,
+    prox: Option<(Params, f64)>,
+}
+
+/// Notes every training and answers it with its start unchanged (the answer is thrown away).
+#[derive(Default)]
+struct Recorder(Vec<Recorded>);
+
+impl Trainer for Recorder {
+    fn train(
+        &mut self,
+        t: &Training<'_>,
+        data: &LocalData,
+        _: &Device,
+    ) -> Result<Update, ClientError> {
+        self.0.push(Recorded {
+            start: t.start.clone(),
+            cfg: t.cfg,
+            prox: t.prox.map(|p| (p.anchor.clone(), p.mu)),
+        });
+        Ok(Update {
+            client: 0,
+            params: t.start.clone(),
+            samples: data.len() as u64,
+            loss: 0.0,
+        })
+    }
+}
+
+/// Answers the trainings of a job, in order, with the models its cohorts trained (the second
+/// pass of [`SimPool::run_in_cohorts`]), as [`crate::jobs::Alone`] answers them: the trained model, the
+/// client's sample count and the last epoch's loss.
+struct Replay<'r>(std::slice::Iter<'r, Option<Trained>>, u64);
+
+impl Trainer for Replay<'_> {
+    fn train(
+        &mut self,
+        _: &Training<'_>,
+        _: &LocalData,
+        _: &Device,
+    ) -> Result<Update, ClientError> {
+        match self.0.next() {
+            Some(Some(Ok((params, report)))) => Ok(Update {
+                client: 0,
+                params: params.clone(),
+                samples: self.1,
+                loss: report.last_epoch_loss,
+            }),
+            Some(Some(Err(e))) => Err(ClientError::Command(e.to_string())),
+            _ => Err(ClientError::Command(
+                "a job asked for another training than it did when its trainings were gathered"
+                    .into(),
+            )),
+        }
+    }
+}
+
 /// Clients simulated in this process.
 pub struct SimPool {
     infos: Vec<ClientInfo>,
@@ -71,6 +136,9 @@ pub struct SimPool {
     own_signatures: Vec<Option<Signature>>,
     /// Clients held out of round 0 (the last ones) and the training round they join at.
     held: Option<(usize, usize)>,
+    /// The most clients' trainings batched into one cohort ([`crate::cohort`]); 1 trains each
+    /// alone.
+    cohort: usize,
 }
 
 impl SimPool {
@@ -113,7 +181,16 @@ impl SimPool {
             device,
             own_signatures: vec![None; partition.clients.len()],
             held: None,
+            cohort: 1,
         })
+    }
+
+    /// Trains up to `n` clients' local trainings together as one batched model
+    /// ([`crate::cohort::train_cohort`]); 1 (the default) trains each alone. The same models
+    /// up to float rounding; `n` is capped so that every core gets a cohort.
+    pub fn with_cohort(mut self, n: usize) -> Self {
+        self.cohort = n.max(1);
+        self
     }
 
     /// FedClust's newcomer experiment: the last `n` clients are not in round 0
@@ -189,16 +266,18 @@ impl ClientPool for SimPool {
                 )
             })
             .collect();
-        let mut out: Vec<(usize, Answer)> = par_map(&plain, |&&(c, ref job)| {
-            let data = ClientData {
-                train: &self.train[c],
-                test: None,
-            };
-            let answer = job.execute(data, &self.device).map_err(|e| fail(c, &e))?;
+        let (batched, alone): (Vec<_>, Vec<_>) = plain
+            .into_iter()
+            .partition(|(_, j)| self.cohort > 1 && j.trains());
+        let mut out: Vec<(usize, Answer)> = par_map(&alone, |&&(c, ref job)| {
+            let answer = job
+                .execute(self.data(c), &self.device)
+                .map_err(|e| fail(c, &e))?;
             Ok((c, answer))
         })
         .into_iter()
         .collect::<Result<_, PoolError>>()?;
+        out.extend(self.run_in_cohorts(&batched)?);
 
         let grams: Vec<(usize, usize, Encoding)> = jobs
             .iter()
@@ -262,6 +341,94 @@ impl ClientPool for SimPool {
 }
 
 impl SimPool {
+    fn data(&self, c: usize) -> ClientData<'_> {
+        ClientData {
+            train: &self.train[c],
+            test: None,
+        }
+    }
+
+    /// Jobs that train, their trainings gathered into cohorts: each job is executed once with a
+    /// [`Recorder`] (which notes its trainings), the trainings are trained in cohorts of up to
+    /// [`SimPool::with_cohort`] clients (members of like step counts together), and each job is
+    /// executed again with a [`Replay`] of its trained models, which gives its answer.
+    fn run_in_cohorts(
+        &self,
+        jobs: &[&(usize, Job<'_>)],
+    ) -> Result<Vec<(usize, Answer)>, PoolError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let recorded: Vec<Vec<Recorded>> = par_map(jobs, |&&(c, ref job)| {
+            let mut recorder = Recorder::default();
+            // A job that fails here fails the same way when replayed below.
+            let _ = job.execute_with(self.data(c), &self.device, &mut recorder);
+            recorder.0
+        });
+        // (job, training) of every member, longest schedules first.
+        let mut order: Vec<(usize, usize)> = recorded
+            .iter()
+            .enumerate()
+            .flat_map(|(j, r)| (0..r.len()).map(move |k| (j, k)))
+            .collect();
+        let steps = |&(j, k): &(usize, usize)| {
+            let r = &recorded[j][k];
+            r.cfg.epochs
+                * self.train[jobs[j].0]
+                    .len()
+                    .div_ceil(r.cfg.batch_size.max(1))
+        };
+        order.sort_by_key(|m| std::cmp::Reverse(steps(m)));
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        let cohorts = order
+            .len()
+            .div_ceil(self.cohort)
+            .max(threads.min(order.len()));
+        let size = order.len().div_ceil(cohorts.max(1));
+        let chunks: Vec<&[(usize, usize)]> = order.chunks(size.max(1)).collect();
+        let trained = par_map(&chunks, |chunk| {
+            let members: Vec<Member<'_>> = chunk
+                .iter()
+                .map(|&(j, k)| {
+                    let r = &recorded[j][k];
+                    Member {
+                        start: &r.start,
+                        data: &self.train[jobs[j].0],
+                        cfg: r.cfg,
+                        prox: r
+                            .prox
+                            .as_ref()
+                            .map(|(anchor, mu)| Proximal { anchor, mu: *mu }),
+                    }
+                })
+                .collect();
+            train_cohort(&members, &self.device)
+        });
+        let mut results: Vec<Vec<Option<Trained>>> = recorded
+            .iter()
+            .map(|r| r.iter().map(|_| None).collect())
+            .collect();
+        for (chunk, got) in chunks.iter().zip(trained) {
+            for (&(j, k), r) in chunk.iter().zip(got) {
+                results[j][k] = Some(r);
+            }
+        }
+        let replays: Vec<(usize, Vec<Option<Trained>>)> = results.into_iter().enumerate().collect();
+        par_map(&replays, |(j, trained)| {
+            let (c, job) = jobs[*j];
+            let samples = self.train[*c].len() as u64;
+            let mut replay = Replay(trained.iter(), samples);
+            job.execute_with(self.data(*c), &self.device, &mut replay)
+                .map(|a| (*c, a))
+                .map_err(|e| PoolError::Client {
+                    client: *c,
+                    reason: e.to_string(),
+                })
+        })
+        .into_iter()
+        .collect()
+    }
+
     /// Each `(client, model)`'s report on the client's local test set, by client.
     fn evaluate(
         &mut self,

@@ -622,13 +622,16 @@ impl LocalData {
     /// As [`read_images`](Self::read_images); `out` not 784 long is `InvalidInput`.
     pub(crate) fn unit_image(&self, i: usize, out: &mut [f32]) -> io::Result<()> {
         if out.len() != PIXELS {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "an image is 784 pixels"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an image is 784 pixels",
+            ));
         }
         let mut one = Vec::new();
         let img = match &self.pixels {
-            Pixels::Memory(p) => p
-                .get(i * PIXELS..(i + 1) * PIXELS)
-                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, format!("no image {i}")))?,
+            Pixels::Memory(p) => p.get(i * PIXELS..(i + 1) * PIXELS).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::UnexpectedEof, format!("no image {i}"))
+            })?,
             Pixels::Spilled(..) => {
                 self.read_images(i, 1, &mut one)?;
                 &one[..]

@@ -54,7 +54,10 @@ fn check_against_alone(members: &[Member<'_>], device: &Device) {
                 }
                 assert_eq!((r.steps, r.samples), (s.steps, s.samples), "member {i}");
                 let dl = (r.last_epoch_loss - s.last_epoch_loss).abs();
-                assert!(dl < 1e-5 * s.last_epoch_loss.max(1.0), "member {i}: loss {dl}");
+                assert!(
+                    dl < 1e-5 * s.last_epoch_loss.max(1.0),
+                    "member {i}: loss {dl}"
+                );
             }
             (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "member {i}"),
             (a, b) => panic!("member {i}: cohort {a:?}, alone {b:?}"),
@@ -213,4 +216,54 @@ fn empty_data_leaves_the_start_and_a_zero_loss() {
     assert_eq!(p.values, start.values);
     assert_eq!((r.steps, r.last_epoch_loss), (0, 0.0));
     check_against_alone(&members, &device);
+}
+
+/// Every method run in process with its trainings in cohorts ends as it ends with each client
+/// trained alone: the same clusters, and every cluster model equal up to float rounding (the
+/// cohorts' sums run in another order; 1e-4 relative after the rounds' averaging).
+#[test]
+fn every_method_in_cohorts_ends_as_with_each_client_alone() {
+    use edgecfl_shared::data::partition::{PartitionSpec, partition};
+    use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+    use edgecfl_shared::sim::SimPool;
+    use edgecfl_shared::train::Backend;
+
+    let data = FashionMnist::bundled().unwrap();
+    let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
+    let part = partition(&spec, &data.train.labels, 8, 3).unwrap();
+    for algorithm in Algorithm::all() {
+        let cfg = FederationConfig {
+            algorithm,
+            model: if algorithm == Algorithm::MtHfl {
+                ModelKind::Mlp
+            } else {
+                ModelKind::LeNet5
+            },
+            rounds: 2,
+            frac: 0.5,
+            epochs: 1,
+            seed: 3,
+            clusters: Some(3),
+            ..FederationConfig::default()
+        };
+        let run = |cohort: usize| {
+            let mut pool = SimPool::new(&data, &part, Backend::Flex)
+                .unwrap()
+                .with_cohort(cohort);
+            federation::run(&cfg, &mut pool, &RunContext::of_partition(&part), &mut Quiet)
+                .unwrap_or_else(|e| panic!("{algorithm}, cohort {cohort}: {e}"))
+        };
+        let (alone, cohorts) = (run(1), run(3));
+        assert_eq!(alone.assignment, cohorts.assignment, "{algorithm}");
+        assert_eq!(alone.models.len(), cohorts.models.len(), "{algorithm}");
+        for (a, c) in alone.models.iter().zip(&cohorts.models) {
+            let d = rel_diff(c, a);
+            assert!(d < 1e-4, "{algorithm}: relative difference {d}");
+        }
+        let (fa, fc) = (alone.final_accuracy(), cohorts.final_accuracy());
+        assert!(
+            (fa.unwrap_or(0.0) - fc.unwrap_or(0.0)).abs() < 0.01,
+            "{algorithm}: accuracy {fa:?} alone, {fc:?} in cohorts"
+        );
+    }
 }

@@ -36,7 +36,20 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
         cfg.federation.seed,
     )
     .with_context(|| format!("partition {}", cfg.partition))?;
-    let mut pool = SimPool::new(&data, &part, cfg.backend)?;
+    let cohort = cfg
+        .cohort
+        .unwrap_or_else(|| crate::config::default_cohort(cfg.backend));
+    let mut pool = SimPool::new(&data, &part, cfg.backend)?.with_cohort(cohort);
+    if cohort > 1 {
+        info!(
+            "cohorts: up to {} clients' trainings batched into one model",
+            if cohort == usize::MAX {
+                "all sampled".to_string()
+            } else {
+                cohort.to_string()
+            }
+        );
+    }
     pool.hold_out(cfg.newcomers, cfg.join_round)?;
     info!(
         "{}: {} clients, partition {}, model {}, {} rounds",

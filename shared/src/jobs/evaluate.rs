@@ -8,7 +8,7 @@ use crate::protocol::{Encoding, LabelEval, Tensor, ToClient, ToCoordinator};
 use crate::train::{CLASSES, Device, EvalReport, evaluate};
 
 use super::train::decode_params;
-use super::{JobKind, Rejected, Rejection, Uploads, WireError, unexpected};
+use super::{Alone, JobKind, Rejected, Rejection, Trainer, Uploads, WireError, unexpected};
 
 /// Evaluate `model` on the local test set.
 #[derive(Debug, Clone, Copy)]
@@ -99,6 +99,7 @@ impl JobKind for Evaluate {
         job: &EvaluateJob<'_>,
         data: ClientData<'_>,
         device: &Device,
+        _: &mut dyn Trainer,
     ) -> Result<Box<EvalReport>, ClientError> {
         let test = data.test.ok_or(ClientError::NoData("no local test set"))?;
         let r = evaluate(job.model, test, EVAL_BATCH, device)?;
@@ -117,7 +118,7 @@ impl JobKind for Evaluate {
         Some((|| {
             let model = decode_params(*model, params)?;
             let job = EvaluateJob { model: &model };
-            let r = Self::execute(&job, data, device)?;
+            let r = Self::execute(&job, data, device, &mut Alone)?;
             Ok(Self::reply(&job, &r, Encoding::F32)?)
         })())
     }

@@ -8,7 +8,7 @@ use crate::protocol::{Encoding, Tensor, ToClient, ToCoordinator};
 use crate::train::{Device, gradient};
 
 use super::train::decode_params;
-use super::{JobKind, Rejected, Uploads, WireError, unexpected};
+use super::{Alone, JobKind, Rejected, Trainer, Uploads, WireError, unexpected};
 
 /// The normalised gradient at `at`.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +68,7 @@ impl JobKind for Gradient {
         job: &GradientJob<'_>,
         data: ClientData<'_>,
         device: &Device,
+        _: &mut dyn Trainer,
     ) -> Result<Vec<f32>, ClientError> {
         let mut g = gradient(job.at, data.train, job.batch_size, device)?;
         let norm = g.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
@@ -100,7 +101,7 @@ impl JobKind for Gradient {
                 at: &at,
                 batch_size: (*batch_size).max(1) as usize,
             };
-            let g = Self::execute(&job, data, device)?;
+            let g = Self::execute(&job, data, device, &mut Alone)?;
             Ok(Self::reply(&job, &g, *upload)?)
         })())
     }

@@ -11,7 +11,7 @@ use crate::cluster::spectral::{self, Signature};
 use crate::protocol::{Encoding, ToClient, ToCoordinator};
 use crate::train::{Device, PIXELS};
 
-use super::{JobKind, Rejected, Uploads, WireError, unexpected};
+use super::{JobKind, Rejected, Trainer, Uploads, WireError, unexpected};
 
 /// The `k` leading eigenpairs, uploaded in `encoding`.
 #[derive(Debug, Clone, Copy)]
@@ -62,7 +62,12 @@ impl JobKind for GramSignature {
         }
     }
 
-    fn execute(job: &GramJob, data: ClientData<'_>, _: &Device) -> Result<Signature, ClientError> {
+    fn execute(
+        job: &GramJob,
+        data: ClientData<'_>,
+        _: &Device,
+        _: &mut dyn Trainer,
+    ) -> Result<Signature, ClientError> {
         let exact = spectral::signature_of(data.train, job.k)
             .map_err(|e| ClientError::Command(e.to_string()))?;
         Ok(exact.rounded(job.encoding))

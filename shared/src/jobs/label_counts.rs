@@ -11,7 +11,7 @@ use crate::client::{ClientData, ClientError};
 use crate::protocol::{Encoding, ToClient, ToCoordinator};
 use crate::train::{CLASSES, Device};
 
-use super::{JobKind, Rejected, Rejection, Uploads, WireError, custom};
+use super::{Alone, JobKind, Rejected, Rejection, Trainer, Uploads, WireError, custom};
 
 /// Count the training samples of each label.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -64,6 +64,7 @@ impl JobKind for LabelCounts {
         _: &LabelCountsJob,
         data: ClientData<'_>,
         _: &Device,
+        _: &mut dyn Trainer,
     ) -> Result<Vec<u32>, ClientError> {
         let mut counts = vec![0u32; CLASSES];
         for &l in &data.train.labels {
@@ -81,7 +82,7 @@ impl JobKind for LabelCounts {
         let job = custom::of_command::<Self, LabelCountsJob>(cmd)?;
         Some((|| {
             let job = job?;
-            let counts = Self::execute(&job, data, device)?;
+            let counts = Self::execute(&job, data, device, &mut Alone)?;
             Ok(Self::reply(&job, &counts, Encoding::F32)?)
         })())
     }

@@ -57,7 +57,7 @@ pub use pick::{PickJob, Picked};
 pub use rejection::{Rejected, Rejection};
 pub use relevance::RelevanceJob;
 pub use signature::{LabelStats, SignatureJob, SignatureUpload};
-pub use train::{Prox, Training, Update};
+pub use train::{Alone, Prox, Trainer, Training, Update};
 pub use train_pair::{Pair, PairJob};
 
 /// A job or answer that has no message of the wire protocol.
@@ -112,6 +112,10 @@ pub trait JobKind {
     const UPLOADS: Uploads;
     /// Whether a client without training samples cannot do it (true but for evaluation).
     const NEEDS_TRAINING_DATA: bool = true;
+
+    /// Whether its [`JobKind::execute`] trains (hands trainings to its [`Trainer`]): the jobs the
+    /// in-process pool gathers into cohorts.
+    const TRAINS: bool = false;
     /// The job as a method builds it (models lent by the method).
     type Job<'a>: std::fmt::Debug + Clone;
     /// The answer as a method reads it.
@@ -159,7 +163,8 @@ pub trait JobKind {
     /// [`Rejected`] with the reason ([`Rejection::Unexpected`] for a message of another kind).
     fn accept(job: &Self::Job<'_>, body: ToCoordinator) -> Result<Self::Answer, Rejected>;
 
-    /// Does `job` on a client's `data`.
+    /// Does `job` on a client's `data`, every local training through `trainer` ([`Alone`] on a
+    /// device; the in-process pool batches many clients' trainings into cohorts).
     ///
     /// # Errors
     ///
@@ -168,6 +173,7 @@ pub trait JobKind {
         job: &Self::Job<'_>,
         data: ClientData<'_>,
         device: &Device,
+        trainer: &mut dyn Trainer,
     ) -> Result<Self::Answer, ClientError>;
 
     /// On a device: `cmd`, when it is this kind's command, decoded into a job (with `threads`
@@ -217,6 +223,11 @@ macro_rules! registry {
                 match self { $( $(#[cfg($cfg)])? Job::$job(_) => <$kind as JobKind>::NAME, )* }
             }
 
+            /// Whether it trains ([`JobKind::TRAINS`]).
+            pub fn trains(&self) -> bool {
+                match self { $( $(#[cfg($cfg)])? Job::$job(_) => <$kind as JobKind>::TRAINS, )* }
+            }
+
             /// Which byte counter its answers go to.
             pub fn uploads(&self) -> Uploads {
                 match self { $( $(#[cfg($cfg)])? Job::$job(_) => <$kind as JobKind>::UPLOADS, )* }
@@ -256,18 +267,32 @@ macro_rules! registry {
                 }
             }
 
-            /// Does this job on a client's `data` ([`JobKind::execute`]).
+            /// Does this job on a client's `data` ([`JobKind::execute`]), training alone.
             ///
             /// # Errors
             ///
             /// [`ClientError`] when the computation fails.
             pub fn execute(&self, data: ClientData<'_>, device: &Device) -> Result<Answer, ClientError> {
+                self.execute_with(data, device, &mut Alone)
+            }
+
+            /// [`Job::execute`] with every local training through `trainer`.
+            ///
+            /// # Errors
+            ///
+            /// [`ClientError`] when the computation fails.
+            pub fn execute_with(
+                &self,
+                data: ClientData<'_>,
+                device: &Device,
+                trainer: &mut dyn Trainer,
+            ) -> Result<Answer, ClientError> {
                 match self {
                     $( $(#[cfg($cfg)])? Job::$job(j) => {
                         if <$kind as JobKind>::NEEDS_TRAINING_DATA && data.train.is_empty() {
                             return Err(ClientError::NoData("no training samples"));
                         }
-                        <$kind as JobKind>::execute(j, data, device).map(Answer::$answer)
+                        <$kind as JobKind>::execute(j, data, device, trainer).map(Answer::$answer)
                     } )*
                 }
             }

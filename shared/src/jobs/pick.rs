@@ -7,10 +7,10 @@ use crate::model::Params;
 use crate::protocol::{Encoding, Tensor, ToClient, ToCoordinator};
 use crate::train::Device;
 
-use super::train::{
-    check_samples_loss, config_of, decode_params, finite, model_of, settings_of, train_one,
+use super::train::{check_samples_loss, config_of, decode_params, finite, model_of, settings_of};
+use super::{
+    Alone, JobKind, Rejected, Rejection, Trainer, Training, Update, Uploads, WireError, unexpected,
 };
-use super::{JobKind, Rejected, Rejection, Training, Update, Uploads, WireError, unexpected};
 
 /// IFCA: the candidate of lowest loss, trained with `train` (whose `start` is ignored).
 #[derive(Debug, Clone)]
@@ -38,6 +38,7 @@ pub struct Pick;
 
 impl JobKind for Pick {
     const NAME: &'static str = "pick";
+    const TRAINS: bool = true;
     const UPLOADS: Uploads = Uploads::Models;
     type Job<'a> = PickJob<'a>;
     type Answer = Picked;
@@ -119,6 +120,7 @@ impl JobKind for Pick {
         job: &PickJob<'_>,
         data: ClientData<'_>,
         device: &Device,
+        trainer: &mut dyn Trainer,
     ) -> Result<Picked, ClientError> {
         if job.candidates.is_empty() {
             return Err(ClientError::NoData("no candidate model"));
@@ -140,7 +142,7 @@ impl JobKind for Pick {
         };
         Ok(Picked {
             choice,
-            update: train_one(&chosen, data.train, device)?,
+            update: trainer.train(&chosen, data.train, device)?,
             losses,
         })
     }
@@ -170,7 +172,7 @@ impl JobKind for Pick {
                     prox: None,
                 },
             };
-            let a = Self::execute(&pick, data, device)?;
+            let a = Self::execute(&pick, data, device, &mut Alone)?;
             finite(&a.update)?;
             Ok(Self::reply(&pick, &a, job.upload)?)
         })())

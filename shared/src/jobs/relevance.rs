@@ -12,7 +12,7 @@ use crate::cluster::spectral::{self, Estimate, Gram, Signature};
 use crate::protocol::{Encoding, Tensor, ToClient, ToCoordinator, decode_row};
 use crate::train::Device;
 
-use super::{Broadcast, JobKind, Rejected, Uploads, WireError, unexpected};
+use super::{Broadcast, JobKind, Rejected, Trainer, Uploads, WireError, unexpected};
 
 /// The relevance row against `all`.
 #[derive(Debug, Clone, Copy)]
@@ -92,6 +92,7 @@ impl JobKind for Relevance {
         job: &RelevanceJob<'_>,
         data: ClientData<'_>,
         _: &Device,
+        _: &mut dyn Trainer,
     ) -> Result<Vec<f64>, ClientError> {
         let k = job.all.first().map_or(1, |s| s.k);
         let row = Gram::from_local_data(data.train)

@@ -10,8 +10,10 @@ use crate::model::{LayerSet, ParamLayout};
 use crate::protocol::{self, Encoding, Tensor, ToClient, ToCoordinator};
 use crate::train::{CLASSES, Device};
 
-use super::train::{config_of, decode_params, settings_of, train_one};
-use super::{JobKind, Rejected, Rejection, Training, Uploads, WireError, unexpected};
+use super::train::{config_of, decode_params, settings_of};
+use super::{
+    Alone, JobKind, Rejected, Rejection, Trainer, Training, Uploads, WireError, unexpected,
+};
 
 /// Label statistics of a client's training data (AdaCFL's pre-clustering, its eq. 4).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -74,6 +76,7 @@ pub struct Signature;
 
 impl JobKind for Signature {
     const NAME: &'static str = "signature";
+    const TRAINS: bool = true;
     const UPLOADS: Uploads = Uploads::Signatures;
     type Job<'a> = SignatureJob<'a>;
     type Answer = SignatureUpload;
@@ -165,9 +168,10 @@ impl JobKind for Signature {
         job: &SignatureJob<'_>,
         data: ClientData<'_>,
         device: &Device,
+        trainer: &mut dyn Trainer,
     ) -> Result<SignatureUpload, ClientError> {
         let selection = ParamLayout::of(job.train.start.model).select(job.layers)?;
-        let trained = train_one(&job.train, data.train, device)?;
+        let trained = trainer.train(&job.train, data.train, device)?;
         Ok(SignatureUpload {
             values: selection.extract(&trained.params.values),
             stats: job
@@ -199,7 +203,7 @@ impl JobKind for Signature {
                 layers: &layers,
                 stats,
             };
-            let a = Self::execute(&s, data, device)?;
+            let a = Self::execute(&s, data, device, &mut Alone)?;
             Ok(Self::reply(&s, &a, job.upload)?)
         })())
     }

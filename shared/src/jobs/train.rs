@@ -54,6 +54,7 @@ pub struct Train;
 
 impl JobKind for Train {
     const NAME: &'static str = "train";
+    const TRAINS: bool = true;
     const UPLOADS: Uploads = Uploads::Models;
     type Job<'a> = Training<'a>;
     type Answer = Update;
@@ -117,8 +118,9 @@ impl JobKind for Train {
         t: &Training<'_>,
         data: ClientData<'_>,
         device: &Device,
+        trainer: &mut dyn Trainer,
     ) -> Result<Update, ClientError> {
-        train_one(t, data.train, device)
+        trainer.train(t, data.train, device)
     }
 
     fn serve(
@@ -139,7 +141,7 @@ impl JobKind for Train {
                 cfg: config_of(job, threads),
                 prox: mu.map(|mu| Prox { anchor: &start, mu }),
             };
-            let u = Self::execute(&t, data, device)?;
+            let u = Self::execute(&t, data, device, &mut Alone)?;
             finite(&u)?;
             Ok(Self::reply(&t, &u, job.upload)?)
         })())
@@ -189,11 +191,39 @@ pub fn decode_params(model: ModelKind, params: &Tensor) -> Result<Params, Client
 }
 
 /// One training of `t` on `data`: the update (its `client` left 0).
-pub(crate) fn train_one(
-    t: &Training<'_>,
-    data: &LocalData,
-    device: &Device,
-) -> Result<Update, ClientError> {
+/// How a job's local trainings run: a job's [`JobKind::execute`] hands each of its trainings to
+/// one, so the in-process pool can gather many clients' trainings into cohorts
+/// ([`crate::cohort`]) while a device trains [`Alone`].
+pub trait Trainer {
+    /// Trains `t` on `data`.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError`] when the training fails.
+    fn train(
+        &mut self,
+        t: &Training<'_>,
+        data: &LocalData,
+        device: &Device,
+    ) -> Result<Update, ClientError>;
+}
+
+/// Each training on its own, at once ([`train_local_prox`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Alone;
+
+impl Trainer for Alone {
+    fn train(
+        &mut self,
+        t: &Training<'_>,
+        data: &LocalData,
+        device: &Device,
+    ) -> Result<Update, ClientError> {
+        train_one(t, data, device)
+    }
+}
+
+fn train_one(t: &Training<'_>, data: &LocalData, device: &Device) -> Result<Update, ClientError> {
     let (params, report) = match t.prox {
         None => train_local(t.start, data, &t.cfg, device)?,
         Some(p) => train_local_prox(

@@ -7,10 +7,10 @@ use crate::model::Params;
 use crate::protocol::{Encoding, Tensor, ToClient, ToCoordinator};
 use crate::train::Device;
 
-use super::train::{
-    check_samples_loss, config_of, decode_params, finite, model_of, settings_of, train_one,
+use super::train::{check_samples_loss, config_of, decode_params, finite, model_of, settings_of};
+use super::{
+    Alone, JobKind, Prox, Rejected, Trainer, Training, Update, Uploads, WireError, unexpected,
 };
-use super::{JobKind, Prox, Rejected, Training, Update, Uploads, WireError, unexpected};
 
 /// Two trainings on the same data, both uploaded (StoCFL: ω plainly, θₖ with a proximal term
 /// toward ω).
@@ -37,6 +37,7 @@ pub struct TrainPair;
 
 impl JobKind for TrainPair {
     const NAME: &'static str = "train-pair";
+    const TRAINS: bool = true;
     const UPLOADS: Uploads = Uploads::Models;
     type Job<'a> = PairJob<'a>;
     type Answer = Pair;
@@ -106,10 +107,11 @@ impl JobKind for TrainPair {
         job: &PairJob<'_>,
         data: ClientData<'_>,
         device: &Device,
+        trainer: &mut dyn Trainer,
     ) -> Result<Pair, ClientError> {
         Ok(Pair {
-            global: train_one(&job.global, data.train, device)?,
-            cluster: train_one(&job.cluster, data.train, device)?,
+            global: trainer.train(&job.global, data.train, device)?,
+            cluster: trainer.train(&job.cluster, data.train, device)?,
         })
     }
 
@@ -151,7 +153,7 @@ impl JobKind for TrainPair {
                     }),
                 },
             };
-            let a = Self::execute(&job, data, device)?;
+            let a = Self::execute(&job, data, device, &mut Alone)?;
             finite(&a.global)?;
             finite(&a.cluster)?;
             Ok(Self::reply(&job, &a, global.upload)?)
