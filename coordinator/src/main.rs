@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use coordinator::cmd::serve::{self, NetFlags};
-use coordinator::cmd::{cluster, credentials, demo, export, lps, partition, simulate};
+use coordinator::cmd::{bench, cluster, credentials, demo, export, lps, partition, simulate};
 use coordinator::config::{DEFAULT_CONFIG, RunFlags};
 use coordinator::live;
 use edgecfl_shared::logging::LogArgs;
@@ -31,6 +31,9 @@ enum Command {
     Lps(Box<lps::LpsArgs>),
     /// Run a federation (any --algorithm) with every client in this process.
     Simulate(Box<SimulateArgs>),
+    /// Training throughput of simulated clients on this machine (JSON): C clients trained as one
+    /// batched cohort, and with --alone one by one, for each device and cohort size.
+    Bench(Box<bench::BenchArgs>),
     /// Cluster signatures from a .npy or .csv file (rows = clients) and print labels and merges as JSON.
     Cluster(cluster::ClusterArgs),
     /// Print what each client of a partition holds (JSON); with --clusters, compare a run's
@@ -136,6 +139,13 @@ fn main() -> ExitCode {
             final_line(&r, &cfg.out);
             Ok(())
         }),
+        Command::Bench(args) => {
+            edgecfl_shared::malloc::tune();
+            bench::run(&args).and_then(|r| {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+                Ok(())
+            })
+        }
         Command::Cluster(args) => {
             for (old, new, note) in [
                 (

@@ -82,8 +82,10 @@ fn simulate_writes_summary_csv_clusters_and_plots() {
 
 #[test]
 fn bad_flags_and_missing_data_fail_cleanly() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["simulate", "--frac", "1.5"], "frac"),
+        (&["simulate", "--cohort", "0"], "cohort"),
+        (&["bench", "--cohorts", "0"], "cohort"),
         (
             &["simulate", "--clients", "4", "--newcomers", "3"],
             "newcomers",

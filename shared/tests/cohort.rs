@@ -250,8 +250,13 @@ fn every_method_in_cohorts_ends_as_with_each_client_alone() {
             let mut pool = SimPool::new(&data, &part, Backend::Flex)
                 .unwrap()
                 .with_cohort(cohort);
-            federation::run(&cfg, &mut pool, &RunContext::of_partition(&part), &mut Quiet)
-                .unwrap_or_else(|e| panic!("{algorithm}, cohort {cohort}: {e}"))
+            federation::run(
+                &cfg,
+                &mut pool,
+                &RunContext::of_partition(&part),
+                &mut Quiet,
+            )
+            .unwrap_or_else(|e| panic!("{algorithm}, cohort {cohort}: {e}"))
         };
         let (alone, cohorts) = (run(1), run(3));
         assert_eq!(alone.assignment, cohorts.assignment, "{algorithm}");

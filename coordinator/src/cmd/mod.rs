@@ -1,5 +1,6 @@
 //! The subcommands of `coordinator`, one module each, named as on the command line.
 
+pub mod bench;
 pub mod cluster;
 pub mod credentials;
 pub mod demo;

@@ -1,0 +1,218 @@
+//! `coordinator bench`: training throughput of a simulated fleet on this machine, as JSON: C
+//! clients' local trainings (one epoch each of `--samples` samples at `--batch`) trained as one
+//! cohort (`edgecfl_shared::cohort`, what `simulate --cohort C` does) and, with `--alone`, the same
+//! clients trained one after another on one thread and on every core (what `simulate --cohort
+//! 1` does), for each device and cohort size asked. Each setting runs once untimed (kernel
+//! compilation, autotuning, allocator), then `--repeats` times; the median is reported.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use edgecfl_shared::cohort::{Member, train_cohort};
+use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::model::{ModelKind, Params};
+use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, train_local};
+use serde::Serialize;
+use tracing::info;
+
+/// Arguments of `coordinator bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// lenet5 | mlp
+    #[arg(long, default_value = "lenet5")]
+    pub model: ModelKind,
+    /// Devices to measure (comma-separated): cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] |
+    /// tch[:cpu|:cuda[:N]] | cuda[:N].
+    #[arg(long, value_delimiter = ',', default_value = "cpu")]
+    pub devices: Vec<Backend>,
+    /// Cohort sizes to measure (comma-separated): clients trained together.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    pub cohorts: Vec<usize>,
+    /// Each client's mini-batch size.
+    #[arg(long, default_value_t = 10)]
+    pub batch: usize,
+    /// Training samples per client (client i holds samples i·N .. (i+1)·N of the train set,
+    /// wrapping around).
+    #[arg(long, default_value_t = 600)]
+    pub samples: usize,
+    /// Also train the same clients one by one (`simulate --cohort 1`): on one thread, and on
+    /// every core one client per core.
+    #[arg(long)]
+    pub alone: bool,
+    /// Timed repetitions per setting; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Fashion-MNIST directory (default: `EDGECFL_FMNIST_DIR`, the Debian package, the bundled
+    /// subset).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+}
+
+/// One measured setting.
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    /// `cohort` (one batched model), `alone` (one client after the other, one thread) or
+    /// `alone-threads` (one client per core at a time, as `simulate --cohort 1`).
+    pub mode: &'static str,
+    /// The device.
+    pub device: Backend,
+    /// Clients trained.
+    pub clients: usize,
+    /// Threads (`alone-threads`: the cores used; else 1).
+    pub threads: usize,
+    /// Mini-batch size.
+    pub batch: usize,
+    /// Median samples per second (all clients' samples over the wall-clock time).
+    pub samples_per_second: f64,
+    /// Every repeat's samples per second.
+    pub runs: Vec<f64>,
+}
+
+/// Runs the measurements.
+pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
+    anyhow::ensure!(
+        args.batch >= 1 && args.samples >= 1,
+        "--batch and --samples must be ≥ 1"
+    );
+    anyhow::ensure!(
+        args.cohorts.iter().all(|&c| c >= 1),
+        "cohort sizes must be ≥ 1"
+    );
+    let data = FashionMnist::load(args.data.as_deref()).context("loading Fashion-MNIST")?;
+    let most = args.cohorts.iter().copied().max().unwrap_or(1);
+    let n = data.train.len();
+    let clients: Vec<LocalData> = (0..most)
+        .map(|i| {
+            let idx: Vec<usize> = (0..args.samples)
+                .map(|k| (i * args.samples + k) % n)
+                .collect();
+            LocalData::from_dataset(&data.train, &idx, 0)
+        })
+        .collect();
+    let starts: Vec<Params> = (0..most)
+        .map(|i| Params::init(args.model, i as u64))
+        .collect();
+    let cfg = |i: usize| TrainConfig {
+        epochs: 1,
+        batch_size: args.batch,
+        lr: 0.01,
+        momentum: 0.5,
+        seed: i as u64,
+        threads: 1,
+    };
+    let mut out = Vec::new();
+    for &device_kind in &args.devices {
+        let device = device_kind.device()?;
+        for &c in &args.cohorts {
+            let members: Vec<Member<'_>> = (0..c)
+                .map(|i| Member {
+                    start: &starts[i],
+                    data: &clients[i],
+                    cfg: cfg(i),
+                    prox: None,
+                })
+                .collect();
+            let samples = (c * args.samples) as f64;
+            let cohort = || -> anyhow::Result<()> {
+                for r in train_cohort(&members, &device) {
+                    r?;
+                }
+                Ok(())
+            };
+            out.push(measure(args, "cohort", device_kind, c, 1, samples, cohort)?);
+            if args.alone {
+                let alone = |threads: usize| {
+                    let device: &Device = &device;
+                    let members = &members;
+                    move || -> anyhow::Result<()> { train_alone(members, device, threads) }
+                };
+                out.push(measure(
+                    args,
+                    "alone",
+                    device_kind,
+                    c,
+                    1,
+                    samples,
+                    alone(1),
+                )?);
+                let cores = std::thread::available_parallelism()
+                    .map_or(1, usize::from)
+                    .min(c);
+                if cores > 1 {
+                    out.push(measure(
+                        args,
+                        "alone-threads",
+                        device_kind,
+                        c,
+                        cores,
+                        samples,
+                        alone(cores),
+                    )?);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The members trained one by one ([`train_local`]), on `threads` threads taking the next
+/// client as they finish one.
+fn train_alone(members: &[Member<'_>], device: &Device, threads: usize) -> anyhow::Result<()> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(m) = members.get(i) else {
+                            return Ok(());
+                        };
+                        train_local(m.start, m.data, &m.cfg, device)?;
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .map_err(|_| anyhow::anyhow!("a training thread panicked"))?
+        })
+    })
+}
+
+/// One untimed run, then `args.repeats` timed ones of `f`.
+fn measure(
+    args: &BenchArgs,
+    mode: &'static str,
+    device: Backend,
+    clients: usize,
+    threads: usize,
+    samples: f64,
+    f: impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<Throughput> {
+    f()?;
+    let mut runs = Vec::with_capacity(args.repeats);
+    for _ in 0..args.repeats.max(1) {
+        let start = Instant::now();
+        f()?;
+        runs.push(samples / start.elapsed().as_secs_f64());
+    }
+    let mut sorted = runs.clone();
+    sorted.sort_by(f64::total_cmp);
+    let t = Throughput {
+        mode,
+        device,
+        clients,
+        threads,
+        batch: args.batch,
+        samples_per_second: sorted[sorted.len() / 2],
+        runs,
+    };
+    info!(
+        "{} {device} {mode}: {clients} clients × {} samples, batch {}, {threads} thread(s): {:.0} samples/s",
+        args.model, args.samples, args.batch, t.samples_per_second
+    );
+    Ok(t)
+}
