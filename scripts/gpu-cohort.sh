@@ -2,13 +2,12 @@
 # Cohort training on a GPU host (issue 27): the device-side half of bench-results/gpu-cohort/.
 # Run on the GPU machine from the repository root, with a release `coordinator` built with
 # `--features vulkan` at $BIN (default .bin/coordinator), Fashion-MNIST's IDX files at $DATA
-# (default .fmnist), Debian's libvulkan1 .deb under .gl/ (unpacked here when the loader is
-# missing) and PyTorch in python3. Results go to $OUT (default bench-results/gpu-cohort/local):
+# (default .fmnist), Debian's Vulkan loader and libglvnd .debs under .gl/ and PyTorch in python3. Results go to $OUT (default bench-results/gpu-cohort/local):
 #   gpu.txt              nvidia-smi's name, driver and memory; the host's CPU
 #   cohort-vulkan.json   coordinator bench --devices vulkan: C = 1, 10, 100 clients × 600
 #                        samples, batch 10, one batched cohort
 #   torch-vmap.jsonl     the PyTorch peer (scripts/torch_cohort_bench.py): the same C and batch
-#   cohort-cpu.json      coordinator bench --devices cpu --alone on the host's cores
+#   cohort-cpu.json      coordinator bench --devices cpu --alone --samples 120 on the host's cores
 #   simulate.txt         simulate fedclust label:2, 100 clients, 10 %, 3 rounds, E = 2, seed 0 on
 #                        vulkan (cohort: all sampled clients) and on the host's CPU (one client
 #                        per core), each timed by bash's `time`, with its final line
@@ -18,10 +17,10 @@ BIN=${BIN:-.bin/coordinator}
 DATA=${DATA:-.fmnist}
 OUT=${OUT:-bench-results/gpu-cohort/local}
 mkdir -p "$OUT"
-if ! ldconfig -p | grep -q libvulkan.so.1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
+# The Vulkan loader and libglvnd (the NVIDIA ICD, libGLX_nvidia, needs libGLdispatch): Debian's
+# libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2, downloaded as .debs.
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
 [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 log="$OUT/log.txt"
@@ -31,10 +30,10 @@ log="$OUT/log.txt"
     echo "cores: $(nproc)"
 } >"$OUT/gpu.txt" 2>&1
 run() { echo "+ $*" >>"$log"; "$@"; }
-run timeout 200 "$BIN" bench --devices vulkan --cohorts 1,10,100 --batch 10 --samples 600 \
+run timeout 150 "$BIN" bench --devices vulkan --cohorts 1,10,100 --batch 10 --samples 600 \
     --repeats 3 --data "$DATA" >"$OUT/cohort-vulkan.json" 2>>"$log"
 echo "rc $?" >>"$log"
-run timeout 90 python3 scripts/torch_cohort_bench.py --device cuda --clients 1,10,100 --batch 10 \
+run timeout 60 python3 scripts/torch_cohort_bench.py --device cuda --clients 1,10,100 --batch 10 \
     >"$OUT/torch-vmap.jsonl" 2>>"$log"
 echo "rc $?" >>"$log"
 : >"$OUT/simulate.txt"
@@ -42,11 +41,11 @@ for dev in vulkan cpu; do
     {
         echo "+ coordinator simulate --algorithm fedclust --partition label:2 --clients 100 --frac 0.1 --rounds 3 --epochs 2 --seed 0 --device $dev"
         TIMEFORMAT="wall %R s"
-        time (timeout 200 "$BIN" simulate --algorithm fedclust --partition label:2 --clients 100 \
+        time (timeout 120 "$BIN" simulate --algorithm fedclust --partition label:2 --clients 100 \
             --frac 0.1 --rounds 3 --epochs 2 --seed 0 --device "$dev" --data "$DATA" \
             --out "/tmp/sim-$dev" 2>>"$log" | tail -1)
     } >>"$OUT/simulate.txt" 2>&1
 done
-run timeout 120 "$BIN" bench --devices cpu --cohorts 10,100 --batch 10 --samples 600 --alone \
+run timeout 60 "$BIN" bench --devices cpu --cohorts 10,100 --batch 10 --samples 120 --alone \
     --repeats 3 --data "$DATA" >"$OUT/cohort-cpu.json" 2>>"$log"
 echo "rc $?" >>"$log"
