@@ -43,7 +43,7 @@ for dev in vulkan cpu; do
         TIMEFORMAT="wall %R s"
         time (timeout 120 "$BIN" simulate --algorithm fedclust --partition label:2 --clients 100 \
             --frac 0.1 --rounds 3 --epochs 2 --seed 0 --device "$dev" --data "$DATA" \
-            --out "/tmp/sim-$dev" 2>>"$log" | tail -1)
+            --out "results/sim-$dev" 2>>"$log" | tail -1)
     } >>"$OUT/simulate.txt" 2>&1
 done
 run timeout 60 "$BIN" bench --devices cpu --cohorts 10,100 --batch 10 --samples 120 --alone \
