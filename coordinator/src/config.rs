@@ -38,8 +38,8 @@ pub struct RunConfig {
     pub backend: Backend,
     /// `simulate`: the most clients whose local trainings are batched into one model (a cohort,
     /// `edgecfl_shared::cohort`); 1 trains each client alone. Unset: [`default_cohort`] of the
-    /// device.
-    #[serde(default)]
+    /// device. Written into `summary.json` only when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cohort: Option<usize>,
     /// Where results are written.
     pub out: PathBuf,
