@@ -139,6 +139,8 @@ pub struct SimPool {
     /// The most clients' trainings batched into one cohort ([`crate::cohort`]); 1 trains each
     /// alone.
     cohort: usize,
+    /// Whether the device is the CPU: cohorts are then cut so that every core trains one.
+    on_cpu: bool,
 }
 
 impl SimPool {
@@ -182,12 +184,14 @@ impl SimPool {
             own_signatures: vec![None; partition.clients.len()],
             held: None,
             cohort: 1,
+            on_cpu: backend.is_cpu(),
         })
     }
 
     /// Trains up to `n` clients' local trainings together as one batched model
     /// ([`crate::cohort::train_cohort`]); 1 (the default) trains each alone. The same models
-    /// up to float rounding; `n` is capped so that every core gets a cohort.
+    /// up to float rounding. On a CPU backend the cohorts are cut smaller where that gives every
+    /// core one; on a GPU the sampled clients go in as few cohorts as `n` allows.
     pub fn with_cohort(mut self, n: usize) -> Self {
         self.cohort = n.max(1);
         self
@@ -379,11 +383,15 @@ impl SimPool {
                     .div_ceil(r.cfg.batch_size.max(1))
         };
         order.sort_by_key(|m| std::cmp::Reverse(steps(m)));
-        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        let cores = if self.on_cpu {
+            std::thread::available_parallelism().map_or(1, usize::from)
+        } else {
+            1
+        };
         let cohorts = order
             .len()
             .div_ceil(self.cohort)
-            .max(threads.min(order.len()));
+            .max(cores.min(order.len()));
         let size = order.len().div_ceil(cohorts.max(1));
         let chunks: Vec<&[(usize, usize)]> = order.chunks(size.max(1)).collect();
         let trained = par_map(&chunks, |chunk| {
