@@ -248,7 +248,9 @@ impl ClientPool for SimPool {
 
     /// Evaluations are shared (see the module docs); MT-HFL's jobs keep each client's exact
     /// signature between its two jobs; everything else is [`Job::execute`], clients in
-    /// parallel. Answers come in job order, then MT-HFL's, then evaluations by client.
+    /// parallel (the jobs that train in cohorts with [`SimPool::with_cohort`]). Answers
+    /// come in job order (with cohorts: the jobs that do not train, then those that do), then
+    /// MT-HFL's, then evaluations by client.
     fn run(
         &mut self,
         _round: usize,
