@@ -288,7 +288,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
             loss_sum = loss_sum + (nll.inner() * last).sum_dim(1);
             self.step(&grads, &batch.active, device);
         }
-        self.finish(loss_sum)
+        Ok(self.finish(loss_sum))
     }
 
     /// The inputs of step `t`: every member's batch, padded to the cohort's batch width.
@@ -396,7 +396,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
     }
 
     /// Each member's parameters and report, or [`TrainError::Diverged`].
-    fn finish(self, loss_sum: Tensor<2>) -> Result<Vec<Trained>, TrainError> {
+    fn finish(self, loss_sum: Tensor<2>) -> Vec<Trained> {
         let c = self.members.len();
         let losses: Vec<f32> = loss_sum.into_data().iter::<f32>().collect();
         let mut values: Vec<Vec<f32>> = (0..c)
@@ -410,8 +410,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
                 v.extend_from_slice(&flat[i * n..(i + 1) * n]);
             }
         }
-        Ok(self
-            .members
+        self.members
             .iter()
             .zip(values)
             .zip(losses)
@@ -434,7 +433,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
                     },
                 ))
             })
-            .collect())
+            .collect()
     }
 }
 
