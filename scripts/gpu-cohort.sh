@@ -7,11 +7,12 @@
 #   cohort-vulkan.json   coordinator bench --devices vulkan: C = 1, 10, 100 clients × 600
 #                        samples, batch 10, one batched cohort
 #   torch-vmap.jsonl     the PyTorch peer (scripts/torch_cohort_bench.py): the same C and batch
-#   cohort-cpu.json      coordinator bench --devices cpu --alone --samples 120 on the host's cores
-#   simulate.txt         simulate fedclust label:2, 100 clients, 10 %, 3 rounds, E = 2, seed 0 on
-#                        vulkan (cohort: all sampled clients) and on the host's CPU (one client
-#                        per core), each timed by bash's `time`, with its final line
-#   log.txt              everything the commands logged
+#   simulate.txt         simulate on vulkan (cohort: all sampled clients) and on the host's CPU
+#                        (one client per core), each timed by bash's `time`, with its final line:
+#                        fedclust label:2, 100 clients, 10 %, 3 rounds, E = 2; fedavg label:2,
+#                        100 %, 2 rounds, E = 1; stocfl rotate:4, 100 %, 3 rounds, E = 5 (the
+#                        settings of `FRACS=1 scripts/experiments.sh stocfl`)
+#   log.txt              everything the commands logged (each round's time)
 set -uo pipefail
 BIN=${BIN:-.bin/coordinator}
 DATA=${DATA:-.fmnist}
@@ -37,15 +38,18 @@ run timeout 60 python3 scripts/torch_cohort_bench.py --device cuda --clients 1,1
     >"$OUT/torch-vmap.jsonl" 2>>"$log"
 echo "rc $?" >>"$log"
 : >"$OUT/simulate.txt"
-for dev in vulkan cpu; do
-    {
-        echo "+ coordinator simulate --algorithm fedclust --partition label:2 --clients 100 --frac 0.1 --rounds 3 --epochs 2 --seed 0 --device $dev"
-        TIMEFORMAT="wall %R s"
-        time (timeout 120 "$BIN" simulate --algorithm fedclust --partition label:2 --clients 100 \
-            --frac 0.1 --rounds 3 --epochs 2 --seed 0 --device "$dev" --data "$DATA" \
-            --out "results/sim-$dev" 2>>"$log" | tail -1)
-    } >>"$OUT/simulate.txt" 2>&1
-done
-run timeout 60 "$BIN" bench --devices cpu --cohorts 10,100 --batch 10 --samples 120 --alone \
-    --repeats 3 --data "$DATA" >"$OUT/cohort-cpu.json" 2>>"$log"
-echo "rc $?" >>"$log"
+sim() {
+    local name=$1; shift
+    for dev in vulkan cpu; do
+        {
+            echo "+ coordinator simulate $* --seed 0 --device $dev"
+            TIMEFORMAT="wall %R s"
+            time (timeout 150 "$BIN" simulate "$@" --seed 0 --device "$dev" --data "$DATA" \
+                --out "results/$name-$dev" 2>>"$log" | tail -1)
+        } >>"$OUT/simulate.txt" 2>&1
+    done
+}
+sim fedclust --algorithm fedclust --partition label:2 --clients 100 --frac 0.1 --rounds 3 --epochs 2
+sim fedavg --algorithm fedavg --partition label:2 --clients 100 --frac 1 --rounds 2 --epochs 1
+sim stocfl --algorithm stocfl --tau 0.5 --mu 0.05 --partition rotate:4 --clients 100 --frac 1 \
+    --rounds 3 --epochs 5 --batch 10 --lr 0.01 --momentum 0.5

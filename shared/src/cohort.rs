@@ -24,6 +24,10 @@
 //! [`crate::train::train_local_prox`], so a client trained in a cohort ends with the model it gets
 //! trained alone, up to float rounding (`shared/tests/cohort.rs` checks 1e-5 relative for every
 //! kind of training).
+//!
+//! The members' images go to the device once, as one `[1 + Σ n_c, 784]` tensor (row 0 is the
+//! zero image that pads short batches); a step sends only the row index of each of its samples
+//! and gathers its batch on the device.
 
 use std::time::Instant;
 
@@ -67,30 +71,22 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device) -> Vec<Trained> {
     let mut out: Vec<Option<Trained>> = members.iter().map(|_| None).collect();
     let mut model = None;
     let mut valid = Vec::new();
+    // Every valid member's images, scaled to [0, 1], after the zero image of padding.
+    let mut pixels = vec![0.0; PIXELS];
     for (i, m) in members.iter().enumerate() {
-        match check(m, &mut model) {
+        match check(m, &mut model).and_then(|()| append_images(m.data, &mut pixels)) {
             Ok(()) => valid.push(i),
             Err(e) => out[i] = Some(Err(e)),
         }
     }
     if let Some(model) = model {
         let cohort: Vec<&Member<'_>> = valid.iter().map(|&i| &members[i]).collect();
-        let trained = Cohort::new(model, &cohort, device).train(device);
-        match trained {
-            Ok(results) => {
-                for (&i, r) in valid.iter().zip(results) {
-                    out[i] = Some(r.map(|(params, mut report)| {
-                        report.seconds = start.elapsed().as_secs_f64();
-                        (params, report)
-                    }));
-                }
-            }
-            Err(e) => {
-                let reason = e.to_string();
-                for &i in &valid {
-                    out[i] = Some(Err(TrainError::Data(reason.clone())));
-                }
-            }
+        let results = Cohort::new(model, &cohort, pixels, device).train(device);
+        for (&i, r) in valid.iter().zip(results) {
+            out[i] = Some(r.map(|(params, mut report)| {
+                report.seconds = start.elapsed().as_secs_f64();
+                (params, report)
+            }));
         }
     }
     out.into_iter()
@@ -123,6 +119,20 @@ fn check(m: &Member<'_>, model: &mut Option<ModelKind>) -> Result<(), TrainError
             Ok(())
         }
     }
+}
+
+/// Appends every image of `data`, scaled to `[0, 1]`, to `pixels`; leaves `pixels` as it was when
+/// one cannot be read.
+fn append_images(data: &LocalData, pixels: &mut Vec<f32>) -> Result<(), TrainError> {
+    let at = pixels.len();
+    pixels.resize(at + data.len() * PIXELS, 0.0);
+    for (s, out) in pixels[at..].chunks_exact_mut(PIXELS).enumerate() {
+        if let Err(e) = data.unit_image(s, out) {
+            pixels.truncate(at);
+            return Err(TrainError::Data(e.to_string()));
+        }
+    }
+    Ok(())
 }
 
 /// A client's batches over all its epochs: the sample order of each epoch (the same shuffles as
@@ -165,6 +175,11 @@ struct Cohort<'m, 'a> {
     schedules: Vec<Schedule>,
     /// The widest batch of any member (the padded batch axis).
     batch: usize,
+    /// Every member's images, scaled to `[0, 1]`, on the autodiff device (not tracked):
+    /// `[1 + Σ n_c, 784]`, row 0 zeros, member i's sample s at row `first[i] + s`.
+    images: Tensor<2>,
+    /// Member i's first row in `images`.
+    first: Vec<usize>,
     /// Per layout entry, `[C, n]` on the autodiff device, tracked.
     params: Vec<Tensor<2>>,
     /// Per layout entry, `[C, n]` on the plain device.
@@ -176,7 +191,13 @@ struct Cohort<'m, 'a> {
 }
 
 impl<'m, 'a> Cohort<'m, 'a> {
-    fn new(model: ModelKind, members: &'m [&'m Member<'a>], device: &Device) -> Self {
+    /// `pixels`: the zero image, then every member's images in order (`append_images`).
+    fn new(
+        model: ModelKind,
+        members: &'m [&'m Member<'a>],
+        pixels: Vec<f32>,
+        device: &Device,
+    ) -> Self {
         let layout = ParamLayout::of(model);
         let ad = device.clone().autodiff();
         let c = members.len();
@@ -225,9 +246,21 @@ impl<'m, 'a> Cohort<'m, 'a> {
                 .collect();
             (tensors, half_mu)
         });
+        let first = members
+            .iter()
+            .scan(1, |row, m| {
+                let at = *row;
+                *row += m.data.len();
+                Some(at)
+            })
+            .collect();
+        let rows = pixels.len() / PIXELS;
+        let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, PIXELS]), &ad);
         Cohort {
             model,
             members,
+            images,
+            first,
             schedules: members
                 .iter()
                 .map(|m| Schedule::of(m.data.len(), &m.cfg))
@@ -241,7 +274,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
     }
 
     /// Runs every step; each member's trained model and report.
-    fn train(mut self, device: &Device) -> Result<Vec<Trained>, TrainError> {
+    fn train(mut self, device: &Device) -> Vec<Trained> {
         let ad = device.clone().autodiff();
         let c = self.members.len();
         let steps = self
@@ -252,8 +285,8 @@ impl<'m, 'a> Cohort<'m, 'a> {
             .unwrap_or(0);
         let mut loss_sum = Tensor::<2>::zeros([c, 1], device);
         for t in 0..steps {
-            let mut batch = self.step_batch(t)?;
-            let x = batch.images(self.model, &ad);
+            let batch = self.step_batch(t);
+            let x = self.gather(&batch.rows, &ad);
             let logits = self.forward(x);
             let targets =
                 Tensor::<3, Int>::from_data(TensorData::new(batch.labels, [c, self.batch, 1]), &ad);
@@ -288,20 +321,18 @@ impl<'m, 'a> Cohort<'m, 'a> {
             loss_sum = loss_sum + (nll.inner() * last).sum_dim(1);
             self.step(&grads, &batch.active, device);
         }
-        Ok(self.finish(loss_sum))
+        self.finish(loss_sum)
     }
 
     /// The inputs of step `t`: every member's batch, padded to the cohort's batch width.
-    fn step_batch(&self, t: usize) -> Result<StepBatch, TrainError> {
+    fn step_batch(&self, t: usize) -> StepBatch {
         let (c, b) = (self.members.len(), self.batch);
         let mut batch = StepBatch {
-            pixels: vec![0.0; c * b * PIXELS],
+            rows: vec![0; c * b],
             labels: vec![0; c * b],
             weights: vec![0.0; c * b],
             last: vec![0.0; c * b],
             active: vec![false; c],
-            clients: c,
-            width: b,
         };
         for (i, (m, s)) in self.members.iter().zip(&self.schedules).enumerate() {
             let Some((idx, last)) = s.batch(t) else {
@@ -310,16 +341,31 @@ impl<'m, 'a> Cohort<'m, 'a> {
             batch.active[i] = true;
             let w = 1.0 / idx.len() as f32;
             for (k, &sample) in idx.iter().enumerate() {
-                let at = batch.pixel_offset(self.model, i, k);
-                m.data
-                    .unit_image(sample, &mut batch.pixels[at..at + PIXELS])
-                    .map_err(|e| TrainError::Data(e.to_string()))?;
+                // LeNet-5's input is `[B, C, 28, 28]` (the clients are the convolution's groups),
+                // the MLP's `[C, B, 784]`.
+                let slot = match self.model {
+                    ModelKind::LeNet5 => k * c + i,
+                    ModelKind::Mlp => i * b + k,
+                };
+                batch.rows[slot] = (self.first[i] + sample) as i64;
                 batch.labels[i * b + k] = i64::from(m.data.labels[sample]);
                 batch.weights[i * b + k] = w;
                 batch.last[i * b + k] = if last { 1.0 } else { 0.0 };
             }
         }
-        Ok(batch)
+        batch
+    }
+
+    /// The step's images, gathered on the device: `[B, C, 28, 28]` for LeNet-5, `[C, B, 28, 28]`
+    /// for the MLP.
+    fn gather(&self, rows: &[i64], ad: &Device) -> Tensor<4> {
+        let (c, b) = (self.members.len(), self.batch);
+        let shape = match self.model {
+            ModelKind::LeNet5 => [b, c, 28, 28],
+            ModelKind::Mlp => [c, b, 28, 28],
+        };
+        let rows = Tensor::<1, Int>::from_data(TensorData::new(rows.to_vec(), [c * b]), ad);
+        self.images.clone().select(0, rows).reshape(shape)
     }
 
     /// Logits `[C, B, 10]`.
@@ -439,9 +485,9 @@ impl<'m, 'a> Cohort<'m, 'a> {
 
 /// One step's host-side inputs.
 struct StepBatch {
-    /// Images scaled to `[0, 1]`: `[B, C, 784]` for LeNet-5 (clients are the convolution's
-    /// groups), `[C, B, 784]` for the MLP.
-    pixels: Vec<f32>,
+    /// The row of `Cohort::images` in each slot of the batch (0, the zero image, on padding), in
+    /// the model's input order (see [`Cohort::gather`]).
+    rows: Vec<i64>,
     /// `[C, B]`, padded samples labelled 0.
     labels: Vec<i64>,
     /// `[C, B]`: 1 / (the member's batch length) on its samples, 0 on padding.
@@ -450,28 +496,4 @@ struct StepBatch {
     last: Vec<f32>,
     /// Which members take a step.
     active: Vec<bool>,
-    clients: usize,
-    width: usize,
-}
-
-impl StepBatch {
-    fn pixel_offset(&self, model: ModelKind, client: usize, k: usize) -> usize {
-        match model {
-            ModelKind::LeNet5 => (k * self.clients + client) * PIXELS,
-            ModelKind::Mlp => (client * self.width + k) * PIXELS,
-        }
-    }
-
-    /// The images as a tensor (taken out of the batch).
-    fn images(&mut self, model: ModelKind, device: &Device) -> Tensor<4> {
-        let (c, b) = (self.clients, self.width);
-        let shape = match model {
-            ModelKind::LeNet5 => [b, c, 28, 28],
-            ModelKind::Mlp => [c, b, 28, 28],
-        };
-        Tensor::<4>::from_data(
-            TensorData::new(std::mem::take(&mut self.pixels), shape),
-            device,
-        )
-    }
 }

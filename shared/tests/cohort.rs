@@ -7,6 +7,7 @@
 use burn::prelude::Device;
 use edgecfl_shared::cohort::{Member, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::spill::SpillFile;
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::train::{LocalData, Proximal, TrainConfig, TrainError, train_local_prox};
 
@@ -162,6 +163,33 @@ fn a_member_that_fails_its_checks_gets_its_error_and_the_others_train() {
     assert!(why.contains("one architecture"), "{why}");
     // The valid member is trained as alone.
     check_against_alone(&members[..1], &device);
+}
+
+#[test]
+fn a_member_whose_images_cannot_be_read_gets_its_error_and_the_others_train() {
+    let device = Device::default();
+    let data = local(20, 0);
+    // A scratch file that holds 5 of the 20 images its labels promise (a disk that filled up).
+    let file = SpillFile::create(&std::env::temp_dir()).unwrap();
+    let mut five = Vec::new();
+    data.read_images(0, 5, &mut five).unwrap();
+    file.write_at(&five, 0).unwrap();
+    let short = LocalData::spilled(file, data.labels.clone(), 0, 0);
+    let start = Params::init(ModelKind::Mlp, 1);
+    let member = |data| Member {
+        start: &start,
+        data,
+        cfg: cfg(1, 10, 0.01, 0.5, 1),
+        prox: None,
+    };
+    let members = [member(&data), member(&short), member(&data)];
+    let got = train_cohort(&members, &device);
+    let Err(TrainError::Data(why)) = &got[1] else {
+        panic!("{:?}", got[1]);
+    };
+    assert!(!why.is_empty());
+    check_against_alone(&[members[0], members[2]], &device);
+    assert_eq!(got[0].as_ref().unwrap().0, got[2].as_ref().unwrap().0);
 }
 
 #[test]
