@@ -27,9 +27,21 @@ use burn::prelude::Device;
 /// Maps `f` over `items` on all cores (clients train independently, so the result does not depend
 /// on the number of threads). Keeps the order of `items`.
 fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(items.len());
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    par_map_on(cores, items, f)
+}
+
+/// [`par_map`] on at most `threads` threads, each taking the next item when it is free.
+///
+/// # Panics
+///
+/// When `f` panics.
+pub fn par_map_on<T: Sync, R: Send>(
+    threads: usize,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let threads = threads.min(items.len());
     if threads <= 1 {
         return items.iter().map(f).collect();
     }

@@ -13,6 +13,7 @@ use clap::Args;
 use edgecfl_shared::cohort::{Member, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::model::{ModelKind, Params};
+use edgecfl_shared::sim::par_map_on;
 use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, train_local};
 use serde::Serialize;
 use tracing::info;
@@ -160,26 +161,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
 /// The members trained one by one ([`train_local`]), on `threads` threads taking the next
 /// client as they finish one.
 fn train_alone(members: &[Member<'_>], device: &Device, threads: usize) -> anyhow::Result<()> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| -> anyhow::Result<()> {
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(m) = members.get(i) else {
-                            return Ok(());
-                        };
-                        train_local(m.start, m.data, &m.cfg, device)?;
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().try_for_each(|w| {
-            w.join()
-                .map_err(|_| anyhow::anyhow!("a training thread panicked"))?
-        })
-    })
+    par_map_on(threads, members, |m| train_local(m.start, m.data, &m.cfg, device))
+        .into_iter()
+        .try_for_each(|r| r.map(drop).map_err(Into::into))
 }
 
 /// One untimed run, then `args.repeats` timed ones of `f`.
