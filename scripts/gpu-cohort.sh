@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Cohort training on a GPU host (issue 27): the device-side half of bench-results/gpu-cohort/.
-# Run on the GPU machine from the repository root, with a release `coordinator` built with
-# `--features vulkan` at $BIN (default .bin/coordinator), Fashion-MNIST's IDX files at $DATA
-# (default .fmnist), Debian's Vulkan loader and libglvnd .debs under .gl/ and PyTorch in python3. Results go to $OUT (default bench-results/gpu-cohort/local):
+# Run on the GPU machine from the repository root (BIN, DATA, OUT and the set-up: scripts/gpu-env.sh;
+# Debian's Vulkan loader and libglvnd .debs under .gl/, PyTorch in python3). Results in $OUT
+# (default bench-results/gpu-cohort/local):
 #   gpu.txt              nvidia-smi's name, driver and memory; the host's CPU
 #   cohort-vulkan.json   coordinator bench --devices vulkan: C = 1, 10, 100 clients × 600
 #                        samples, batch 10, one batched cohort
@@ -14,23 +14,7 @@
 #                        settings of `FRACS=1 scripts/experiments.sh stocfl`)
 #   log.txt              everything the commands logged (each round's time)
 set -uo pipefail
-BIN=${BIN:-.bin/coordinator}
-DATA=${DATA:-.fmnist}
-OUT=${OUT:-bench-results/gpu-cohort/local}
-mkdir -p "$OUT"
-# The Vulkan loader and libglvnd (the NVIDIA ICD, libGLX_nvidia, needs libGLdispatch): Debian's
-# libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2, downloaded as .debs.
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-[ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-log="$OUT/log.txt"
-{
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-    grep -m1 'model name' /proc/cpuinfo
-    echo "cores: $(nproc)"
-} >"$OUT/gpu.txt" 2>&1
-run() { echo "+ $*" >>"$log"; "$@"; }
+source scripts/gpu-env.sh bench-results/gpu-cohort/local
 run timeout 150 "$BIN" bench --devices vulkan --cohorts 1,10,100 --batch 10 --samples 600 \
     --repeats 3 --data "$DATA" >"$OUT/cohort-vulkan.json" 2>>"$log"
 echo "rc $?" >>"$log"
@@ -38,18 +22,10 @@ run timeout 60 python3 scripts/torch_cohort_bench.py --device cuda --clients 1,1
     >"$OUT/torch-vmap.jsonl" 2>>"$log"
 echo "rc $?" >>"$log"
 : >"$OUT/simulate.txt"
-sim() {
-    local name=$1; shift
-    for dev in vulkan cpu; do
-        {
-            echo "+ coordinator simulate $* --seed 0 --device $dev"
-            TIMEFORMAT="wall %R s"
-            time (timeout 150 "$BIN" simulate "$@" --seed 0 --device "$dev" --data "$DATA" \
-                --out "results/$name-$dev" 2>>"$log" | tail -1)
-        } >>"$OUT/simulate.txt" 2>&1
-    done
-}
-sim fedclust --algorithm fedclust --partition label:2 --clients 100 --frac 0.1 --rounds 3 --epochs 2
-sim fedavg --algorithm fedavg --partition label:2 --clients 100 --frac 1 --rounds 2 --epochs 1
-sim stocfl --algorithm stocfl --tau 0.5 --mu 0.05 --partition rotate:4 --clients 100 --frac 1 \
-    --rounds 3 --epochs 5 --batch 10 --lr 0.01 --momentum 0.5
+fedclust=(--algorithm fedclust --partition label:2 --clients 100 --frac 0.1 --rounds 3 --epochs 2)
+fedavg=(--algorithm fedavg --partition label:2 --clients 100 --frac 1 --rounds 2 --epochs 1)
+stocfl=(--algorithm stocfl --tau 0.5 --mu 0.05 --partition rotate:4 --clients 100 --frac 1
+    --rounds 3 --epochs 5 --batch 10 --lr 0.01 --momentum 0.5)
+for dev in vulkan cpu; do sim fedclust $dev 150 "${fedclust[@]}"; done
+for dev in vulkan cpu; do sim fedavg $dev 150 "${fedavg[@]}"; done
+for dev in vulkan cpu; do sim stocfl $dev 150 "${stocfl[@]}"; done
