@@ -8,6 +8,7 @@
 //! client's report is cut out of that ([`EvalReport::restrict`]).
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use crate::client::{ClientData, ClientError, EVAL_BATCH};
 use crate::cluster::spectral;
@@ -105,9 +106,9 @@ impl Trainer for Recorder {
 /// Answers the trainings of a job, in order, with the models its cohorts trained (the second
 /// pass of [`SimPool::run_in_cohorts`]), as [`crate::jobs::Alone`] answers them: the trained model, the
 /// client's sample count and the last epoch's loss.
-struct Replay<'r>(std::slice::Iter<'r, Option<Trained>>, u64);
+struct Replay(std::vec::IntoIter<Option<Trained>>, u64);
 
-impl Trainer for Replay<'_> {
+impl Trainer for Replay {
     fn train(
         &mut self,
         _: &Training<'_>,
@@ -121,7 +122,7 @@ impl Trainer for Replay<'_> {
                 samples: self.1,
                 loss: report.last_epoch_loss,
             }),
-            Some(Some(Err(e))) => Err(ClientError::Command(e.to_string())),
+            Some(Some(Err(e))) => Err(ClientError::Train(e)),
             _ => Err(ClientError::Command(
                 "a job asked for another training than it did when its trainings were gathered"
                     .into(),
@@ -435,11 +436,15 @@ impl SimPool {
                 results[j][k] = Some(r);
             }
         }
-        let replays: Vec<(usize, Vec<Option<Trained>>)> = results.into_iter().enumerate().collect();
+        // Each job's results, taken (not borrowed) by the one thread that replays it, so that a
+        // training's error reaches the job as it is.
+        let replays: Vec<(usize, Mutex<Vec<Option<Trained>>>)> =
+            results.into_iter().map(Mutex::new).enumerate().collect();
         par_map(&replays, |(j, trained)| {
             let (c, job) = jobs[*j];
             let samples = self.train[*c].len() as u64;
-            let mut replay = Replay(trained.iter(), samples);
+            let trained = std::mem::take(&mut *trained.lock().unwrap_or_else(|e| e.into_inner()));
+            let mut replay = Replay(trained.into_iter(), samples);
             job.execute_with(self.data(*c), &self.device, &mut replay)
                 .map(|a| (*c, a))
                 .map_err(|e| PoolError::Client {

@@ -300,3 +300,37 @@ fn every_method_in_cohorts_ends_as_with_each_client_alone() {
         );
     }
 }
+
+#[test]
+fn a_diverging_client_fails_a_run_in_cohorts_as_it_does_alone() {
+    use edgecfl_shared::data::partition::{PartitionSpec, partition};
+    use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+    use edgecfl_shared::sim::SimPool;
+    use edgecfl_shared::train::Backend;
+
+    let data = FashionMnist::bundled().unwrap();
+    let spec: PartitionSpec = "label:2".parse().unwrap();
+    let part = partition(&spec, &data.train.labels, 4, 1).unwrap();
+    let cfg = FederationConfig {
+        algorithm: Algorithm::FedAvg,
+        rounds: 1,
+        frac: 1.0,
+        epochs: 1,
+        lr: 1e30,
+        seed: 1,
+        ..FederationConfig::default()
+    };
+    let run = |cohort: usize| {
+        let mut pool = SimPool::new(&data, &part, Backend::Flex)
+            .unwrap()
+            .with_cohort(cohort);
+        let ctx = RunContext::of_partition(&part);
+        match federation::run(&cfg, &mut pool, &ctx, &mut Quiet) {
+            Ok(_) => panic!("cohort {cohort}: a run at lr 1e30 ended"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let alone = run(1);
+    assert!(alone.contains("diverged"), "{alone}");
+    assert_eq!(run(4), alone);
+}
