@@ -161,9 +161,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
 /// The members trained one by one ([`train_local`]), on `threads` threads taking the next
 /// client as they finish one.
 fn train_alone(members: &[Member<'_>], device: &Device, threads: usize) -> anyhow::Result<()> {
-    par_map_on(threads, members, |m| train_local(m.start, m.data, &m.cfg, device))
-        .into_iter()
-        .try_for_each(|r| r.map(drop).map_err(Into::into))
+    par_map_on(threads, members, |m| {
+        train_local(m.start, m.data, &m.cfg, device)
+    })
+    .into_iter()
+    .try_for_each(|r| r.map(drop).map_err(Into::into))
 }
 
 /// One untimed run, then `args.repeats` timed ones of `f`.
