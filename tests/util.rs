@@ -320,6 +320,8 @@ pub fn simulate(flags: &[String], out: &Path) -> Value {
     let o: Output = Command::new(bin("coordinator"))
         .arg("simulate")
         .args(flags)
+        // Each client trained alone, as the edge clients of the served runs it is compared with.
+        .args(["--cohort", "1"])
         .arg("--out")
         .arg(out)
         .output()

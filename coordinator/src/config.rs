@@ -38,7 +38,7 @@ pub struct RunConfig {
     pub backend: Backend,
     /// `simulate`: the most clients whose local trainings are batched into one model (a cohort,
     /// `edgecfl_shared::cohort`); 1 trains each client alone. Unset: [`default_cohort`] of the
-    /// device. Written into `summary.json` only when given.
+    /// device and model. Written into `summary.json` only when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cohort: Option<usize>,
     /// Where results are written.
@@ -58,11 +58,17 @@ fn default_join_round() -> usize {
     1
 }
 
-/// The cohort size `simulate` uses on `backend` when none is given: on a GPU every sampled client
-/// in one cohort (one small model at a time leaves a GPU idle between kernel launches); on the
-/// CPU backends 1, each client alone on its own core.
-pub fn default_cohort(backend: Backend) -> usize {
-    if backend.is_cpu() { 1 } else { usize::MAX }
+/// The cohort size `simulate` uses on `backend` for `model` when none is given, the fastest
+/// measured (BENCHMARKS.md §13): on a GPU every sampled client in one cohort (one small model at a
+/// time leaves a GPU idle between kernel launches); on the CPU backends cohorts of 10 for the MLP
+/// (2.09× one client per core on 2 cores) and 1 for LeNet-5 (its grouped convolution runs group
+/// by group there: a cohort saves nothing and gives up the other cores).
+pub fn default_cohort(backend: Backend, model: ModelKind) -> usize {
+    match (backend.is_cpu(), model) {
+        (false, _) => usize::MAX,
+        (true, ModelKind::Mlp) => 10,
+        (true, ModelKind::LeNet5) => 1,
+    }
 }
 
 impl RunConfig {
@@ -273,7 +279,8 @@ pub struct RunFlags {
     #[arg(long = "device", visible_alias = "backend", value_name = "DEVICE")]
     pub backend: Option<Backend>,
     /// `simulate`: train up to N sampled clients together as one batched model (1: each alone;
-    /// default: all sampled clients on a GPU, 1 on the CPU). Same models up to float rounding.
+    /// default: all sampled clients on a GPU; on the CPU 10 for the MLP, 1 for LeNet-5). Same
+    /// models up to float rounding.
     #[arg(long, value_name = "N")]
     pub cohort: Option<usize>,
     /// Output directory.

@@ -81,6 +81,56 @@ fn simulate_writes_summary_csv_clusters_and_plots() {
 }
 
 #[test]
+fn on_the_cpu_the_mlp_trains_in_cohorts_of_ten_unless_told_and_lenet_alone() {
+    let data = subset();
+    let run = |model: &str, extra: &[&str]| {
+        let out = temp_dir(&format!("cohort-{model}-{}", extra.len()));
+        let mut args = vec![
+            "simulate",
+            "--algorithm",
+            "fedavg",
+            "--model",
+            model,
+            "--partition",
+            "label:2",
+            "--clients",
+            "12",
+            "--rounds",
+            "1",
+            "--epochs",
+            "1",
+            "--frac",
+            "1",
+            "--seed",
+            "1",
+            "--data",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = coordinator(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{stderr}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let _ = std::fs::remove_dir_all(&out);
+        (stderr, summary["final_accuracy"].as_f64().unwrap())
+    };
+    let (default, acc_default) = run("mlp", &[]);
+    assert!(default.contains("cohorts: up to 10 clients"), "{default}");
+    let (alone, acc_alone) = run("mlp", &["--cohort", "1"]);
+    assert!(!alone.contains("cohorts:"), "{alone}");
+    assert!(
+        (acc_default - acc_alone).abs() < 0.01,
+        "{acc_default} vs {acc_alone}"
+    );
+    let (lenet, _) = run("lenet5", &[]);
+    assert!(!lenet.contains("cohorts:"), "{lenet}");
+}
+
+#[test]
 fn bad_flags_and_missing_data_fail_cleanly() {
     let cases: [(&[&str], &str); 9] = [
         (&["simulate", "--frac", "1.5"], "frac"),

@@ -38,7 +38,7 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
     .with_context(|| format!("partition {}", cfg.partition))?;
     let cohort = cfg
         .cohort
-        .unwrap_or_else(|| crate::config::default_cohort(cfg.backend));
+        .unwrap_or_else(|| crate::config::default_cohort(cfg.backend, cfg.federation.model));
     let mut pool = SimPool::new(&data, &part, cfg.backend)?.with_cohort(cohort);
     if cohort > 1 {
         info!(
