@@ -71,17 +71,23 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device) -> Vec<Trained> {
     let mut out: Vec<Option<Trained>> = members.iter().map(|_| None).collect();
     let mut model = None;
     let mut valid = Vec::new();
-    // Every valid member's images, scaled to [0, 1], after the zero image of padding.
+    // Every valid member's images, scaled to [0, 1], after the zero image of padding, and each
+    // valid member's first row among them.
     let mut pixels = vec![0.0; PIXELS];
+    let mut first = Vec::new();
     for (i, m) in members.iter().enumerate() {
+        let row = pixels.len() / PIXELS;
         match check(m, &mut model).and_then(|()| append_images(m.data, &mut pixels)) {
-            Ok(()) => valid.push(i),
+            Ok(()) => {
+                valid.push(i);
+                first.push(row);
+            }
             Err(e) => out[i] = Some(Err(e)),
         }
     }
     if let Some(model) = model {
         let cohort: Vec<&Member<'_>> = valid.iter().map(|&i| &members[i]).collect();
-        let results = Cohort::new(model, &cohort, pixels, device).train(device);
+        let results = Cohort::new(model, &cohort, pixels, first, device).train(device);
         for (&i, r) in valid.iter().zip(results) {
             out[i] = Some(r.map(|(params, mut report)| {
                 report.seconds = start.elapsed().as_secs_f64();
@@ -191,11 +197,13 @@ struct Cohort<'m, 'a> {
 }
 
 impl<'m, 'a> Cohort<'m, 'a> {
-    /// `pixels`: the zero image, then every member's images in order (`append_images`).
+    /// `pixels`: the zero image, then every member's images in order (`append_images`), member
+    /// i's from row `first[i]`.
     fn new(
         model: ModelKind,
         members: &'m [&'m Member<'a>],
         pixels: Vec<f32>,
+        first: Vec<usize>,
         device: &Device,
     ) -> Self {
         let layout = ParamLayout::of(model);
@@ -246,14 +254,6 @@ impl<'m, 'a> Cohort<'m, 'a> {
                 .collect();
             (tensors, half_mu)
         });
-        let first = members
-            .iter()
-            .scan(1, |row, m| {
-                let at = *row;
-                *row += m.data.len();
-                Some(at)
-            })
-            .collect();
         let rows = pixels.len() / PIXELS;
         let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, PIXELS]), &ad);
         Cohort {
@@ -286,7 +286,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
         let mut loss_sum = Tensor::<2>::zeros([c, 1], device);
         for t in 0..steps {
             let batch = self.step_batch(t);
-            let x = self.gather(&batch.rows, &ad);
+            let x = self.gather(batch.rows, &ad);
             let logits = self.forward(x);
             let targets =
                 Tensor::<3, Int>::from_data(TensorData::new(batch.labels, [c, self.batch, 1]), &ad);
@@ -358,13 +358,13 @@ impl<'m, 'a> Cohort<'m, 'a> {
 
     /// The step's images, gathered on the device: `[B, C, 28, 28]` for LeNet-5, `[C, B, 28, 28]`
     /// for the MLP.
-    fn gather(&self, rows: &[i64], ad: &Device) -> Tensor<4> {
+    fn gather(&self, rows: Vec<i64>, ad: &Device) -> Tensor<4> {
         let (c, b) = (self.members.len(), self.batch);
         let shape = match self.model {
             ModelKind::LeNet5 => [b, c, 28, 28],
             ModelKind::Mlp => [c, b, 28, 28],
         };
-        let rows = Tensor::<1, Int>::from_data(TensorData::new(rows.to_vec(), [c * b]), ad);
+        let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [c * b]), ad);
         self.images.clone().select(0, rows).reshape(shape)
     }
 
