@@ -6,17 +6,17 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::aggregate::Aggregate;
-use edgecfl_shared::algorithms::fedclust::ClusterStart;
+use edgecfl_shared::algorithms::MethodSettings;
 use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::cluster::robust::Guard;
-use edgecfl_shared::cluster::spectral::{Estimate, Relevance};
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{Algorithm, FederationConfig, LocalTest, Sampling, Weighting};
 use edgecfl_shared::model::{LayerSet, ModelKind};
-use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::Backend;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The default configuration file: FedClust's Fashion-MNIST settings.
 pub const DEFAULT_CONFIG: &str = include_str!("../default-config.toml");
@@ -178,48 +178,13 @@ pub struct RunFlags {
     /// Layers the GPS averages, e.g. conv1,conv2 (default: lenet5 conv1,conv2; mlp fc1).
     #[arg(long)]
     pub common_layers: Option<LayerSet>,
-    /// MT-HFL: eigenvectors (k) each client uploads.
-    #[arg(long)]
-    pub eigenvectors: Option<usize>,
-    /// MT-HFL: relevance rows on the clients (the paper's way) or on the server: client | server
-    #[arg(long)]
-    pub relevance: Option<Relevance>,
-    /// MT-HFL: eigenvalue estimate of eq. (2): norm (the paper's) | rayleigh
-    #[arg(long)]
-    pub estimate: Option<Estimate>,
-    /// MT-HFL: encoding of the uploaded eigenpairs: f32 | f16
-    #[arg(long)]
-    pub signature_encoding: Option<Encoding>,
     /// FedProx / FeSEM proximal μ, StoCFL's λ (default per method: 0.01 / 0.1 / 0.05).
     #[arg(long)]
     pub mu: Option<f64>,
-    /// StoCFL: cosine threshold τ for merging clusters (default 0.5).
-    #[arg(long)]
-    pub tau: Option<f64>,
-    /// AdaCFL: newcomer distance ε above which a newcomer forms a new cluster (default 1.8).
-    #[arg(long)]
-    pub epsilon: Option<f64>,
-    /// AdaCFL: pre-clustering by class count and label entropy: on | off (default on).
-    #[arg(long, value_parser = parse_on_off)]
-    pub pre_cluster: Option<bool>,
-    /// FedClust: where the cluster models start after round 0: initial (θ⁰, the paper's; the
-    /// default) | members (the average of each cluster's members' warmed-up models; round 0 then
-    /// uploads the whole model).
-    #[arg(long)]
-    pub cluster_start: Option<ClusterStart>,
     /// The number of clusters K: FeSEM's and IFCA's K; for fedclust, adacfl, mthfl and random,
     /// the cut into K clusters (the same as `--lambda k=K`).
     #[arg(long)]
     pub clusters: Option<usize>,
-    /// FeSEM: layers its EM distances use: all | final (default all).
-    #[arg(long)]
-    pub fesem_layers: Option<LayerSet>,
-    /// CFL: split when the mean update norm of a cluster is below ε₁ (default 0.4).
-    #[arg(long)]
-    pub eps1: Option<f64>,
-    /// CFL: ... and its largest member update norm is above ε₂ (default 1.6).
-    #[arg(long)]
-    pub eps2: Option<f64>,
     /// How averages weigh their members: samples (each update by its training samples, bounded by
     /// what its client declared when it joined; the GPS weighs clusters by their members'
     /// declared samples) | equal (every update once; the GPS weighs clusters by member count).
@@ -286,15 +251,9 @@ pub struct RunFlags {
     /// Output directory.
     #[arg(long)]
     pub out: Option<PathBuf>,
-}
-
-/// `on` / `off` (also `true` / `false`).
-fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" | "true" => Ok(true),
-        "off" | "false" => Ok(false),
-        _ => Err(format!("expected on or off, got {s:?}")),
-    }
+    /// Each method's own flags (declared in the method's file).
+    #[command(flatten)]
+    pub methods: MethodSettings,
 }
 
 impl RunFlags {
@@ -337,21 +296,13 @@ impl RunFlags {
         if let Some(v) = self.common_layers.clone() {
             f.common_layers = Some(v);
         }
-        set!(eigenvectors => f.eigenvectors);
-        set!(relevance => f.relevance);
-        set!(estimate => f.estimate);
-        set!(signature_encoding => f.signature_encoding);
-        for (flag, field) in [
-            (self.mu, &mut f.mu),
-            (self.tau, &mut f.tau),
-            (self.epsilon, &mut f.epsilon),
-            (self.eps1, &mut f.eps1),
-            (self.eps2, &mut f.eps2),
-        ] {
-            if flag.is_some() {
-                *field = flag;
-            }
+        if self.mu.is_some() {
+            f.mu = self.mu;
         }
+        // The methods' flags, checked before they are put over the file's keys (a flag's NaN
+        // would otherwise read as unset on the way through JSON).
+        self.methods.check()?;
+        f.methods = overlay(&f.methods, &self.methods)?;
         set!(weighting => f.weighting);
         set!(signature_guard => f.signature_guard);
         set!(aggregate => f.aggregate);
@@ -363,17 +314,8 @@ impl RunFlags {
         if self.max_update_norm.is_some() {
             f.max_update_norm = self.max_update_norm;
         }
-        if self.cluster_start.is_some() {
-            f.cluster_start = self.cluster_start;
-        }
-        if self.pre_cluster.is_some() {
-            f.pre_cluster = self.pre_cluster;
-        }
         if self.clusters.is_some() {
             f.clusters = self.clusters;
-        }
-        if self.fesem_layers.is_some() {
-            f.fesem_layers = self.fesem_layers.clone();
         }
         set!(seed => f.seed);
         set!(partition => c.partition);
@@ -393,9 +335,25 @@ impl RunFlags {
     }
 }
 
+/// `base` with every setting that `over` gives put over it: both as JSON objects, where an unset
+/// (`None`) setting is absent ([`MethodSettings`] skips them), so one function serves every
+/// method's settings.
+fn overlay<T: Serialize + DeserializeOwned>(base: &T, over: &T) -> anyhow::Result<T> {
+    let (Value::Object(mut merged), Value::Object(given)) =
+        (serde_json::to_value(base)?, serde_json::to_value(over)?)
+    else {
+        anyhow::bail!("settings are not a map");
+    };
+    merged.extend(given);
+    Ok(serde_json::from_value(Value::Object(merged))?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgecfl_shared::algorithms::fedclust::ClusterStart;
+    use edgecfl_shared::cluster::spectral::{Estimate, Relevance};
+    use edgecfl_shared::protocol::Encoding;
 
     #[test]
     fn default_config_parses_and_is_valid() {
@@ -453,22 +411,26 @@ mod tests {
 
     #[test]
     fn mthfl_flags() {
-        let flags = RunFlags {
+        let mut flags = RunFlags {
             algorithm: Some(Algorithm::MtHfl),
             model: Some(ModelKind::Mlp),
-            eigenvectors: Some(3),
-            relevance: Some(Relevance::Server),
             lps_rounds: Some(2),
-            signature_encoding: Some(Encoding::F16),
             ..Default::default()
         };
+        let own = &mut flags.methods.mthfl;
+        own.eigenvectors = Some(3);
+        own.relevance = Some(Relevance::Server);
+        own.signature_encoding = Some(Encoding::F16);
         let c = flags.resolve().unwrap();
         let f = &c.federation;
+        let own = &f.methods.mthfl;
         assert_eq!(
-            (f.eigenvectors, f.relevance, f.lps_rounds),
+            (own.eigenvectors(), own.relevance(), f.lps_rounds),
             (3, Relevance::Server, 2)
         );
-        assert_eq!(f.signature_encoding, Encoding::F16);
+        assert_eq!(own.signature_encoding(), Encoding::F16);
+        // The file's other keys stay under the flags: the default file's estimate.
+        assert_eq!(own.estimate, Some(Estimate::Norm));
         assert!(f.hierarchical() && !f.hierarchy);
         assert_eq!(f.common().unwrap().set().to_string(), "fc1");
         // A TOML file with the new keys.
@@ -478,7 +440,7 @@ mod tests {
             .replace("relevance = \"client\"", "relevance = \"server\"");
         let c = RunConfig::parse(&text, "t").unwrap();
         assert!(c.federation.hierarchy);
-        assert_eq!(c.federation.relevance, Relevance::Server);
+        assert_eq!(c.federation.methods.mthfl.relevance(), Relevance::Server);
         assert_eq!(c.federation.common().unwrap().len(), 156);
         let bad = RunFlags {
             common_layers: Some("conv9".parse().unwrap()),
@@ -489,29 +451,103 @@ mod tests {
         assert!(err.contains("conv9"), "{err}");
     }
 
+    /// A method's settings are `[federation]` keys and flags of the same names (declared once, in
+    /// its file): a flag wins over the file's key, another method's key in the file stays, an
+    /// unknown key or a bad flag value fails with its name, and `summary.json`'s `config` keeps
+    /// them flat, as before they moved into their methods' files.
+    #[test]
+    fn method_settings_are_file_keys_and_flags() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunFlags,
+        }
+        let text = DEFAULT_CONFIG.replace(
+            "[federation]",
+            "[federation]
+tau = 0.3
+eps1 = 2.0",
+        );
+        let cli = Cli::try_parse_from([
+            "coordinator",
+            "--algorithm",
+            "stocfl",
+            "--tau",
+            "0.7",
+            "--pre-cluster",
+            "off",
+            "--fesem-layers",
+            "final",
+        ])
+        .unwrap();
+        let c = cli.run.resolve_from(&text, "t").unwrap();
+        let own = &c.federation.methods;
+        assert_eq!(own.stocfl.tau, Some(0.7));
+        assert_eq!(own.cfl.eps1, Some(2.0));
+        assert_eq!(own.adacfl.pre_cluster, Some(false));
+        assert_eq!(own.fesem.fesem_layers, Some(LayerSet::Final));
+        assert_eq!(own.mthfl.eigenvectors, Some(5), "the default file's key");
+        let v = serde_json::to_value(&c.federation).unwrap();
+        assert_eq!(
+            (v["tau"].as_f64(), v["eps1"].as_f64()),
+            (Some(0.7), Some(2.0))
+        );
+        assert_eq!(v["pre_cluster"], Value::Bool(false));
+        assert!(
+            v.get("methods").is_none() && v.get("unknown").is_none(),
+            "{v}"
+        );
+        assert!(v.get("epsilon").is_none(), "unset stays absent: {v}");
+        // ... and reads back.
+        let back: FederationConfig = serde_json::from_value(v).unwrap();
+        assert_eq!(back, c.federation);
+
+        let bad = DEFAULT_CONFIG.replace(
+            "[federation]",
+            "[federation]
+taux = 0.3",
+        );
+        let err = format!("{:#}", RunConfig::parse(&bad, "t").unwrap_err());
+        assert!(err.contains("unknown key `taux`"), "{err}");
+        for (name, value) in [("tau", "NaN"), ("eps2", "-1"), ("epsilon", "inf")] {
+            let cli = Cli::try_parse_from(["coordinator", &format!("--{name}={value}")]).unwrap();
+            let err = format!("{:#}", cli.run.resolve().unwrap_err());
+            assert!(err.contains(&format!("{name} must be")), "{err}");
+        }
+        let err = Cli::try_parse_from(["coordinator", "--pre-cluster", "maybe"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("expected on or off"), "{err}");
+    }
+
     #[test]
     fn view_sampling_and_personalisation_flags_and_keys() {
         let c = RunFlags::default().resolve().unwrap();
         assert_eq!(c.federation.local_test, LocalTest::Labels);
         assert_eq!(c.federation.sampling, Sampling::Uniform);
         assert_eq!(c.federation.personalize_epochs, None);
-        let flags = RunFlags {
+        let mut flags = RunFlags {
             local_test: Some("proportional".parse().unwrap()),
             sampling: Some("per-cluster".parse().unwrap()),
             personalize: Some(5),
-            cluster_start: Some("members".parse().unwrap()),
             newcomers: Some(2),
             join_round: Some(11),
             rounds: Some(10),
             clients: Some(10),
             ..Default::default()
         };
+        flags.methods.fedclust.cluster_start = Some("members".parse().unwrap());
         let c = flags.resolve().unwrap();
         // (resolve validates: join round 11 = rounds + 1 is allowed with --personalize)
         assert_eq!(c.federation.local_test, LocalTest::Proportional);
         assert_eq!(c.federation.sampling, Sampling::PerCluster);
         assert_eq!(c.federation.personalize_epochs, Some(5));
-        assert_eq!(c.federation.cluster_start, Some(ClusterStart::Members));
+        assert_eq!(
+            c.federation.methods.fedclust.cluster_start,
+            Some(ClusterStart::Members)
+        );
         let late = RunFlags {
             personalize: None,
             ..flags
@@ -527,7 +563,10 @@ mod tests {
         assert_eq!(c.federation.local_test, LocalTest::Proportional);
         assert_eq!(c.federation.sampling, Sampling::PerCluster);
         assert_eq!(c.federation.personalize_epochs, Some(3));
-        assert_eq!(c.federation.cluster_start, Some(ClusterStart::Members));
+        assert_eq!(
+            c.federation.methods.fedclust.cluster_start,
+            Some(ClusterStart::Members)
+        );
         assert!(
             "mean"
                 .parse::<ClusterStart>()

@@ -74,7 +74,7 @@ fn pairs_form_one_pre_cluster_and_ten_clusters() {
     assert!(c.threshold > 0.0);
     // Pre-clustering off: the same tree, the same clusters.
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
-    cfg.pre_cluster = Some(false);
+    cfg.methods.adacfl.pre_cluster = Some(false);
     let off = federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
     assert_eq!(off.assignment, r.assignment);
     assert_eq!(off.signature_bytes, 850 * 4);
@@ -104,7 +104,7 @@ fn newcomers_join_or_found_clusters_by_epsilon() {
         let mut cfg = config(Threshold::Distance(0.2));
         cfg.rounds = 1;
         cfg.epochs = 1;
-        cfg.epsilon = epsilon;
+        cfg.methods.adacfl.epsilon = epsilon;
         federation::run(
             &cfg,
             &mut pool,

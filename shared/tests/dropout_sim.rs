@@ -4,7 +4,6 @@
 //! again. Checked against the known groups and against the full run's relevance matrix.
 
 use edgecfl_shared::cluster::clustering::Threshold;
-use edgecfl_shared::cluster::spectral::Relevance;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
@@ -177,7 +176,6 @@ fn mthfl_client_without_its_relevance_row_is_left_out() {
     const N: usize = 10;
     let cfg = FederationConfig {
         model: ModelKind::Mlp,
-        relevance: Relevance::Client,
         threshold: Threshold::Clusters(3),
         batch_size: 10,
         lr: 0.05,

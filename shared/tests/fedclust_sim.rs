@@ -118,7 +118,7 @@ fn cluster_start_members_starts_each_cluster_from_its_members_mean() {
         threshold: Threshold::Clusters(paper.n_clusters),
         ..cfg.clone()
     });
-    cfg.cluster_start = Some(ClusterStart::Members);
+    cfg.methods.fedclust.cluster_start = Some(ClusterStart::Members);
     let members = run(&cfg);
     assert_eq!(paper.ari, Some(1.0));
     assert_eq!(members.assignment, paper.assignment);

@@ -42,7 +42,7 @@ fn fesem_recovers_label_groups_keeps_them_and_places_newcomers() {
         cfg.clusters = Some(4);
         cfg.rounds = 3;
         cfg.epochs = 3;
-        cfg.fesem_layers = Some(layers.clone());
+        cfg.methods.fesem.fesem_layers = Some(layers.clone());
         let r = federation::run(
             &cfg,
             &mut pool,
@@ -133,7 +133,7 @@ fn round0_bytes_are_counted_in_the_pools_upload_encoding() {
         let mut cfg = config(algorithm);
         cfg.rounds = 1;
         cfg.clusters = (algorithm == Algorithm::FeSem).then_some(4);
-        cfg.fesem_layers = Some(LayerSet::Final);
+        cfg.methods.fesem.fesem_layers = Some(LayerSet::Final);
         for (f16, width) in [(false, 4), (true, 2)] {
             let pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
             let r = if f16 {

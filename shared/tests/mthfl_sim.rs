@@ -121,8 +121,8 @@ fn server_side_relevance_gives_the_same_clusters() {
     let mut cfg = config(Algorithm::MtHfl);
     cfg.rounds = 0;
     let paper = run(&cfg, &part);
-    cfg.relevance = Relevance::Server;
-    cfg.signature_encoding = Encoding::F16;
+    cfg.methods.mthfl.relevance = Some(Relevance::Server);
+    cfg.methods.mthfl.signature_encoding = Some(Encoding::F16);
     let server = run(&cfg, &part);
     assert_eq!(server.ari, Some(1.0));
     assert_eq!(server.assignment, paper.assignment);
@@ -185,7 +185,7 @@ fn newcomers_join_the_cluster_of_their_task() {
     for relevance in [Relevance::Client, Relevance::Server] {
         let mut cfg = config(Algorithm::MtHfl);
         cfg.rounds = 1;
-        cfg.relevance = relevance;
+        cfg.methods.mthfl.relevance = Some(relevance);
         let mut pool = SimPool::new(data(), &part, Backend::Flex).unwrap();
         pool.hold_out(2, 1).unwrap();
         let r = federation::run(

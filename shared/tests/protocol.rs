@@ -600,13 +600,13 @@ fn largest_messages_fit_the_broker_limits() {
         (ModelKind::LeNet5, 10_000, 2, 10_000),
     ] {
         let limit = |algorithm: Algorithm| {
-            let cfg = FederationConfig {
+            let mut cfg = FederationConfig {
                 algorithm,
                 model,
-                eigenvectors: k,
                 clusters: Some(clusters),
                 ..FederationConfig::default()
             };
+            cfg.methods.mthfl.eigenvectors = Some(k);
             upload_limit(cfg.largest_upload_floats(clients))
         };
         let p = vec![0.5f32; ParamLayout::of(model).len()];

@@ -201,8 +201,8 @@ fn fesem_resumes_after_any_round_to_the_same_result() {
 #[test]
 fn cfl_with_splits_and_newcomers_resumes_after_any_round_to_the_same_result() {
     let full = resume_after_every_round_with(Algorithm::Cfl, true, |c| {
-        c.eps1 = Some(1e9);
-        c.eps2 = Some(0.0);
+        c.methods.cfl.eps1 = Some(1e9);
+        c.methods.cfl.eps2 = Some(0.0);
     });
     // Round 1 splits cluster 0 (5 updates), round 2 splits again.
     assert!(full.models.len() >= 3, "{} clusters", full.models.len());
@@ -233,7 +233,7 @@ fn stocfl_with_merges_and_newcomers_resumes_after_any_round_to_the_same_result()
 #[test]
 fn adacfl_with_founding_newcomers_resumes_after_any_round_to_the_same_result() {
     let full = resume_after_every_round_with(Algorithm::AdaCfl, true, |c| {
-        c.epsilon = Some(0.0);
+        c.methods.adacfl.epsilon = Some(0.0);
     });
     assert_eq!(full.newcomers.len(), 2);
     assert!(full.models.len() > full.assignment[..CLIENTS - 2].iter().max().unwrap() + 1);

@@ -66,14 +66,56 @@ use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::cluster::robust::Guard;
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, LabelStats,
-    NewcomerError, Placement, Strategy, Target, Training, bad_state, client_seed, round0_uploads,
-    strategy_state,
+    NewcomerError, Placement, Strategy, Target, Training, bad_state, client_seed, non_negative,
+    round0_uploads, strategy_state,
 };
 use crate::jobs::SignatureJob;
 use crate::model::{LayerSet, Params};
 
 /// The paper's newcomer threshold ε (§6.1).
 pub const DEFAULT_EPSILON: f64 = 1.8;
+
+/// AdaCFL's own settings: `[federation]` keys and run flags of the same names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", group(skip))]
+pub struct Settings {
+    /// AdaCFL: newcomer distance ε above which a newcomer forms a new cluster (default 1.8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub epsilon: Option<f64>,
+    /// AdaCFL: pre-clustering by class count and label entropy: on | off (default on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = parse_on_off))]
+    pub pre_cluster: Option<bool>,
+}
+
+impl Settings {
+    /// ε, or [`DEFAULT_EPSILON`].
+    pub fn epsilon(&self) -> f64 {
+        self.epsilon.unwrap_or(DEFAULT_EPSILON)
+    }
+
+    /// Whether to pre-cluster (default on).
+    pub fn pre_cluster(&self) -> bool {
+        self.pre_cluster.unwrap_or(true)
+    }
+
+    /// Ranges, whichever method runs.
+    pub(crate) fn check(&self) -> Result<(), FederationError> {
+        non_negative("epsilon", self.epsilon)
+    }
+}
+
+/// `on` / `off` (also `true` / `false`).
+#[cfg(feature = "cli")]
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("expected on or off, got {s:?}")),
+    }
+}
 
 /// The entropy gap of the pre-clustering (Algorithm 1 line 6: 10 %).
 pub const ENTROPY_GAP: f64 = 0.1;
@@ -325,11 +367,11 @@ pub struct AdaCfl {
 }
 
 impl AdaCfl {
-    /// The method for a run with `cfg` (ε and pre-clustering from `cfg`, or the paper's).
+    /// The method for a run with `cfg` (ε and pre-clustering from its [`Settings`], or the paper's).
     pub fn new(cfg: &FederationConfig) -> Self {
         AdaCfl {
-            epsilon: cfg.epsilon.unwrap_or(DEFAULT_EPSILON),
-            pre_cluster: cfg.pre_cluster.unwrap_or(true),
+            epsilon: cfg.methods.adacfl.epsilon(),
+            pre_cluster: cfg.methods.adacfl.pre_cluster(),
             representations: Vec::new(),
             clustering: None,
         }

@@ -56,7 +56,7 @@ use crate::cluster::hc::{Linkage, linkage};
 use crate::federation::{
     ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, RoundStats, Strategy, Target, Training, Update, bad_state, check_model,
-    strategy_state, updates_of,
+    non_negative, strategy_state, updates_of,
 };
 use crate::model::Params;
 
@@ -65,9 +65,37 @@ pub const DEFAULT_EPS1: f64 = 0.4;
 /// The reference code's ε₂ (… and the largest update norm is above it).
 pub const DEFAULT_EPS2: f64 = 1.6;
 
-/// Checks CFL's settings (ε₁, ε₂ ≥ 0 are checked by the configuration).
-pub(crate) fn check(_cfg: &FederationConfig) -> Result<(), FederationError> {
-    Ok(())
+/// CFL's own settings: `[federation]` keys and run flags of the same names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", group(skip))]
+pub struct Settings {
+    /// CFL: split when the mean update norm of a cluster is below ε₁ (default 0.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub eps1: Option<f64>,
+    /// CFL: ... and its largest member update norm is above ε₂ (default 1.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub eps2: Option<f64>,
+}
+
+impl Settings {
+    /// ε₁, or [`DEFAULT_EPS1`].
+    pub fn eps1(&self) -> f64 {
+        self.eps1.unwrap_or(DEFAULT_EPS1)
+    }
+
+    /// ε₂, or [`DEFAULT_EPS2`].
+    pub fn eps2(&self) -> f64 {
+        self.eps2.unwrap_or(DEFAULT_EPS2)
+    }
+
+    /// Ranges, whichever method runs.
+    pub(crate) fn check(&self) -> Result<(), FederationError> {
+        non_negative("eps1", self.eps1)?;
+        non_negative("eps2", self.eps2)
+    }
 }
 
 /// The norm of the unweighted mean of `deltas` and the largest norm among them (0, 0 for none).
@@ -195,11 +223,11 @@ pub struct Cfl {
 type Descent = Result<(usize, Option<f64>), NewcomerError>;
 
 impl Cfl {
-    /// The method for a run with `cfg` (ε₁, ε₂ from `cfg` or the defaults).
+    /// The method for a run with `cfg` (ε₁, ε₂ from its [`Settings`] or the defaults).
     pub fn new(cfg: &FederationConfig) -> Self {
         Cfl {
-            eps1: cfg.eps1.unwrap_or(DEFAULT_EPS1),
-            eps2: cfg.eps2.unwrap_or(DEFAULT_EPS2),
+            eps1: cfg.methods.cfl.eps1(),
+            eps2: cfg.methods.cfl.eps2(),
             splits: Vec::new(),
             norms: Vec::new(),
             pending: BTreeMap::new(),

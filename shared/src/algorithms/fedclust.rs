@@ -67,6 +67,20 @@ impl FromStr for ClusterStart {
     }
 }
 
+/// FedClust's own settings: `[federation]` keys and run flags of the same names (the cut is the
+/// shared `threshold`/`clusters`, `linkage`, `signature_layers`, `warmup_epochs`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", group(skip))]
+pub struct Settings {
+    /// FedClust: where the cluster models start after round 0: initial (θ⁰, the paper's; the
+    /// default) | members (the average of each cluster's members' warmed-up models; round 0 then
+    /// uploads the whole model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub cluster_start: Option<ClusterStart>,
+}
+
 /// FedClust Algorithm 2: the cluster whose centroid is nearest (Euclidean) to `signature`.
 /// Ties go to the lower cluster index.
 pub fn assign_newcomer(
@@ -148,7 +162,7 @@ impl Strategy for FedClust {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let n = env.clients.len();
         let cfg = env.cfg;
-        let members = cfg.cluster_start == Some(ClusterStart::Members);
+        let members = cfg.methods.fedclust.cluster_start == Some(ClusterStart::Members);
         let layers = if members {
             &ALL_LAYERS
         } else {

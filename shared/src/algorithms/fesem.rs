@@ -36,6 +36,7 @@ use crate::federation::{
     updates_of,
 };
 use crate::model::{LayerSet, ParamLayout, Params, Selection};
+use serde::{Deserialize, Serialize};
 
 /// μ when `--mu` is not given (the paper's FedProx μ).
 pub const DEFAULT_MU: f64 = 0.1;
@@ -57,8 +58,24 @@ pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
     Ok(())
 }
 
+/// FeSEM's own settings: `[federation]` keys and run flags of the same names (K is the shared
+/// `clusters`, μ the shared `mu`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", group(skip))]
+pub struct Settings {
+    /// FeSEM: layers its EM distances use: all | final (default all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub fesem_layers: Option<LayerSet>,
+}
+
 fn layers(cfg: &FederationConfig) -> LayerSet {
-    cfg.fesem_layers.clone().unwrap_or(LayerSet::All)
+    cfg.methods
+        .fesem
+        .fesem_layers
+        .clone()
+        .unwrap_or(LayerSet::All)
 }
 
 /// FeSEM.

@@ -19,13 +19,16 @@
 //!
 //! Adding a method: a file here implementing [`Strategy`], a variant of [`Algorithm`], and one
 //! line in each of [`Algorithm::strategy`], [`Algorithm::check`] and the name tables (and in
-//! [`Algorithm::largest_upload_floats`] when one upload carries more than one model). This is the
-//! one place that lists the methods.
+//! [`Algorithm::largest_upload_floats`] when one upload carries more than one model). A method
+//! with knobs of its own declares them once, in its file, as a `Settings` struct (its
+//! `[federation]` keys and its run flags, documented once) and adds it to [`MethodSettings`].
+//! This is the one place that lists the methods.
 
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::federation::{FederationConfig, FederationError, Strategy};
 
@@ -75,6 +78,81 @@ pub enum Algorithm {
     /// CFL (Sattler et al.): one cluster, recursively bi-partitioned by the cosine similarity of
     /// the members' updates when the cluster is stationary.
     Cfl,
+}
+
+/// Every method's own settings ([`FederationConfig::methods`]), each declared in its method's
+/// file. In TOML they are keys of `[federation]` beside the shared ones, and on the command line
+/// flags of the same names (with the `cli` feature), each documented once (the doc comment is
+/// the flag's help). Every field is optional: unset is the method's default, given by the
+/// accessor of the method's `Settings` (e.g. [`stocfl::Settings::tau`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct MethodSettings {
+    /// FedClust's.
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub fedclust: fedclust::Settings,
+    /// MT-HFL's.
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub mthfl: mthfl::Settings,
+    /// AdaCFL's.
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub adacfl: adacfl::Settings,
+    /// StoCFL's.
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub stocfl: stocfl::Settings,
+    /// FeSEM's.
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub fesem: fesem::Settings,
+    /// CFL's.
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub cfl: cfl::Settings,
+    /// What is left of `[federation]` once the shared keys and every method's are taken: must
+    /// be nothing (serde's `deny_unknown_fields` does not work beside `flatten`).
+    #[serde(flatten, skip_serializing)]
+    #[cfg_attr(feature = "cli", arg(skip))]
+    unknown: NoOtherKeys,
+}
+
+impl MethodSettings {
+    /// Checks the ranges of every method's settings, whichever method runs.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Config`] naming the bad setting.
+    pub fn check(&self) -> Result<(), FederationError> {
+        self.adacfl.check()?;
+        self.stocfl.check()?;
+        self.cfl.check()
+    }
+}
+
+/// A map that must be empty: deserializing one with a key fails, naming it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct NoOtherKeys;
+
+impl<'de> Deserialize<'de> for NoOtherKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Empty;
+        impl<'de> Visitor<'de> for Empty {
+            type Value = NoOtherKeys;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("no other keys")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NoOtherKeys, A::Error> {
+                match map.next_key::<String>()? {
+                    Some(key) => Err(de::Error::custom(format_args!("unknown key `{key}`"))),
+                    None => Ok(NoOtherKeys),
+                }
+            }
+        }
+        d.deserialize_map(Empty)
+    }
 }
 
 /// Every method, with its command-line name.
@@ -130,8 +208,7 @@ impl Algorithm {
             Algorithm::StoCfl => stocfl::check(cfg),
             Algorithm::Ifca => ifca::check(cfg),
             Algorithm::AdaCfl => adacfl::check(cfg),
-            Algorithm::Cfl => cfl::check(cfg),
-            Algorithm::FedAvg | Algorithm::Local => Ok(()),
+            Algorithm::FedAvg | Algorithm::Local | Algorithm::Cfl => Ok(()),
         }
     }
 
@@ -260,9 +337,9 @@ mod tests {
         cfg.threshold = Threshold::Clusters(3);
         cfg.clusters = None;
         cfg.algorithm = Algorithm::MtHfl;
-        cfg.eigenvectors = 0;
+        cfg.methods.mthfl.eigenvectors = Some(0);
         assert!(cfg.validate().is_err());
-        cfg.eigenvectors = 5;
+        cfg.methods.mthfl.eigenvectors = Some(5);
         cfg.common_layers = Some("fc9".parse().unwrap());
         let e = cfg.validate().unwrap_err().to_string();
         assert!(e.contains("fc9"), "{e}");

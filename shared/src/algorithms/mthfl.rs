@@ -57,14 +57,65 @@ use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::Linkage;
 use crate::cluster::robust::Guard;
 use crate::cluster::spectral::{
-    Estimate, Relevance, Signature, SpectralError, distances, server_rows, symmetrise,
+    DEFAULT_EIGENVECTORS, Estimate, Relevance, Signature, SpectralError, distances, server_rows,
+    symmetrise,
 };
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, Strategy, Target, round0_uploads,
 };
 use crate::jobs::{GramJob, RelevanceJob};
+use crate::protocol::Encoding;
 use crate::train::{Device, PIXELS};
+use serde::{Deserialize, Serialize};
+
+/// MT-HFL's own settings: `[federation]` keys and run flags of the same names (the cut is the
+/// shared `threshold`/`clusters` and `linkage`, the LPS/GPS the shared `lps_rounds` and
+/// `common_layers`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", group(skip))]
+pub struct Settings {
+    /// MT-HFL: eigenvectors (k) each client uploads (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub eigenvectors: Option<usize>,
+    /// MT-HFL: relevance rows on the clients (the paper's way) or on the server: client | server
+    /// (default client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub relevance: Option<Relevance>,
+    /// MT-HFL: eigenvalue estimate of eq. (2): norm (the paper's; the default) | rayleigh
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub estimate: Option<Estimate>,
+    /// MT-HFL: encoding of the uploaded eigenpairs: f32 (the default) | f16 (half the bytes)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub signature_encoding: Option<Encoding>,
+}
+
+impl Settings {
+    /// k, or [`DEFAULT_EIGENVECTORS`].
+    pub fn eigenvectors(&self) -> usize {
+        self.eigenvectors.unwrap_or(DEFAULT_EIGENVECTORS)
+    }
+
+    /// Where the relevance rows are computed (default on the clients).
+    pub fn relevance(&self) -> Relevance {
+        self.relevance.unwrap_or_default()
+    }
+
+    /// Eq. (2)'s estimate (default the paper's norm).
+    pub fn estimate(&self) -> Estimate {
+        self.estimate.unwrap_or_default()
+    }
+
+    /// The eigenpairs' encoding (default f32).
+    pub fn signature_encoding(&self) -> Encoding {
+        self.signature_encoding.unwrap_or(Encoding::F32)
+    }
+}
 
 /// The linkage [`cluster`] uses unless told otherwise: average (UPGMA). The paper does not name
 /// one; average is the usual choice on a precomputed dissimilarity (ward needs Euclidean
@@ -134,7 +185,7 @@ pub fn assign_newcomer(relevance: &[f64], clustering: &Clustering) -> Result<usi
 /// MT-HFL's largest upload: the k eigenpairs (k × (d + 1)) or a relevance row (one value per
 /// client), whichever is longer.
 pub(crate) fn largest_upload_floats(cfg: &FederationConfig, clients: usize) -> usize {
-    (cfg.eigenvectors * (PIXELS + 1)).max(clients)
+    (cfg.methods.mthfl.eigenvectors() * (PIXELS + 1)).max(clients)
 }
 
 /// MT-HFL's own keys of `summary.json`, in the order of [`summary_fields`].
@@ -155,11 +206,12 @@ pub(crate) fn summary_fields(
     clients: usize,
     signature_bytes: usize,
 ) -> Vec<(&'static str, serde_json::Value)> {
-    let on_clients = cfg.relevance == Relevance::Client;
+    let own = &cfg.methods.mthfl;
+    let on_clients = own.relevance() == Relevance::Client;
     let values = [
-        serde_json::json!(cfg.eigenvectors),
-        serde_json::json!(cfg.relevance.to_string()),
-        serde_json::json!(cfg.signature_encoding.to_string()),
+        serde_json::json!(own.eigenvectors()),
+        serde_json::json!(own.relevance().to_string()),
+        serde_json::json!(own.signature_encoding().to_string()),
         serde_json::json!(on_clients.then(|| clients * signature_bytes)),
         serde_json::json!(on_clients.then_some(clients)),
     ];
@@ -168,10 +220,10 @@ pub(crate) fn summary_fields(
 
 /// Checks MT-HFL's settings: 1 ≤ k ≤ 784 eigenpairs.
 pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
-    if !(1..=PIXELS).contains(&cfg.eigenvectors) {
+    let k = cfg.methods.mthfl.eigenvectors();
+    if !(1..=PIXELS).contains(&k) {
         return Err(FederationError::Config(format!(
-            "eigenvectors must be between 1 and {PIXELS}, got {}",
-            cfg.eigenvectors
+            "eigenvectors must be between 1 and {PIXELS}, got {k}"
         )));
     }
     Ok(())
@@ -228,8 +280,8 @@ impl MtHfl {
 /// The signature job of round 0 (and of a newcomer).
 fn signature_job<'a>(cfg: &FederationConfig) -> Job<'a> {
     Job::GramSignature(GramJob {
-        k: cfg.eigenvectors,
-        encoding: cfg.signature_encoding,
+        k: cfg.methods.mthfl.eigenvectors(),
+        encoding: cfg.methods.mthfl.signature_encoding(),
     })
 }
 
@@ -278,14 +330,14 @@ impl Strategy for MtHfl {
         let n = env.clients.len();
         let jobs = (0..n).map(|p| (p, signature_job(cfg))).collect();
         let (mut sigs, mut absent) = round0_uploads(n, signatures_of(env.run(0, jobs)?))?;
-        let rows = match cfg.relevance {
+        let rows = match cfg.methods.mthfl.relevance() {
             Relevance::Server => {
                 let device = env
                     .ctx
                     .backend
                     .device()
                     .map_err(|e| FederationError::Config(e.to_string()))?;
-                server_rows(&sigs, cfg.estimate, &device)?
+                server_rows(&sigs, cfg.methods.mthfl.estimate(), &device)?
             }
             Relevance::Client => {
                 // Signature `j` is that of the j-th present client.
@@ -297,7 +349,7 @@ impl Strategy for MtHfl {
                             p,
                             Job::Relevance(RelevanceJob {
                                 all: &sigs,
-                                estimate: cfg.estimate,
+                                estimate: cfg.methods.mthfl.estimate(),
                             }),
                         )
                     })
@@ -343,7 +395,7 @@ impl Strategy for MtHfl {
         init.distances = Some(distances);
         init.relevance = Some(relevance);
         init.signature_len = floats;
-        init.signature_bytes = floats * cfg.signature_encoding.width();
+        init.signature_bytes = floats * cfg.methods.mthfl.signature_encoding().width();
         self.signatures = sigs;
         self.clustering = Some(clustering);
         Ok(init)
@@ -376,14 +428,19 @@ impl Strategy for MtHfl {
         Ok((base..base + fresh.len())
             .map(|p| {
                 let sig = sigs.remove(&p).ok_or(NewcomerError::NoSignature)?;
-                let placed = newcomer_relevance(&self.signatures, &sig, env.cfg.estimate, &device)
-                    .and_then(|row| {
-                        let c = assign_newcomer(&row, clustering)?;
-                        let members = clustering.members(c);
-                        let mean = members.iter().map(|&j| row[j]).sum::<f64>()
-                            / members.len().max(1) as f64;
-                        Ok((c, 1.0 - mean))
-                    });
+                let placed = newcomer_relevance(
+                    &self.signatures,
+                    &sig,
+                    env.cfg.methods.mthfl.estimate(),
+                    &device,
+                )
+                .and_then(|row| {
+                    let c = assign_newcomer(&row, clustering)?;
+                    let members = clustering.members(c);
+                    let mean =
+                        members.iter().map(|&j| row[j]).sum::<f64>() / members.len().max(1) as f64;
+                    Ok((c, 1.0 - mean))
+                });
                 placed
                     .map(|(c, d)| Placement {
                         target: Target::Cluster(c),

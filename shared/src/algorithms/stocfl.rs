@@ -34,7 +34,7 @@
 //! each seeing the clusters the earlier ones joined or founded. A newcomer whose Ψ does not come
 //! back is dropped ([`NewcomerError::NoSignature`]).
 //!
-//! Settings: τ = `cfg.tau` (default [`DEFAULT_TAU`] = 0.5, the paper's value for rotated MNIST
+//! Settings ([`Settings`]): τ = `tau` (default [`DEFAULT_TAU`] = 0.5, the paper's value for rotated MNIST
 //! and CIFAR-10; it used 0.55-0.65 on FEMNIST), λ = `cfg.mu` (default [`DEFAULT_MU`] = 0.05, the
 //! paper's; `--mu` on the command line).
 //!
@@ -95,16 +95,40 @@ use crate::client::EVAL_BATCH;
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
     Placement, Prox, RoundStats, Strategy, Target, Training, Update, bad_state, check_model,
-    strategy_state,
+    non_negative, strategy_state,
 };
 use crate::jobs::{GradientJob, PairJob};
 use crate::model::Params;
 
-/// τ when `cfg.tau` is unset (the paper's value for rotated MNIST / CIFAR-10).
+/// τ when `tau` is unset (the paper's value for rotated MNIST / CIFAR-10).
 pub const DEFAULT_TAU: f64 = 0.5;
 
 /// λ (the proximal weight of the cluster models toward ω) when `cfg.mu` is unset (the paper's).
 pub const DEFAULT_MU: f64 = 0.05;
+
+/// StoCFL's own settings: `[federation]` keys and run flags of the same names (λ is the shared
+/// proximal strength, [`FederationConfig::mu`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", group(skip))]
+pub struct Settings {
+    /// StoCFL: cosine threshold τ for merging clusters (default 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub tau: Option<f64>,
+}
+
+impl Settings {
+    /// τ, or [`DEFAULT_TAU`].
+    pub fn tau(&self) -> f64 {
+        self.tau.unwrap_or(DEFAULT_TAU)
+    }
+
+    /// Ranges, whichever method runs.
+    pub(crate) fn check(&self) -> Result<(), FederationError> {
+        non_negative("tau", self.tau)
+    }
+}
 
 /// StoCFL's largest upload: the pair of trained models (global ω and cluster θ).
 pub(crate) fn largest_upload_floats(cfg: &FederationConfig) -> usize {
@@ -113,7 +137,7 @@ pub(crate) fn largest_upload_floats(cfg: &FederationConfig) -> usize {
 
 /// Checks StoCFL's settings: τ is a cosine, so at most 1.
 pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
-    let tau = cfg.tau.unwrap_or(DEFAULT_TAU);
+    let tau = cfg.methods.stocfl.tau();
     if !(tau.is_finite() && (-1.0..=1.0).contains(&tau)) {
         return Err(FederationError::Config(format!(
             "tau must be a cosine in [-1, 1] for stocfl, got {tau}"
@@ -311,10 +335,10 @@ pub struct StoCfl {
 }
 
 impl StoCfl {
-    /// The method for a run with `cfg` (τ = `cfg.tau`, λ = `cfg.mu`, or the defaults).
+    /// The method for a run with `cfg` (τ = [`Settings::tau`], λ = `cfg.mu`, or the defaults).
     pub fn new(cfg: &FederationConfig) -> Self {
         StoCfl {
-            tau: cfg.tau.unwrap_or(DEFAULT_TAU),
+            tau: cfg.methods.stocfl.tau(),
             mu: cfg.mu.unwrap_or(DEFAULT_MU),
             omega: None,
             psi: HashMap::new(),
@@ -797,9 +821,9 @@ mod tests {
             ..FederationConfig::default()
         };
         check(&cfg).unwrap();
-        cfg.tau = Some(1.5);
+        cfg.methods.stocfl.tau = Some(1.5);
         assert!(check(&cfg).is_err());
-        cfg.tau = Some(0.6);
+        cfg.methods.stocfl.tau = Some(0.6);
         cfg.mu = Some(f64::NAN);
         assert!(check(&cfg).is_err());
     }

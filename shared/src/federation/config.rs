@@ -4,20 +4,18 @@ use serde::{Deserialize, Serialize};
 
 use super::FederationError;
 use crate::aggregate::Aggregate;
-use crate::algorithms::Algorithm;
-use crate::algorithms::fedclust::ClusterStart;
+use crate::algorithms::{Algorithm, MethodSettings};
 use crate::cluster::clustering::Threshold;
 use crate::cluster::hc::Linkage;
 use crate::cluster::robust::Guard;
-use crate::cluster::spectral::{DEFAULT_EIGENVECTORS, Estimate, Relevance};
 use crate::hierarchy::CommonLayers;
 use crate::model::{LayerSet, ModelKind};
-use crate::protocol::Encoding;
 use crate::train::{LocalTest, TrainConfig};
 
 /// Everything the round loop needs to know.
+///
+/// A key that is neither one of these nor a method's ([`MethodSettings`]) fails to parse.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct FederationConfig {
     /// Which algorithm.
     pub algorithm: Algorithm,
@@ -62,49 +60,15 @@ pub struct FederationConfig {
     /// Layers the GPS averages (`None`: LeNet-5 `conv1,conv2`, MLP `fc1`).
     #[serde(default)]
     pub common_layers: Option<LayerSet>,
-    /// MT-HFL: eigenpairs each client uploads (k).
-    #[serde(default = "default_eigenvectors")]
-    pub eigenvectors: usize,
-    /// MT-HFL: where the relevance rows are computed.
-    #[serde(default)]
-    pub relevance: Relevance,
-    /// MT-HFL: eq. (2)'s norm (the paper's) or the Rayleigh quotient.
-    #[serde(default)]
-    pub estimate: Estimate,
-    /// MT-HFL: encoding of the uploaded eigenpairs (f16 halves the bytes).
-    #[serde(default = "default_signature_encoding")]
-    pub signature_encoding: Encoding,
     /// Proximal strength: FedProx's μ, FeSEM's μ (its eq. 7 regulariser as μ/2‖W − W̃‖²), StoCFL's
     /// λ. Unset: the method's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mu: Option<f64>,
-    /// StoCFL: cosine threshold τ of cluster merging. Unset: 0.5.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tau: Option<f64>,
-    /// AdaCFL: newcomer distance ε above which a newcomer forms a new cluster. Unset: 1.8.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub epsilon: Option<f64>,
-    /// AdaCFL: pre-cluster by class count and label entropy before HC. Unset: on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pre_cluster: Option<bool>,
-    /// FedClust: where the cluster models start after round 0 (θ⁰, the paper's; or the mean of
-    /// each cluster's members' warmed-up models). Unset: θ⁰.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_start: Option<ClusterStart>,
     /// The number of clusters K where a method is given one: FeSEM's and IFCA's K, and for the
     /// one-shot cut (FedClust, AdaCFL, MT-HFL, random groups) the same as `threshold = "k=K"`
     /// ([`FederationConfig::cut`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clusters: Option<usize>,
-    /// FeSEM: the layers its EM step measures distances on (`all` or `final`). Unset: all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fesem_layers: Option<LayerSet>,
-    /// CFL: split a cluster when the norm of its mean update is below ε₁. Unset: 0.4.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eps1: Option<f64>,
-    /// CFL: ... and the largest member update norm is above ε₂. Unset: 1.6.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eps2: Option<f64>,
     /// How the averages weigh their members: by training samples (FedAvg; the default) or
     /// equally.
     #[serde(default, skip_serializing_if = "Weighting::is_samples")]
@@ -134,6 +98,10 @@ pub struct FederationConfig {
     /// Unset: no bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_update_norm: Option<f64>,
+    /// Every method's own settings, each declared in its method's file; in TOML keys of
+    /// `[federation]` like the ones above.
+    #[serde(flatten)]
+    pub methods: MethodSettings,
 }
 
 /// How an average (cluster FedAvg, the GPS's average of common layers) weighs its members.
@@ -232,14 +200,6 @@ fn default_lps_rounds() -> usize {
     1
 }
 
-fn default_eigenvectors() -> usize {
-    DEFAULT_EIGENVECTORS
-}
-
-fn default_signature_encoding() -> Encoding {
-    Encoding::F32
-}
-
 impl Default for FederationConfig {
     /// FedClust's FMNIST settings (GUIDE §2), with 50 rounds.
     fn default() -> Self {
@@ -262,25 +222,15 @@ impl Default for FederationConfig {
             hierarchy: false,
             lps_rounds: default_lps_rounds(),
             common_layers: None,
-            eigenvectors: DEFAULT_EIGENVECTORS,
-            relevance: Relevance::Client,
-            estimate: Estimate::Norm,
-            signature_encoding: Encoding::F32,
             mu: None,
-            tau: None,
-            epsilon: None,
-            pre_cluster: None,
-            cluster_start: None,
             clusters: None,
-            fesem_layers: None,
-            eps1: None,
-            eps2: None,
             weighting: Weighting::Samples,
             aggregate: Aggregate::Mean,
             local_test: LocalTest::Labels,
             sampling: Sampling::Uniform,
             personalize_epochs: None,
             max_update_norm: None,
+            methods: MethodSettings::default(),
         }
     }
 }
@@ -314,19 +264,8 @@ impl FederationConfig {
         if self.lps_rounds == 0 {
             return bad("lps-rounds must be ≥ 1".into());
         }
-        for (name, v) in [
-            ("mu", self.mu),
-            ("tau", self.tau),
-            ("epsilon", self.epsilon),
-            ("eps1", self.eps1),
-            ("eps2", self.eps2),
-        ] {
-            if let Some(v) = v
-                && !(v.is_finite() && v >= 0.0)
-            {
-                return bad(format!("{name} must be a finite number ≥ 0, got {v}"));
-            }
-        }
+        non_negative("mu", self.mu)?;
+        self.methods.check()?;
         if let Some(b) = self.max_update_norm
             && !(b.is_finite() && b > 0.0)
         {
@@ -389,6 +328,20 @@ impl FederationConfig {
             seed,
             threads: 1,
         }
+    }
+}
+
+/// Checks that a setting, when given, is a finite number ≥ 0.
+///
+/// # Errors
+///
+/// [`FederationError::Config`] naming it.
+pub(crate) fn non_negative(name: &str, v: Option<f64>) -> Result<(), FederationError> {
+    match v {
+        Some(v) if !(v.is_finite() && v >= 0.0) => Err(FederationError::Config(format!(
+            "{name} must be a finite number ≥ 0, got {v}"
+        ))),
+        _ => Ok(()),
     }
 }
 

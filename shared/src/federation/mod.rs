@@ -54,6 +54,7 @@ pub use crate::jobs::{Answer, Job, LabelStats, Prox, Training, Update};
 pub use crate::train::LocalTest;
 pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, from_exact_json, to_exact_json};
 pub(crate) use checkpoint::{bad_state, check_model, strategy_state};
+pub(crate) use config::non_negative;
 pub use config::{FederationConfig, Sampling, Weighting, client_seed};
 pub use driver::{run, run_lps, run_resumable};
 pub use pool::{ClientInfo, ClientPool, PoolError};
