@@ -29,11 +29,18 @@
 //! the job's own judgement ([`Job::accept`], in the job's file); everything else that arrives is
 //! a [`Rejection`]: counted, logged with its reason, and otherwise ignored, so it cannot change
 //! the run's result.
+//!
+//! Every runtime waits for its fleet the same way, with [`wait`]: `serve`'s phases and joins, the
+//! GPS waiting for its LPSs, an LPS waiting for its GPS. Each hands the events to its own judge,
+//! which keeps that runtime's rules (what answers, what is ignored, what ends the run).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::ops::ControlFlow;
+use std::time::Instant;
 
 use edgecfl_shared::federation::{Answer, Job};
+use edgecfl_shared::mqtt::{Inbound, Link};
 use edgecfl_shared::protocol::{Envelope, Id, ProtocolError, ToCoordinator};
 use serde::{Deserialize, Serialize};
 
@@ -200,6 +207,51 @@ impl<'j, 'a> Awaiting<'j, 'a> {
     }
 }
 
+/// What receives the fleet's messages: a [`Link`], or a runtime that owns one.
+pub trait Inbox {
+    /// The next inbound event, waiting at most until `deadline` (`None` when it passed).
+    fn recv_until(&self, deadline: Instant) -> Option<Inbound>;
+}
+
+impl Inbox for Link {
+    fn recv_until(&self, deadline: Instant) -> Option<Inbound> {
+        Link::recv_until(self, deadline)
+    }
+}
+
+impl<T: Inbox + ?Sized> Inbox for &T {
+    fn recv_until(&self, deadline: Instant) -> Option<Inbound> {
+        (**self).recv_until(deadline)
+    }
+}
+
+/// The one way to wait for the fleet: hands every event arriving on `s`'s link to `judge` until
+/// the judge ends the wait (`Break`: everyone awaited has answered, failed or dropped out, or a
+/// message ends the run) or `deadline` passes (`None`). The judge keeps its runtime's rules: what
+/// answers, what is rejected (and counted), what is ignored, what is fatal. A caller with nobody
+/// to wait for does not call it.
+pub fn wait<S: Inbox + ?Sized, B>(
+    s: &mut S,
+    deadline: Instant,
+    mut judge: impl FnMut(&mut S, Inbound) -> ControlFlow<B>,
+) -> Option<B> {
+    while let Some(ev) = s.recv_until(deadline) {
+        if let ControlFlow::Break(b) = judge(s, ev) {
+            return Some(b);
+        }
+    }
+    None
+}
+
+/// `Break` once `done`: the judge's verdict after an event that may have completed the wait.
+pub fn until(done: bool) -> ControlFlow<()> {
+    if done {
+        ControlFlow::Break(())
+    } else {
+        ControlFlow::Continue(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,5 +375,55 @@ mod tests {
             Ok(Answer::Evaluation(_))
         ));
         assert_eq!(aw.pending().iter().copied().collect::<Vec<_>>(), [1]);
+    }
+
+    /// A fleet whose events are queued up front; the deadline passes when they run out.
+    struct Queued(std::cell::RefCell<std::collections::VecDeque<Inbound>>, u32);
+
+    impl Inbox for Queued {
+        fn recv_until(&self, _deadline: Instant) -> Option<Inbound> {
+            self.0.borrow_mut().pop_front()
+        }
+    }
+
+    fn message(topic: &str) -> Inbound {
+        Inbound::Message {
+            topic: topic.into(),
+            payload: vec![],
+            retained: false,
+        }
+    }
+
+    /// The wait hands each event to the judge in order, with the state it waits on; it ends at
+    /// the judge's `Break` (leaving later events unread) or at the deadline (`None`).
+    #[test]
+    fn the_wait_ends_at_the_judges_break_or_the_deadline() {
+        let events = || {
+            let q = [message("a"), Inbound::Connected, message("b"), message("c")];
+            Queued(std::cell::RefCell::new(q.into()), 0)
+        };
+        let mut seen = Vec::new();
+        let mut fleet = events();
+        let ended = wait(&mut fleet, Instant::now(), |f, ev| {
+            f.1 += 1;
+            match ev {
+                Inbound::Message { topic, .. } if topic == "b" => ControlFlow::Break(f.1),
+                Inbound::Message { topic, .. } => {
+                    seen.push(topic);
+                    ControlFlow::Continue(())
+                }
+                _ => ControlFlow::Continue(()),
+            }
+        });
+        assert_eq!(ended, Some(3));
+        assert_eq!(seen, ["a"]);
+        assert_eq!(fleet.0.borrow().len(), 1, "c is left for the next wait");
+        let mut fleet = events();
+        let mut answered = 0;
+        let ended = wait(&mut fleet, Instant::now(), |_, ev| {
+            answered += usize::from(matches!(ev, Inbound::Message { .. }));
+            until(answered == 4)
+        });
+        assert_eq!((ended, answered), (None, 3), "the deadline, one short");
     }
 }

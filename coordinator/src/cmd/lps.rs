@@ -28,6 +28,7 @@
 //! `clusters.json` as `serve` does, plus [`MODEL_FILE`] (the final cluster model) and
 //! [`COMMON_FILE`] (its common layers), raw little-endian f32.
 
+use std::ops::ControlFlow::{Break, Continue};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,7 @@ use tracing::{info, warn};
 use crate::cmd::serve::{MqttPool, NetFlags};
 use crate::config::RunConfig;
 use crate::report::{self, Progress};
+use crate::rounds::{Inbox, wait};
 
 /// The final cluster model, raw little-endian f32, in the LPS's `--out`.
 pub const MODEL_FILE: &str = "model.f32";
@@ -158,47 +160,50 @@ pub struct RemoteGps {
 }
 
 impl RemoteGps {
+    /// A message on this LPS's down topic, decoded, with its size; `None` for any other event.
+    fn from_gps(&self, ev: Inbound) -> Option<(Result<Envelope<ToLps>, ProtocolError>, usize)> {
+        let Inbound::Message { topic, payload, .. } = ev else {
+            return None;
+        };
+        (self.topics.parse_lps(&topic) == Some((self.id.as_str(), TopicKind::Down)))
+            .then(|| (Envelope::<ToLps>::from_bytes(&payload), payload.len()))
+    }
+
     /// After the `Done` report (`report`): waits for the GPS's `Finish` (up to
     /// `--gps-timeout`), sending the report again whenever a resumed GPS asks for it. The LPS's
     /// results are on disk already; a GPS that never answers costs the wait, not the results.
     fn await_finish(&self, report: &[u8]) {
         let deadline = Instant::now() + self.timeout;
-        loop {
-            let Some(ev) = self.link.recv_until(deadline) else {
-                warn!(
-                    "no Finish from the GPS within {:.0}s of the final report; exiting",
-                    self.timeout.as_secs_f64()
-                );
-                return;
-            };
-            let Inbound::Message { topic, payload, .. } = ev else {
-                continue;
-            };
-            if self.topics.parse_lps(&topic) != Some((self.id.as_str(), TopicKind::Down)) {
-                continue;
-            }
-            match Envelope::<ToLps>::from_bytes(&payload) {
-                Ok(env) if env.run != self.run => {}
-                Ok(Envelope {
+        let finished = wait(&mut &*self, deadline, |gps, ev| {
+            match gps.from_gps(ev).map(|m| m.0) {
+                Some(Ok(env)) if env.run != gps.run => {}
+                Some(Ok(Envelope {
                     body: ToLps::Finish,
                     ..
-                }) => return,
-                Ok(Envelope {
+                })) => return Break(()),
+                Some(Ok(Envelope {
                     body: ToLps::Resend,
                     ..
-                }) => {
+                })) => {
                     info!("the GPS asks again; sending the final report again");
                     if let Err(e) =
-                        self.link
-                            .publish(&self.topics.lps_up(&self.id), report.to_vec(), false)
+                        gps.link
+                            .publish(&gps.topics.lps_up(&gps.id), report.to_vec(), false)
                     {
                         warn!("cannot send the final report again: {e}");
                     }
                 }
                 // Averages and assignments a resumed GPS sends again: already had them.
-                Ok(_) => {}
-                Err(e) => warn!("ignored a GPS message: {e}"),
+                Some(Ok(_)) | None => {}
+                Some(Err(e)) => warn!("ignored a GPS message: {e}"),
             }
+            Continue(())
+        });
+        if finished.is_none() {
+            warn!(
+                "no Finish from the GPS within {:.0}s of the final report; exiting",
+                self.timeout.as_secs_f64()
+            );
         }
     }
 
@@ -223,38 +228,31 @@ impl RemoteGps {
         self.link
             .publish(&self.topics.lps_up(&self.id), bytes.clone(), false)?;
         let deadline = Instant::now() + self.timeout;
-        loop {
-            let Some(ev) = self.link.recv_until(deadline) else {
-                return Err(LpsError::GpsTimeout {
-                    gps_round,
-                    seconds: self.timeout.as_secs_f64(),
-                });
+        let average = wait(self, deadline, |gps, ev| {
+            let Some((msg, len)) = gps.from_gps(ev) else {
+                return Continue(());
             };
-            let Inbound::Message { topic, payload, .. } = ev else {
-                continue;
-            };
-            if self.topics.parse_lps(&topic) != Some((self.id.as_str(), TopicKind::Down)) {
-                continue;
-            }
-            match Envelope::<ToLps>::from_bytes(&payload) {
-                Ok(env) if env.run != self.run => {
+            match msg {
+                Ok(env) if env.run != gps.run => {
                     warn!("ignored a GPS message of run {}", env.run.as_str());
                 }
                 Ok(Envelope {
                     body: ToLps::Finish,
                     ..
                 }) => {
-                    self.finished = true;
-                    return Err(LpsError::GpsFinished(gps_round));
+                    gps.finished = true;
+                    return Break(Err(LpsError::GpsFinished(gps_round)));
                 }
                 Ok(Envelope {
                     round,
                     body: ToLps::Common { values },
                     ..
                 }) if round as usize == gps_round => {
-                    let average = values.decode(Some(self.common_len))?;
-                    self.down_bytes.push(payload.len() as u64);
-                    return Ok(average);
+                    let average = values.decode(Some(gps.common_len));
+                    if average.is_ok() {
+                        gps.down_bytes.push(len as u64);
+                    }
+                    return Break(average.map_err(LpsError::from));
                 }
                 // A resumed GPS lost what we sent it before its crash: the same bytes again.
                 Ok(Envelope {
@@ -265,8 +263,10 @@ impl RemoteGps {
                     info!(
                         "GPS round {gps_round}: the GPS asks again; sending the common layers again"
                     );
-                    self.link
-                        .publish(&self.topics.lps_up(&self.id), bytes.clone(), false)?;
+                    let up = gps.topics.lps_up(&gps.id);
+                    if let Err(e) = gps.link.publish(&up, bytes.clone(), false) {
+                        return Break(Err(e.into()));
+                    }
                 }
                 Ok(env) => warn!(
                     "ignored a GPS message of round {} while in GPS round {gps_round}",
@@ -274,7 +274,20 @@ impl RemoteGps {
                 ),
                 Err(e) => warn!("ignored a GPS message: {e}"),
             }
-        }
+            Continue(())
+        });
+        average.unwrap_or_else(|| {
+            Err(LpsError::GpsTimeout {
+                gps_round,
+                seconds: self.timeout.as_secs_f64(),
+            })
+        })
+    }
+}
+
+impl Inbox for RemoteGps {
+    fn recv_until(&self, deadline: Instant) -> Option<Inbound> {
+        self.link.recv_until(deadline)
     }
 }
 
@@ -309,16 +322,12 @@ fn await_assignment(
     timeout: Duration,
 ) -> Result<(Id, LpsAssignment), LpsError> {
     let deadline = Instant::now() + timeout;
-    loop {
-        let Some(ev) = link.recv_until(deadline) else {
-            return Err(LpsError::NoAssignment {
-                topic: topics.lps_down(id),
-                seconds: timeout.as_secs_f64(),
-            });
-        };
+    let assigned = wait(&mut &*link, deadline, |_, ev| {
         match ev {
             Inbound::Connected => {
-                link.publish(&topics.lps_status(id), hello.to_vec(), true)?;
+                if let Err(e) = link.publish(&topics.lps_status(id), hello.to_vec(), true) {
+                    return Break(Err(e.into()));
+                }
                 info!("LPS {}: connected; waiting for a cluster", id.as_str());
             }
             Inbound::Disconnected(e) => warn!("broker connection: {e}"),
@@ -332,16 +341,23 @@ fn await_assignment(
                     run,
                     body: ToLps::Assign(a),
                     ..
-                }) => return Ok((run, *a)),
+                }) => return Break(Ok((run, *a))),
                 Ok(Envelope {
                     body: ToLps::Finish,
                     ..
-                }) => return Err(LpsError::Unassigned),
+                }) => return Break(Err(LpsError::Unassigned)),
                 Ok(_) => warn!("ignored a GPS message before the assignment"),
                 Err(e) => warn!("ignored a GPS message: {e}"),
             },
         }
-    }
+        Continue(())
+    });
+    assigned.unwrap_or_else(|| {
+        Err(LpsError::NoAssignment {
+            topic: topics.lps_down(id),
+            seconds: timeout.as_secs_f64(),
+        })
+    })
 }
 
 /// The round loop's settings from an assignment, and θ⁰.

@@ -1,6 +1,7 @@
 //! One awaiting phase over the broker: jobs out, answers in, with dropouts, reconnects and
 //! newcomers handled while it waits.
 
+use std::ops::ControlFlow;
 use std::time::{Instant, SystemTime};
 
 use edgecfl_shared::federation::{Answer, Job, PoolError};
@@ -9,7 +10,7 @@ use edgecfl_shared::mqtt::Inbound;
 use edgecfl_shared::protocol::{self, Envelope, ToClient, ToCoordinator, TopicKind};
 use tracing::{debug, info, warn};
 
-use crate::rounds::{Awaiting, Phase, Rejected, Rejection};
+use crate::rounds::{Awaiting, Phase, Rejected, Rejection, until, wait};
 
 use super::join::{finish_fleet, shard_holder, shard_taken, stray, upload_on_status};
 use super::pool::{DropReason, MqttPool};
@@ -97,61 +98,36 @@ impl MqttPool {
         }
         let mut answers = Vec::with_capacity(jobs.len());
         let deadline = Instant::now() + self.phase_timeout;
-        while !aw.done() {
-            let Some(ev) = self.link.recv_until(deadline) else {
-                self.timeouts += 1;
-                for &c in aw.pending() {
-                    self.dropped(c, phase, DropReason::Timeout);
-                }
-                let ids: Vec<&str> = aw
-                    .pending()
-                    .iter()
-                    .map(|&c| self.members[c].id.as_str())
-                    .collect();
-                warn!(
-                    "{phase}: timeout after {:.0}s, going on without {}",
-                    self.phase_timeout.as_secs_f64(),
-                    ids.join(", ")
-                );
-                break;
-            };
-            match ev {
-                Inbound::Message { topic, payload, .. } => {
-                    if let Some(answer) =
-                        self.on_message(&mut aw, &jobs, broadcast, &topic, &payload)?
-                    {
-                        answers.push(answer);
+        let ended = if aw.done() {
+            Some(Ok(()))
+        } else {
+            wait(self, deadline, |pool, ev| {
+                match pool.on_event(&mut aw, &jobs, broadcast, ev) {
+                    Ok(answer) => {
+                        answers.extend(answer);
+                        until(aw.done()).map_break(Ok)
                     }
+                    Err(e) => ControlFlow::Break(Err(e)),
                 }
-                Inbound::Disconnected(e) => warn!(
-                    "{phase}: lost the broker ({e}); reconnecting{}",
-                    self.link
-                        .next_attempt()
-                        .and_then(|at| at.duration_since(SystemTime::now()).ok())
-                        .map_or(String::new(), |d| format!(" in {:.0} s", d.as_secs_f64()))
-                ),
-                Inbound::Connected => {
-                    // Back on the broker (it restarted, or the connection dropped): what was
-                    // published meanwhile may be lost, so every client still awaited gets its
-                    // job again (a client that answers twice has its second answer counted as a
-                    // duplicate). Clients that reconnect later say Hello and get theirs then.
-                    let pending: Vec<usize> = aw.pending().iter().copied().collect();
-                    info!(
-                        "{phase}: reconnected to the broker; sending {} pending job(s) again",
-                        pending.len()
-                    );
-                    if let Some(bytes) = broadcast
-                        && !pending.is_empty()
-                    {
-                        self.broadcast(bytes)?;
-                    }
-                    for c in pending {
-                        if let Some((_, job)) = jobs.iter().find(|j| j.0 == c) {
-                            self.send(c, round, job.clone())?;
-                        }
-                    }
-                }
+            })
+        };
+        if let Some(ended) = ended {
+            ended?;
+        } else {
+            self.timeouts += 1;
+            for &c in aw.pending() {
+                self.dropped(c, phase, DropReason::Timeout);
             }
+            let ids: Vec<&str> = aw
+                .pending()
+                .iter()
+                .map(|&c| self.members[c].id.as_str())
+                .collect();
+            warn!(
+                "{phase}: timeout after {:.0}s, going on without {}",
+                self.phase_timeout.as_secs_f64(),
+                ids.join(", ")
+            );
         }
         self.live.phase_ended();
         let w = &self.wire;
@@ -162,20 +138,56 @@ impl MqttPool {
         Ok(answers)
     }
 
-    fn on_message(
+    /// One event of the phase: a message, or the broker lost or back (then every client still
+    /// awaited gets its job again).
+    fn on_event(
         &mut self,
         aw: &mut Awaiting<'_, '_>,
         jobs: &[(usize, ToClient)],
         broadcast: Option<&[u8]>,
-        topic: &str,
-        payload: &[u8],
+        ev: Inbound,
     ) -> Result<Option<(usize, Answer)>, PoolError> {
-        let Some((id, kind)) = self.topics.parse(topic) else {
+        let phase = aw.phase;
+        let (topic, payload) = match ev {
+            Inbound::Message { topic, payload, .. } => (topic, payload),
+            Inbound::Disconnected(e) => {
+                warn!(
+                    "{phase}: lost the broker ({e}); reconnecting{}",
+                    self.link
+                        .next_attempt()
+                        .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                        .map_or(String::new(), |d| format!(" in {:.0} s", d.as_secs_f64()))
+                );
+                return Ok(None);
+            }
+            Inbound::Connected => {
+                // Back on the broker (it restarted, or the connection dropped): what was
+                // published meanwhile may be lost, so every client still awaited gets its job
+                // again (a client that answers twice has its second answer counted as a
+                // duplicate). Clients that reconnect later say Hello and get theirs then.
+                let pending: Vec<usize> = aw.pending().iter().copied().collect();
+                info!(
+                    "{phase}: reconnected to the broker; sending {} pending job(s) again",
+                    pending.len()
+                );
+                if let Some(bytes) = broadcast
+                    && !pending.is_empty()
+                {
+                    self.broadcast(bytes)?;
+                }
+                for c in pending {
+                    if let Some((_, job)) = jobs.iter().find(|j| j.0 == c) {
+                        self.send(c, phase.round(), job.clone())?;
+                    }
+                }
+                return Ok(None);
+            }
+        };
+        let Some((id, kind)) = self.topics.parse(&topic) else {
             return Ok(None);
         };
-        let msg = Envelope::<ToCoordinator>::from_bytes(payload);
+        let msg = Envelope::<ToCoordinator>::from_bytes(&payload);
         let client = self.index.get(id).copied();
-        let phase = aw.phase;
         if kind == TopicKind::Up
             && let Ok(Envelope {
                 body: ToCoordinator::Pong,

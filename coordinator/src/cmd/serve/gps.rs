@@ -41,7 +41,8 @@
 //! (`Failed`), dies (its last will, `Gone`) or does not answer within its deadline ends the run
 //! with a [`GpsError`] naming it; the GPS then still tells every LPS and client to finish.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow::{Break, Continue};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -55,7 +56,7 @@ use edgecfl_shared::protocol::{
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use crate::rounds::{Rejected, Rejection, Tally};
+use crate::rounds::{Inbox, Rejected, Rejection, Tally, until, wait};
 use edgecfl_shared::atomic_file;
 
 /// The GPS's checkpoint, written into `--out` after the assignment and after every GPS round,
@@ -269,6 +270,12 @@ pub struct Gps {
     last_upload: Vec<Option<Vec<u8>>>,
 }
 
+impl Inbox for Gps {
+    fn recv_until(&self, deadline: Instant) -> Option<Inbound> {
+        self.link.recv_until(deadline)
+    }
+}
+
 impl Gps {
     /// A GPS over `link` (which must subscribe to `topics.all_lps_status()` and
     /// `topics.all_lps_up()`).
@@ -429,36 +436,34 @@ impl Gps {
 
     fn await_lps(&mut self, clusters: usize) -> Result<(), GpsError> {
         let deadline = Instant::now() + self.plan.join_timeout;
-        let alive = |known: &BTreeMap<String, bool>| known.values().filter(|a| **a).count();
-        let mut told = false;
-        loop {
-            // Take what is already waiting before judging.
-            while let Some(ev) = self.link.recv_until(Instant::now()) {
-                self.on_idle_event(ev);
-            }
-            if alive(&self.known) >= clusters {
-                return Ok(());
-            }
-            if !told {
-                info!(
-                    "GPS: {clusters} clusters; waiting for {} more LPS processes on {}",
-                    clusters - alive(&self.known),
-                    self.plan.topics.all_lps_status()
-                );
-                told = true;
-            }
-            match self.link.recv_until(deadline) {
-                Some(ev) => self.on_idle_event(ev),
-                None => {
-                    return Err(GpsError::TooFewLps {
-                        clusters,
-                        got: alive(&self.known),
-                        topic: self.plan.topics.all_lps_status(),
-                        seconds: self.plan.join_timeout.as_secs_f64(),
-                    });
-                }
-            }
+        let alive = |g: &Gps| g.known.values().filter(|a| **a).count();
+        // Take what is already waiting before judging, every time.
+        let drain = |g: &mut Gps| {
+            wait(g, Instant::now(), |g, ev| {
+                g.on_idle_event(ev);
+                Continue::<()>(())
+            })
+        };
+        drain(self);
+        if alive(self) >= clusters {
+            return Ok(());
         }
+        info!(
+            "GPS: {clusters} clusters; waiting for {} more LPS processes on {}",
+            clusters - alive(self),
+            self.plan.topics.all_lps_status()
+        );
+        let enough = wait(self, deadline, |g, ev| {
+            g.on_idle_event(ev);
+            drain(g);
+            until(alive(g) >= clusters)
+        });
+        enough.ok_or_else(|| GpsError::TooFewLps {
+            clusters,
+            got: alive(self),
+            topic: self.plan.topics.all_lps_status(),
+            seconds: self.plan.join_timeout.as_secs_f64(),
+        })
     }
 
     fn on_idle_event(&mut self, ev: Inbound) {
@@ -675,71 +680,70 @@ impl Gps {
         Ok((saved.records, g))
     }
 
-    /// Waits for the next message from an assigned LPS; a status change of an assigned LPS to
-    /// `Gone` is an error. Returns (cluster, envelope, payload bytes).
-    fn next_upload(
+    /// Waits until every assigned LPS has sent its `what` (`judge` takes each upload of an
+    /// assigned LPS, with its cluster, and says whether it was that), or `budget` passed: then an
+    /// error names the silent ones. A `Gone` of an LPS still awaited, and the judge's errors, end
+    /// the run. A status `Hello` of an LPS without a cluster gets it a `Finish`.
+    fn await_uploads(
         &mut self,
-        deadline: Instant,
-        pending: &[usize],
         what: &str,
         budget: Duration,
-    ) -> Result<(usize, Envelope<ToGps>, Vec<u8>), GpsError> {
-        loop {
-            let Some(ev) = self.link.recv_until(deadline) else {
-                let silent: Vec<String> = pending
-                    .iter()
-                    .map(|&c| format!("{} (cluster {c})", self.assigned[c]))
-                    .collect();
-                return Err(GpsError::Timeout {
-                    lps: silent.join(", "),
-                    what: what.into(),
-                    seconds: budget.as_secs_f64(),
-                });
-            };
-            let (topic, payload) = match ev {
-                Inbound::Message { topic, payload, .. } => (topic, payload),
-                Inbound::Disconnected(e) => {
+        mut judge: impl FnMut(&mut Self, usize, Envelope<ToGps>, Vec<u8>) -> Result<bool, GpsError>,
+    ) -> Result<(), GpsError> {
+        let mut pending: BTreeSet<usize> = (0..self.assigned.len()).collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + budget;
+        let ended = wait(self, deadline, |g, ev| {
+            let Inbound::Message { topic, payload, .. } = ev else {
+                if let Inbound::Disconnected(e) = ev {
                     warn!("GPS: broker connection: {e}");
-                    continue;
                 }
-                Inbound::Connected => continue,
+                return Continue(());
             };
-            let Some((lps, kind)) = self.plan.topics.parse_lps(&topic) else {
-                continue;
+            let Some((lps, kind)) = g.plan.topics.parse_lps(&topic) else {
+                return Continue(());
             };
             let lps = lps.to_string();
-            let cluster = self.assigned.iter().position(|a| *a == lps);
+            let cluster = g.assigned.iter().position(|a| *a == lps);
             match (kind, cluster) {
                 (TopicKind::Status, Some(c)) => {
-                    if self.on_status(&lps, &payload) == Some(false) && pending.contains(&c) {
-                        return Err(GpsError::LpsGone {
+                    if g.on_status(&lps, &payload) == Some(false) && pending.contains(&c) {
+                        return Break(Err(GpsError::LpsGone {
                             lps,
                             cluster: c,
                             during: format!("waiting for its {what}"),
-                        });
+                        }));
                     }
                 }
                 (TopicKind::Status, None) => {
-                    if self.on_status(&lps, &payload) == Some(true) {
+                    if g.on_status(&lps, &payload) == Some(true) {
                         info!("GPS: LPS {lps} came after the assignment; it gets no cluster");
-                        self.send_finish(&lps);
+                        g.send_finish(&lps);
                     }
                 }
-                (TopicKind::Up, Some(c)) if self.last_upload[c].as_ref() == Some(&payload) => {
+                (TopicKind::Up, Some(c)) if g.last_upload[c].as_ref() == Some(&payload) => {
                     debug!("GPS: LPS {lps} sent its last upload again");
                 }
                 (TopicKind::Up, Some(c)) => match Envelope::<ToGps>::from_bytes(&payload) {
-                    Ok(env) if env.run != self.plan.run => self.reject(
+                    Ok(env) if env.run != g.plan.run => g.reject(
                         &lps,
                         Rejected {
                             reason: Rejection::WrongRun,
                             detail: format!("run {:?}", env.run.as_str()),
                         },
                     ),
-                    Ok(env) => return Ok((c, env, payload)),
-                    Err(e) => self.reject(&lps, e.into()),
+                    Ok(env) => match judge(g, c, env, payload) {
+                        Ok(true) => {
+                            pending.remove(&c);
+                        }
+                        Ok(false) => {}
+                        Err(e) => return Break(Err(e)),
+                    },
+                    Err(e) => g.reject(&lps, e.into()),
                 },
-                (TopicKind::Up, None) => self.reject(
+                (TopicKind::Up, None) => g.reject(
                     &lps,
                     Rejected {
                         reason: Rejection::UnknownClient,
@@ -748,7 +752,19 @@ impl Gps {
                 ),
                 (TopicKind::Down, _) => {}
             }
-        }
+            until(pending.is_empty()).map_break(Ok)
+        });
+        ended.unwrap_or_else(|| {
+            let silent: Vec<String> = pending
+                .iter()
+                .map(|&c| format!("{} (cluster {c})", self.assigned[c]))
+                .collect();
+            Err(GpsError::Timeout {
+                lps: silent.join(", "),
+                what: what.into(),
+                seconds: budget.as_secs_f64(),
+            })
+        })
     }
 
     /// GPS round `g`: one valid `Common` from every LPS. Returns (common part, the cluster's
@@ -762,15 +778,9 @@ impl Gps {
         records: &mut [LpsRecord],
     ) -> Result<Vec<(Vec<f32>, u64)>, GpsError> {
         let mut parts: Vec<Option<(Vec<f32>, u64)>> = vec![None; self.assigned.len()];
-        let deadline = Instant::now() + budget;
         let what = format!("common layers of GPS round {g}");
-        loop {
-            let pending: Vec<usize> = (0..parts.len()).filter(|&c| parts[c].is_none()).collect();
-            if pending.is_empty() {
-                break;
-            }
-            let (c, env, payload) = self.next_upload(deadline, &pending, &what, budget)?;
-            let lps = self.assigned[c].clone();
+        self.await_uploads(&what, budget, |gps, c, env, payload| {
+            let lps = gps.assigned[c].clone();
             let reject = |reason, detail: String| Rejected { reason, detail };
             match &env.body {
                 ToGps::Failed { reason } => {
@@ -788,7 +798,7 @@ impl Gps {
                         of,
                     });
                 }
-                _ if env.round as usize != g => self.reject(
+                _ if env.round as usize != g => gps.reject(
                     &lps,
                     reject(
                         Rejection::WrongRound,
@@ -796,7 +806,7 @@ impl Gps {
                     ),
                 ),
                 _ if parts[c].is_some() => {
-                    self.reject(&lps, reject(Rejection::Duplicate, "already sent".into()));
+                    gps.reject(&lps, reject(Rejection::Duplicate, "already sent".into()));
                 }
                 body => match body.common(common.len()) {
                     Ok(Some((samples, values))) => {
@@ -814,9 +824,10 @@ impl Gps {
                             r.accuracy.push(*accuracy);
                         }
                         parts[c] = Some((values, r.samples));
-                        self.last_upload[c] = Some(payload);
+                        gps.last_upload[c] = Some(payload);
+                        return Ok(true);
                     }
-                    Ok(None) => self.reject(
+                    Ok(None) => gps.reject(
                         &lps,
                         reject(Rejection::Unexpected, "not common layers".into()),
                     ),
@@ -829,11 +840,12 @@ impl Gps {
                             | protocol::LpsMessageError::BadAccuracy(_) => Rejection::NotFinite,
                             _ => Rejection::Malformed,
                         };
-                        self.reject(&lps, reject(reason, e.to_string()));
+                        gps.reject(&lps, reject(reason, e.to_string()));
                     }
                 },
             }
-        }
+            Ok(false)
+        })?;
         Ok(parts.into_iter().flatten().collect())
     }
 
@@ -842,31 +854,20 @@ impl Gps {
         budget: Duration,
         records: &mut [LpsRecord],
     ) -> Result<(), GpsError> {
-        let deadline = Instant::now() + budget;
-        loop {
-            let pending: Vec<usize> = (0..records.len())
-                .filter(|&c| records[c].done.is_none())
-                .collect();
-            if pending.is_empty() {
-                return Ok(());
-            }
-            let (c, env, _) = self.next_upload(deadline, &pending, "final report", budget)?;
-            let lps = self.assigned[c].clone();
+        self.await_uploads("final report", budget, |gps, c, env, _| {
+            let lps = gps.assigned[c].clone();
             match env.body {
-                ToGps::Done(d) => {
-                    let ok = d.final_accuracy.is_none_or(|a| (0.0..=1.0).contains(&a));
-                    if ok {
-                        records[c].done = Some(d);
-                    } else {
-                        self.reject(
-                            &lps,
-                            Rejected {
-                                reason: Rejection::NotFinite,
-                                detail: format!("final accuracy {:?}", d.final_accuracy),
-                            },
-                        );
-                    }
+                ToGps::Done(d) if d.final_accuracy.is_none_or(|a| (0.0..=1.0).contains(&a)) => {
+                    records[c].done = Some(d);
+                    return Ok(true);
                 }
+                ToGps::Done(d) => gps.reject(
+                    &lps,
+                    Rejected {
+                        reason: Rejection::NotFinite,
+                        detail: format!("final accuracy {:?}", d.final_accuracy),
+                    },
+                ),
                 ToGps::Failed { reason } => {
                     return Err(GpsError::LpsFailed {
                         lps,
@@ -874,7 +875,7 @@ impl Gps {
                         reason: reason.to_string(),
                     });
                 }
-                other => self.reject(
+                other => gps.reject(
                     &lps,
                     Rejected {
                         reason: Rejection::Unexpected,
@@ -885,7 +886,8 @@ impl Gps {
                     },
                 ),
             }
-        }
+            Ok(false)
+        })
     }
 
     fn send_finish(&self, lps: &str) {

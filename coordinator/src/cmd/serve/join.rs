@@ -3,6 +3,7 @@
 //! logged without flooding the log.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use edgecfl_shared::mqtt::{Inbound, Link};
@@ -11,7 +12,7 @@ use edgecfl_shared::protocol::{
 };
 use tracing::{debug, info, warn};
 
-use crate::rounds::{Rejected, Rejection, Tally};
+use crate::rounds::{Rejected, Rejection, Tally, until, wait};
 
 use super::NetFlags;
 use super::pool::{Member, MqttPool};
@@ -231,78 +232,79 @@ impl MqttPool {
             net.join_timeout
         );
         let ping = Envelope::new(run.clone(), 0, ToClient::Ping).to_bytes();
-        while joined.len() < min_clients {
-            let Some(ev) = link.recv_until(deadline) else {
-                break;
-            };
-            let Inbound::Message { topic, payload, .. } = ev else {
-                continue;
-            };
-            match topics.parse(&topic) {
-                Some((id, TopicKind::Status)) => {
-                    let mut announced = BTreeMap::new();
-                    if let Some(r) = join_status(&mut announced, id, &payload) {
-                        net.live.rejected(id, &r.reason, &r.detail);
-                        stray(&mut tally, "joining", id, r);
-                    } else if let Some((valid, mut hello)) = announced.remove(id) {
-                        declared.hold(id, &mut hello);
-                        if let Some(j) = joined.get_mut(id) {
-                            j.1 = hello;
+        if min_clients > 0 {
+            wait(&mut &link, deadline, |link, ev| {
+                let Inbound::Message { topic, payload, .. } = ev else {
+                    return ControlFlow::Continue(());
+                };
+                match topics.parse(&topic) {
+                    Some((id, TopicKind::Status)) => {
+                        let mut announced = BTreeMap::new();
+                        if let Some(r) = join_status(&mut announced, id, &payload) {
+                            net.live.rejected(id, &r.reason, &r.detail);
+                            stray(&mut tally, "joining", id, r);
+                        } else if let Some((valid, mut hello)) = announced.remove(id) {
+                            declared.hold(id, &mut hello);
+                            if let Some(j) = joined.get_mut(id) {
+                                j.1 = hello;
+                            } else {
+                                // Announced (perhaps long ago): live only if it answers.
+                                if let Err(e) =
+                                    link.publish(&topics.down(&valid), ping.clone(), false)
+                                {
+                                    warn!("joining: cannot ping {id}: {e}");
+                                }
+                                probe_bytes += ping.len() as u64;
+                                candidates.insert(id.to_string(), (valid, hello));
+                            }
                         } else {
-                            // Announced (perhaps long ago): live only if it answers.
-                            if let Err(e) = link.publish(&topics.down(&valid), ping.clone(), false)
-                            {
-                                warn!("joining: cannot ping {id}: {e}");
+                            // Gone.
+                            candidates.remove(id);
+                            if joined.remove(id).is_some() {
+                                info!("left: {id} ({}/{min_clients})", joined.len());
+                                net.live.left(id);
                             }
-                            probe_bytes += ping.len() as u64;
-                            candidates.insert(id.to_string(), (valid, hello));
-                        }
-                    } else {
-                        // Gone.
-                        candidates.remove(id);
-                        if joined.remove(id).is_some() {
-                            info!("left: {id} ({}/{min_clients})", joined.len());
-                            net.live.left(id);
                         }
                     }
-                }
-                Some((id, TopicKind::Up)) if candidates.contains_key(id) => {
-                    match Envelope::<ToCoordinator>::from_bytes(&payload) {
-                        Ok(Envelope {
-                            body: ToCoordinator::Pong,
-                            run: r,
-                            ..
-                        }) if r == run => {
-                            let Some(c) = candidates.remove(id) else {
-                                continue;
-                            };
-                            let others = joined.iter().map(|(k, v)| (k.as_str(), &v.1));
-                            if let Some(holder) = shard_holder(others, id, &c.1) {
-                                let r = shard_taken(holder);
-                                net.live.rejected(id, &r.reason, &r.detail);
-                                stray(&mut tally, "joining", id, r);
-                                // Refused for this run: told so, it does not wait for jobs.
-                                finish_fleet(&link, &topics, &run, std::iter::once(&c.0));
-                                continue;
+                    Some((id, TopicKind::Up)) if candidates.contains_key(id) => {
+                        match Envelope::<ToCoordinator>::from_bytes(&payload) {
+                            Ok(Envelope {
+                                body: ToCoordinator::Pong,
+                                run: r,
+                                ..
+                            }) if r == run => {
+                                let Some(c) = candidates.remove(id) else {
+                                    return ControlFlow::Continue(());
+                                };
+                                let others = joined.iter().map(|(k, v)| (k.as_str(), &v.1));
+                                if let Some(holder) = shard_holder(others, id, &c.1) {
+                                    let r = shard_taken(holder);
+                                    net.live.rejected(id, &r.reason, &r.detail);
+                                    stray(&mut tally, "joining", id, r);
+                                    // Refused for this run: told so, it does not wait for jobs.
+                                    finish_fleet(link, &topics, &run, std::iter::once(&c.0));
+                                    return ControlFlow::Continue(());
+                                }
+                                joined.insert(id.to_string(), c);
+                                info!("joined: {id} ({}/{min_clients})", joined.len());
+                                net.live.joined(id);
                             }
-                            joined.insert(id.to_string(), c);
-                            info!("joined: {id} ({}/{min_clients})", joined.len());
-                            net.live.joined(id);
+                            Ok(_) => tally.add(Rejection::NotAsked),
+                            Err(e) => tally.add(Rejected::from(e).reason),
                         }
-                        Ok(_) => tally.add(Rejection::NotAsked),
-                        Err(e) => tally.add(Rejected::from(e).reason),
+                    }
+                    // A second answer (it was pinged twice: its retained and its fresh Hello).
+                    Some((id, TopicKind::Up))
+                        if joined.contains_key(id)
+                            && Envelope::<ToCoordinator>::from_bytes(&payload)
+                                .is_ok_and(|e| e.body == ToCoordinator::Pong) => {}
+                    _ => {
+                        debug!("joining: ignored a message on {topic:?}");
+                        tally.add(Rejection::NotAsked);
                     }
                 }
-                // A second answer (it was pinged twice: its retained and its fresh Hello).
-                Some((id, TopicKind::Up))
-                    if joined.contains_key(id)
-                        && Envelope::<ToCoordinator>::from_bytes(&payload)
-                            .is_ok_and(|e| e.body == ToCoordinator::Pong) => {}
-                _ => {
-                    debug!("joining: ignored a message on {topic:?}");
-                    tally.add(Rejection::NotAsked);
-                }
-            }
+                until(joined.len() >= min_clients)
+            });
         }
         if !candidates.is_empty() {
             warn!(
@@ -368,39 +370,39 @@ impl MqttPool {
         let mut tally = Tally::default();
         let mut declared = Declared::default();
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
-        while hellos.len() < ids.len() {
-            let Some(ev) = link.recv_until(deadline) else {
-                break;
-            };
-            let Inbound::Message { topic, payload, .. } = ev else {
-                continue;
-            };
-            let Some((id, TopicKind::Status)) = topics.parse(&topic) else {
-                continue;
-            };
-            let Some(member) = ids.iter().find(|m| m.as_str() == id) else {
-                // Another cluster's client, or a stranger: counted, not news.
-                debug!("joining: status of {id:?}, not a member");
-                tally.add(Rejection::UnknownClient);
-                continue;
-            };
-            match Envelope::<ToCoordinator>::from_bytes(&payload) {
-                Ok(Envelope {
-                    body: ToCoordinator::Hello(mut h),
-                    ..
-                }) => {
-                    declared.hold(id, &mut h);
-                    hellos.insert(member.as_str(), h);
+        if !ids.is_empty() {
+            wait(&mut &link, deadline, |_, ev| {
+                let Inbound::Message { topic, payload, .. } = ev else {
+                    return ControlFlow::Continue(());
+                };
+                let Some((id, TopicKind::Status)) = topics.parse(&topic) else {
+                    return ControlFlow::Continue(());
+                };
+                let Some(member) = ids.iter().find(|m| m.as_str() == id) else {
+                    // Another cluster's client, or a stranger: counted, not news.
+                    debug!("joining: status of {id:?}, not a member");
+                    tally.add(Rejection::UnknownClient);
+                    return ControlFlow::Continue(());
+                };
+                match Envelope::<ToCoordinator>::from_bytes(&payload) {
+                    Ok(Envelope {
+                        body: ToCoordinator::Hello(mut h),
+                        ..
+                    }) => {
+                        declared.hold(id, &mut h);
+                        hellos.insert(member.as_str(), h);
+                    }
+                    Ok(Envelope {
+                        body: ToCoordinator::Gone,
+                        ..
+                    }) => {
+                        hellos.remove(member.as_str());
+                    }
+                    Ok(_) => stray(&mut tally, "joining", id, upload_on_status()),
+                    Err(e) => stray(&mut tally, "joining", id, e.into()),
                 }
-                Ok(Envelope {
-                    body: ToCoordinator::Gone,
-                    ..
-                }) => {
-                    hellos.remove(member.as_str());
-                }
-                Ok(_) => stray(&mut tally, "joining", id, upload_on_status()),
-                Err(e) => stray(&mut tally, "joining", id, e.into()),
-            }
+                until(hellos.len() >= ids.len())
+            });
         }
         let missing: Vec<&str> = ids
             .iter()

@@ -4,16 +4,16 @@
 use edgecfl_shared::atomic_file;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{self, Answer, ClientInfo, ClientPool, Job, PoolError};
 use edgecfl_shared::jobs::{Uploads, WireError};
-use edgecfl_shared::mqtt::Link;
+use edgecfl_shared::mqtt::{Inbound, Link};
 use edgecfl_shared::protocol::{Encoding, Envelope, Hello, Id, ToClient, Topics};
 use serde::{Deserialize, Serialize};
 
-use crate::rounds::{Phase, Tally};
+use crate::rounds::{Inbox, Phase, Tally};
 
 use super::NetFlags;
 use super::join::finish_fleet;
@@ -353,6 +353,12 @@ impl MqttPool {
             .chain(self.queued.iter().chain(&self.probing).map(|q| &q.0));
         finish_fleet(&self.link, &self.topics, &self.run, ids);
         self.link.disconnect();
+    }
+}
+
+impl Inbox for MqttPool {
+    fn recv_until(&self, deadline: Instant) -> Option<Inbound> {
+        self.link.recv_until(deadline)
     }
 }
 

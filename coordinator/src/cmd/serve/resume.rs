@@ -2,6 +2,7 @@
 //! and the rejoin of a resumed run's clients.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -11,7 +12,7 @@ use edgecfl_shared::protocol::{Envelope, Hello, Id, ToClient, ToCoordinator, Top
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::rounds::Tally;
+use crate::rounds::{Tally, until, wait};
 
 use super::NetFlags;
 use super::join::stray;
@@ -119,55 +120,55 @@ impl MqttPool {
             net.join_timeout
         );
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
-        while !waiting.is_empty() {
-            let Some(ev) = pool.link.recv_until(deadline) else {
-                break;
-            };
-            let Inbound::Message { topic, payload, .. } = ev else {
-                continue;
-            };
-            let Some((id, kind)) = pool.topics.parse(&topic) else {
-                continue;
-            };
-            let Some(c) = pool.index.get(id).copied() else {
-                // Not a client of the run: only garbage on its status topic is news.
-                if kind == TopicKind::Status
-                    && let Err(e) = Envelope::<ToCoordinator>::from_bytes(&payload)
-                {
-                    stray(&mut pool.tally, "resuming", id, e.into());
-                }
-                continue;
-            };
-            let msg = Envelope::<ToCoordinator>::from_bytes(&payload);
-            match (kind, msg) {
-                // A client back on the (restarted) broker: ping it again.
-                (
-                    TopicKind::Status,
-                    Ok(Envelope {
-                        body: ToCoordinator::Hello(_),
-                        ..
-                    }),
-                ) if waiting.contains(&c) => {
-                    pool.wire.probe_down += ping.len() as u64;
-                    let down = pool.topics.down(&pool.members[c].id);
-                    if let Err(e) = pool.link.publish(&down, ping.clone(), false) {
-                        warn!("resuming: cannot ping {id}: {e}");
+        if !waiting.is_empty() {
+            wait(&mut pool, deadline, |pool, ev| {
+                let Inbound::Message { topic, payload, .. } = ev else {
+                    return ControlFlow::Continue(());
+                };
+                let Some((id, kind)) = pool.topics.parse(&topic) else {
+                    return ControlFlow::Continue(());
+                };
+                let Some(c) = pool.index.get(id).copied() else {
+                    // Not a client of the run: only garbage on its status topic is news.
+                    if kind == TopicKind::Status
+                        && let Err(e) = Envelope::<ToCoordinator>::from_bytes(&payload)
+                    {
+                        stray(&mut pool.tally, "resuming", id, e.into());
                     }
+                    return ControlFlow::Continue(());
+                };
+                let msg = Envelope::<ToCoordinator>::from_bytes(&payload);
+                match (kind, msg) {
+                    // A client back on the (restarted) broker: ping it again.
+                    (
+                        TopicKind::Status,
+                        Ok(Envelope {
+                            body: ToCoordinator::Hello(_),
+                            ..
+                        }),
+                    ) if waiting.contains(&c) => {
+                        pool.wire.probe_down += ping.len() as u64;
+                        let down = pool.topics.down(&pool.members[c].id);
+                        if let Err(e) = pool.link.publish(&down, ping.clone(), false) {
+                            warn!("resuming: cannot ping {id}: {e}");
+                        }
+                    }
+                    (
+                        TopicKind::Up,
+                        Ok(Envelope {
+                            body: ToCoordinator::Pong,
+                            run: r,
+                            ..
+                        }),
+                    ) if r == run && waiting.remove(&c) => {
+                        info!("rejoined: {id} ({} still awaited)", waiting.len());
+                    }
+                    (TopicKind::Status, Err(e)) => stray(&mut pool.tally, "resuming", id, e.into()),
+                    // Answers to the interrupted run's last jobs, and the like: not this run's news.
+                    _ => {}
                 }
-                (
-                    TopicKind::Up,
-                    Ok(Envelope {
-                        body: ToCoordinator::Pong,
-                        run: r,
-                        ..
-                    }),
-                ) if r == run && waiting.remove(&c) => {
-                    info!("rejoined: {id} ({} still awaited)", waiting.len());
-                }
-                (TopicKind::Status, Err(e)) => stray(&mut pool.tally, "resuming", id, e.into()),
-                // Answers to the interrupted run's last jobs, and the like: not this run's news.
-                _ => {}
-            }
+                until(waiting.is_empty())
+            });
         }
         for c in waiting {
             warn!(
