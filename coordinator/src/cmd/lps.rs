@@ -161,7 +161,7 @@ pub struct RemoteGps {
 
 impl RemoteGps {
     /// A message on this LPS's down topic, decoded, with its size; `None` for any other event.
-    fn from_gps(&self, ev: Inbound) -> Option<(Result<Envelope<ToLps>, ProtocolError>, usize)> {
+    fn of_gps(&self, ev: Inbound) -> Option<(Result<Envelope<ToLps>, ProtocolError>, usize)> {
         let Inbound::Message { topic, payload, .. } = ev else {
             return None;
         };
@@ -175,7 +175,7 @@ impl RemoteGps {
     fn await_finish(&self, report: &[u8]) {
         let deadline = Instant::now() + self.timeout;
         let finished = wait(&mut &*self, deadline, |gps, ev| {
-            match gps.from_gps(ev).map(|m| m.0) {
+            match gps.of_gps(ev).map(|m| m.0) {
                 Some(Ok(env)) if env.run != gps.run => {}
                 Some(Ok(Envelope {
                     body: ToLps::Finish,
@@ -229,7 +229,7 @@ impl RemoteGps {
             .publish(&self.topics.lps_up(&self.id), bytes.clone(), false)?;
         let deadline = Instant::now() + self.timeout;
         let average = wait(self, deadline, |gps, ev| {
-            let Some((msg, len)) = gps.from_gps(ev) else {
+            let Some((msg, len)) = gps.of_gps(ev) else {
                 return Continue(());
             };
             match msg {
@@ -248,11 +248,8 @@ impl RemoteGps {
                     body: ToLps::Common { values },
                     ..
                 }) if round as usize == gps_round => {
-                    let average = values.decode(Some(gps.common_len));
-                    if average.is_ok() {
-                        gps.down_bytes.push(len as u64);
-                    }
-                    return Break(average.map_err(LpsError::from));
+                    let average = values.decode(Some(gps.common_len)).map_err(LpsError::from);
+                    return Break(average.inspect(|_| gps.down_bytes.push(len as u64)));
                 }
                 // A resumed GPS lost what we sent it before its crash: the same bytes again.
                 Ok(Envelope {

@@ -12,8 +12,8 @@ use tracing::{debug, info, warn};
 
 use crate::rounds::{Awaiting, Phase, Rejected, Rejection, until, wait};
 
-use super::join::{finish_fleet, shard_holder, shard_taken, stray, upload_on_status};
-use super::pool::{DropReason, MqttPool};
+use super::join::{shard_holder, shard_taken, stray, upload_on_status};
+use super::pool::{DropReason, MqttPool, finish_fleet};
 
 impl MqttPool {
     /// An evaluation of more test samples than client `c` declared (its first `Hello`, held to
@@ -98,10 +98,8 @@ impl MqttPool {
         }
         let mut answers = Vec::with_capacity(jobs.len());
         let deadline = Instant::now() + self.phase_timeout;
-        let ended = if aw.done() {
-            Some(Ok(()))
-        } else {
-            wait(self, deadline, |pool, ev| {
+        let ended = aw.done()
+            || wait(self, deadline, |pool, ev| {
                 match pool.on_event(&mut aw, &jobs, broadcast, ev) {
                     Ok(answer) => {
                         answers.extend(answer);
@@ -110,10 +108,9 @@ impl MqttPool {
                     Err(e) => ControlFlow::Break(Err(e)),
                 }
             })
-        };
-        if let Some(ended) = ended {
-            ended?;
-        } else {
+            .transpose()?
+            .is_some();
+        if !ended {
             self.timeouts += 1;
             for &c in aw.pending() {
                 self.dropped(c, phase, DropReason::Timeout);

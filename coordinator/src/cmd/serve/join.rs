@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use crate::rounds::{Rejected, Rejection, Tally, until, wait};
 
 use super::NetFlags;
-use super::pool::{Member, MqttPool};
+use super::pool::{Member, MqttPool, finish_fleet};
 
 /// Counts a message from outside the run (an unknown or invalid client id, garbage on a status
 /// topic) in `tally` and logs it: the first of each reason at warn, the rest at debug, so a flood
@@ -152,21 +152,6 @@ pub(super) fn upload_on_status() -> Rejected {
     Rejected {
         reason: Rejection::Unexpected,
         detail: "upload on the status topic".into(),
-    }
-}
-
-/// Publishes `Finish` of run `run` on the `down` topic of each of `ids`.
-pub(super) fn finish_fleet<'a>(
-    link: &Link,
-    topics: &Topics,
-    run: &Id,
-    ids: impl Iterator<Item = &'a Id>,
-) {
-    let bytes = Envelope::new(run.clone(), u32::MAX, ToClient::Finish).to_bytes();
-    for id in ids {
-        if let Err(e) = link.publish(&topics.down(id), bytes.clone(), false) {
-            warn!("cannot tell {} to finish: {e}", id.as_str());
-        }
     }
 }
 
@@ -366,7 +351,7 @@ impl MqttPool {
         net: &NetFlags,
         ids: &[Id],
     ) -> anyhow::Result<Self> {
-        let mut hellos: BTreeMap<&str, Hello> = BTreeMap::new();
+        let mut hellos: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut tally = Tally::default();
         let mut declared = Declared::default();
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
@@ -378,28 +363,19 @@ impl MqttPool {
                 let Some((id, TopicKind::Status)) = topics.parse(&topic) else {
                     return ControlFlow::Continue(());
                 };
-                let Some(member) = ids.iter().find(|m| m.as_str() == id) else {
+                if !ids.iter().any(|m| m.as_str() == id) {
                     // Another cluster's client, or a stranger: counted, not news.
                     debug!("joining: status of {id:?}, not a member");
                     tally.add(Rejection::UnknownClient);
                     return ControlFlow::Continue(());
-                };
-                match Envelope::<ToCoordinator>::from_bytes(&payload) {
-                    Ok(Envelope {
-                        body: ToCoordinator::Hello(mut h),
-                        ..
-                    }) => {
-                        declared.hold(id, &mut h);
-                        hellos.insert(member.as_str(), h);
+                }
+                match join_status(&mut hellos, id, &payload) {
+                    Some(r) => stray(&mut tally, "joining", id, r),
+                    None => {
+                        if let Some((_, h)) = hellos.get_mut(id) {
+                            declared.hold(id, h);
+                        }
                     }
-                    Ok(Envelope {
-                        body: ToCoordinator::Gone,
-                        ..
-                    }) => {
-                        hellos.remove(member.as_str());
-                    }
-                    Ok(_) => stray(&mut tally, "joining", id, upload_on_status()),
-                    Err(e) => stray(&mut tally, "joining", id, e.into()),
                 }
                 until(hellos.len() >= ids.len())
             });
@@ -407,7 +383,7 @@ impl MqttPool {
         let missing: Vec<&str> = ids
             .iter()
             .map(Id::as_str)
-            .filter(|id| !hellos.contains_key(id))
+            .filter(|id| !hellos.contains_key(*id))
             .collect();
         anyhow::ensure!(
             missing.is_empty(),
@@ -421,7 +397,7 @@ impl MqttPool {
             .iter()
             .map(|id| Member {
                 id: id.clone(),
-                hello: hellos[id.as_str()].clone(),
+                hello: hellos[id.as_str()].1.clone(),
                 alive: true,
             })
             .collect();

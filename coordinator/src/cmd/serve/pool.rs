@@ -1,7 +1,6 @@
 //! [`MqttPool`]: the clients behind the broker as a [`ClientPool`], with the counts that
 //! `summary.json` reports.
 
-use edgecfl_shared::atomic_file;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,11 +15,24 @@ use serde::{Deserialize, Serialize};
 use crate::rounds::{Inbox, Phase, Tally};
 
 use super::NetFlags;
-use super::join::finish_fleet;
-use super::resume::{CHECKPOINT_FILE, SavedMember, SavedPool, SavedRun};
 use super::testbed::Testbed;
 use crate::log_throttle::LogThrottle;
 use tracing::{info, warn};
+
+/// Publishes `Finish` of run `run` on the `down` topic of each of `ids`.
+pub(super) fn finish_fleet<'a>(
+    link: &Link,
+    topics: &Topics,
+    run: &Id,
+    ids: impl Iterator<Item = &'a Id>,
+) {
+    let bytes = Envelope::new(run.clone(), u32::MAX, ToClient::Finish).to_bytes();
+    for id in ids {
+        if let Err(e) = link.publish(&topics.down(id), bytes.clone(), false) {
+            warn!("cannot tell {} to finish: {e}", id.as_str());
+        }
+    }
+}
 
 /// Byte counts of MQTT payloads (topic and MQTT headers not included).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -405,40 +417,9 @@ impl ClientPool for MqttPool {
         self.checkpoint.is_some()
     }
 
-    /// Writes `checkpoint.json` (the driver's state and this pool's) atomically into `--out`.
+    /// Writes `checkpoint.json` ([`MqttPool::save_checkpoint`]).
     fn checkpoint(&mut self, checkpoint: &federation::Checkpoint) -> Result<(), PoolError> {
-        let Some((dir, round0)) = &self.checkpoint else {
-            return Ok(());
-        };
-        let saved = SavedRun {
-            serve: SavedPool {
-                run_id: self.run.clone(),
-                round0: *round0,
-                members: self
-                    .members
-                    .iter()
-                    .map(|m| SavedMember {
-                        id: m.id.clone(),
-                        hello: m.hello.clone(),
-                        alive: m.alive,
-                    })
-                    .collect(),
-                tally: self.tally.clone(),
-                per_client: self.per_client.clone(),
-                wire: self.wire.clone(),
-                timeouts: self.timeouts,
-                dropouts: self.dropouts.clone(),
-            },
-            federation: checkpoint.clone(),
-        };
-        let fail = |e: String| PoolError::Job {
-            job: "checkpoint",
-            reason: e,
-        };
-        let bytes = federation::to_exact_json(&saved).map_err(|e| fail(e.to_string()))?;
-        std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-        atomic_file::write(&dir.join(CHECKPOINT_FILE), bytes.as_bytes())
-            .map_err(|e| fail(format!("{}: {e}", dir.display())))
+        self.save_checkpoint(checkpoint)
     }
 
     /// One exchange per kind of job, in the order the kinds first appear.

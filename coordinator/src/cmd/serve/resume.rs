@@ -6,7 +6,8 @@ use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use edgecfl_shared::federation;
+use edgecfl_shared::atomic_file;
+use edgecfl_shared::federation::{self, PoolError};
 use edgecfl_shared::mqtt::{Inbound, Link};
 use edgecfl_shared::protocol::{Envelope, Hello, Id, ToClient, ToCoordinator, TopicKind, Topics};
 use serde::{Deserialize, Serialize};
@@ -178,5 +179,45 @@ impl MqttPool {
             pool.members[c].alive = false;
         }
         pool
+    }
+
+    /// Writes `checkpoint.json` (the driver's state and this pool's) atomically into `--out`;
+    /// nothing without one.
+    pub(super) fn save_checkpoint(
+        &self,
+        checkpoint: &federation::Checkpoint,
+    ) -> Result<(), PoolError> {
+        let Some((dir, round0)) = &self.checkpoint else {
+            return Ok(());
+        };
+        let saved = SavedRun {
+            serve: SavedPool {
+                run_id: self.run.clone(),
+                round0: *round0,
+                members: self
+                    .members
+                    .iter()
+                    .map(|m| SavedMember {
+                        id: m.id.clone(),
+                        hello: m.hello.clone(),
+                        alive: m.alive,
+                    })
+                    .collect(),
+                tally: self.tally.clone(),
+                per_client: self.per_client.clone(),
+                wire: self.wire.clone(),
+                timeouts: self.timeouts,
+                dropouts: self.dropouts.clone(),
+            },
+            federation: checkpoint.clone(),
+        };
+        let fail = |e: String| PoolError::Job {
+            job: "checkpoint",
+            reason: e,
+        };
+        let bytes = federation::to_exact_json(&saved).map_err(|e| fail(e.to_string()))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+        atomic_file::write(&dir.join(CHECKPOINT_FILE), bytes.as_bytes())
+            .map_err(|e| fail(format!("{}: {e}", dir.display())))
     }
 }
