@@ -6,7 +6,7 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`cmd`] | one module per subcommand, named as on the command line: [`cmd::simulate`], [`cmd::serve`] (with the GPS of `serve --lps remote`, [`cmd::serve::gps`]), [`cmd::lps`], [`cmd::demo`], [`cmd::cluster`], [`cmd::partition`], [`cmd::export`] (also the cluster models every run writes), [`cmd::credentials`] |
-//! | [`rounds`] | the phases of `serve` as a state machine; which messages count and which are ignored |
+//! | [`rounds`] | the phases of `serve` as a state machine; which messages count and which are ignored; [`rounds::wait`], the one wait for the fleet of every runtime |
 //! | [`broker`] | the embedded MQTT broker (rumqttd), behind a TLS/login/ACL gate when secured |
 //! | [`config`] | the TOML configuration and the flags that override it |
 //! | [`live`] | `--http`: the live view of a run (page over server-sent events, `/metrics`) |
