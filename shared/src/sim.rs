@@ -1,11 +1,13 @@
 //! The in-process client pool behind `coordinator simulate`: every client's data lives in this
-//! process and its local training runs here, one client after the other.
+//! process and its local training runs here, one client per core (or in cohorts,
+//! [`SimPool::with_cohort`]).
 //!
 //! Evaluation is shared between clients: a client's local test set is every test sample of its
 //! training labels (rotated and label-shifted like its training data), so the accuracy of a model
 //! on it follows exactly from the model's per-label counts on the test set. Each distinct model is
-//! therefore evaluated once per (rotation, label shift), on the labels its clients need, and each
-//! client's report is cut out of that ([`EvalReport::restrict`]).
+//! therefore evaluated once per (rotation, label shift), on the labels its clients need (these
+//! evaluations on all cores at once), and each client's report is cut out of that
+//! ([`EvalReport::restrict`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -476,21 +478,43 @@ impl SimPool {
         }
         let mut keys: Vec<_> = groups.keys().copied().collect();
         keys.sort_by_key(|&(_, r, s)| (r, s));
+        // Every (group, label) evaluation, its test set built first (kept for later rounds);
+        // then all of them on the cores at once (one evaluation runs on one thread).
+        // (group, its model, (rotation, shift, label), a client of the group for errors)
+        type Task<'a> = (usize, &'a Params, (u8, u8, u8), usize);
+        let tasks: Vec<Task> = keys
+            .iter()
+            .enumerate()
+            .flat_map(|(k, key)| {
+                let (params, needed, members) = &groups[key];
+                (0..CLASSES as u8)
+                    .filter(|&l| needed[usize::from(l)])
+                    .map(move |l| (k, *params, (key.1, key.2, l), members[0]))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for &(_, _, (rotation, shift, label), _) in &tasks {
+            self.test_data(rotation, shift, label);
+        }
+        let threads = if self.on_cpu {
+            std::thread::available_parallelism().map_or(1, usize::from)
+        } else {
+            1
+        };
+        let (test, device) = (&self.test, &self.device);
+        let reports = par_map_on(threads, &tasks, |&(_, params, set, client)| {
+            evaluate(params, &test[&set], EVAL_BATCH, device).map_err(|e| PoolError::Client {
+                client,
+                reason: e.to_string(),
+            })
+        });
+        let mut merged = vec![EvalReport::default(); keys.len()];
+        for (&(k, ..), r) in tasks.iter().zip(reports) {
+            merged[k].merge(&r?);
+        }
         let mut out = Vec::with_capacity(jobs.len());
-        for key in keys {
-            let (params, needed, members) = &groups[&key];
-            let mut report = EvalReport::default();
-            for label in (0..CLASSES as u8).filter(|&l| needed[usize::from(l)]) {
-                let device = self.device.clone();
-                let data = self.test_data(key.1, key.2, label);
-                let r =
-                    evaluate(params, data, EVAL_BATCH, &device).map_err(|e| PoolError::Client {
-                        client: members[0],
-                        reason: e.to_string(),
-                    })?;
-                report.merge(&r);
-            }
-            for &c in members {
+        for (key, report) in keys.iter().zip(&merged) {
+            for &c in &groups[key].2 {
                 let r = report.restrict(&self.labels[c]);
                 out.push((c, r.with_training_labels(&self.train[c].labels)));
             }
