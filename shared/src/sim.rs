@@ -82,7 +82,11 @@ struct Recorded {
 
 /// Notes every training and answers it with its start unchanged (the answer is thrown away).
 #[derive(Default)]
-struct Recorder(Vec<Recorded>);
+struct Recorder {
+    trainings: Vec<Recorded>,
+    /// The mean losses the job measured, in order ([`Trainer::mean_loss`]), for its replay.
+    losses: Vec<f64>,
+}
 
 impl Trainer for Recorder {
     fn train(
@@ -91,7 +95,7 @@ impl Trainer for Recorder {
         data: &LocalData,
         _: &Device,
     ) -> Result<Update, ClientError> {
-        self.0.push(Recorded {
+        self.trainings.push(Recorded {
             start: t.start.clone(),
             cfg: t.cfg,
             prox: t.prox.map(|p| (p.anchor.clone(), p.mu)),
@@ -103,12 +107,28 @@ impl Trainer for Recorder {
             loss: 0.0,
         })
     }
+
+    fn mean_loss(
+        &mut self,
+        model: &Params,
+        data: &LocalData,
+        device: &Device,
+    ) -> Result<f64, ClientError> {
+        let loss = crate::client::mean_loss(model, data, device)?;
+        self.losses.push(loss);
+        Ok(loss)
+    }
 }
 
 /// Answers the trainings of a job, in order, with the models its cohorts trained (the second
 /// pass of [`SimPool::run_in_cohorts`]), as [`crate::jobs::Alone`] answers them: the trained model, the
-/// client's sample count and the last epoch's loss.
-struct Replay(std::vec::IntoIter<Option<Trained>>, u64);
+/// client's sample count and the last epoch's loss; and its mean losses with the ones the first
+/// pass measured.
+struct Replay {
+    trained: std::vec::IntoIter<Option<Trained>>,
+    samples: u64,
+    losses: std::vec::IntoIter<f64>,
+}
 
 impl Trainer for Replay {
     fn train(
@@ -117,11 +137,11 @@ impl Trainer for Replay {
         _: &LocalData,
         _: &Device,
     ) -> Result<Update, ClientError> {
-        match self.0.next() {
+        match self.trained.next() {
             Some(Some(Ok((params, report)))) => Ok(Update {
                 client: 0,
                 params: params.clone(),
-                samples: self.1,
+                samples: self.samples,
                 loss: report.last_epoch_loss,
             }),
             Some(Some(Err(e))) => Err(ClientError::Train(e)),
@@ -129,6 +149,18 @@ impl Trainer for Replay {
                 "a job asked for another training than it did when its trainings were gathered"
                     .into(),
             )),
+        }
+    }
+
+    fn mean_loss(
+        &mut self,
+        model: &Params,
+        data: &LocalData,
+        device: &Device,
+    ) -> Result<f64, ClientError> {
+        match self.losses.next() {
+            Some(loss) => Ok(loss),
+            None => Ok(crate::client::mean_loss(model, data, device)?),
         }
     }
 }
@@ -380,12 +412,15 @@ impl SimPool {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let recorded: Vec<Vec<Recorded>> = par_map(jobs, |&&(c, ref job)| {
-            let mut recorder = Recorder::default();
-            // A job that fails here fails the same way when replayed below.
-            let _ = job.execute_with(self.data(c), &self.device, &mut recorder);
-            recorder.0
-        });
+        let (recorded, losses): (Vec<Vec<Recorded>>, Vec<Vec<f64>>) =
+            par_map(jobs, |&&(c, ref job)| {
+                let mut recorder = Recorder::default();
+                // A job that fails here fails the same way when replayed below.
+                let _ = job.execute_with(self.data(c), &self.device, &mut recorder);
+                (recorder.trainings, recorder.losses)
+            })
+            .into_iter()
+            .unzip();
         // (job, training) of every member, longest schedules first.
         let mut order: Vec<(usize, usize)> = recorded
             .iter()
@@ -444,9 +479,12 @@ impl SimPool {
             results.into_iter().map(Mutex::new).enumerate().collect();
         par_map(&replays, |(j, trained)| {
             let (c, job) = jobs[*j];
-            let samples = self.train[*c].len() as u64;
             let trained = std::mem::take(&mut *trained.lock().unwrap_or_else(|e| e.into_inner()));
-            let mut replay = Replay(trained.into_iter(), samples);
+            let mut replay = Replay {
+                trained: trained.into_iter(),
+                samples: self.train[*c].len() as u64,
+                losses: losses[*j].clone().into_iter(),
+            };
             job.execute_with(self.data(*c), &self.device, &mut replay)
                 .map(|a| (*c, a))
                 .map_err(|e| PoolError::Client {
@@ -521,5 +559,70 @@ impl SimPool {
         }
         out.sort_by_key(|(c, _)| *c);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::PickJob;
+    use crate::model::ModelKind;
+
+    /// In cohorts a job runs twice: IFCA's pick measures its candidates in the first pass, and
+    /// its replay takes those losses (and the choice they make) instead of evaluating every
+    /// candidate again. Two identical candidates: the measured losses tie, so only the losses
+    /// handed to the replay can make it choose the second.
+    #[test]
+    fn a_picks_replay_takes_the_losses_its_first_pass_measured() {
+        let device = Backend::default().device().unwrap();
+        let data = FashionMnist::bundled().unwrap();
+        let idx: Vec<usize> = (0..40).collect();
+        let train = LocalData::from_dataset(&data.train, &idx, 0);
+        let model = Params::init(ModelKind::Mlp, 1);
+        let job = Job::Pick(PickJob {
+            candidates: vec![&model, &model],
+            train: Training {
+                start: &model,
+                cfg: TrainConfig {
+                    epochs: 1,
+                    batch_size: 10,
+                    lr: 0.05,
+                    momentum: 0.5,
+                    seed: 0,
+                    threads: 1,
+                },
+                prox: None,
+            },
+        });
+        let client = ClientData {
+            train: &train,
+            test: None,
+        };
+        let mut recorder = Recorder::default();
+        job.execute_with(client, &device, &mut recorder).unwrap();
+        assert_eq!(recorder.losses.len(), 2);
+        assert_eq!(recorder.losses[0], recorder.losses[1]);
+        let trained = train_cohort(
+            &[Member {
+                start: &model,
+                data: &train,
+                cfg: recorder.trainings[0].cfg,
+                prox: None,
+            }],
+            &device,
+        );
+        let mut replay = Replay {
+            trained: trained
+                .into_iter()
+                .map(Some)
+                .collect::<Vec<_>>()
+                .into_iter(),
+            samples: train.len() as u64,
+            losses: vec![0.9, 0.1].into_iter(),
+        };
+        let Answer::Picked(p) = job.execute_with(client, &device, &mut replay).unwrap() else {
+            panic!("not a pick's answer")
+        };
+        assert_eq!((p.choice, p.losses), (1, vec![0.9, 0.1]));
     }
 }

@@ -2,7 +2,7 @@
 //! the candidate of lowest loss (ties: the lower index) is trained and uploaded with its index
 //! ([`ToClient::Pick`], answered by [`ToCoordinator::Picked`]).
 
-use crate::client::{ClientData, ClientError, mean_loss};
+use crate::client::{ClientData, ClientError};
 use crate::model::Params;
 use crate::protocol::{Encoding, Tensor, ToClient, ToCoordinator};
 use crate::train::Device;
@@ -128,7 +128,7 @@ impl JobKind for Pick {
         let losses: Vec<f64> = job
             .candidates
             .iter()
-            .map(|c| mean_loss(c, data.train, device))
+            .map(|c| trainer.mean_loss(c, data.train, device))
             .collect::<Result<_, _>>()?;
         let mut choice = 0;
         for (k, l) in losses.iter().enumerate() {

@@ -206,6 +206,22 @@ pub trait Trainer {
         data: &LocalData,
         device: &Device,
     ) -> Result<Update, ClientError>;
+
+    /// The mean loss of `model` on `data` (IFCA's pick measures its candidates with it), computed
+    /// here unless the trainer already knows it: the in-process pool's second pass of a job
+    /// gives back what its first pass measured instead of evaluating every candidate again.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError`] when the evaluation fails.
+    fn mean_loss(
+        &mut self,
+        model: &Params,
+        data: &LocalData,
+        device: &Device,
+    ) -> Result<f64, ClientError> {
+        Ok(crate::client::mean_loss(model, data, device)?)
+    }
 }
 
 /// Each training on its own, at once ([`train_local_prox`]).
