@@ -299,8 +299,9 @@ impl RunFlags {
         if self.mu.is_some() {
             f.mu = self.mu;
         }
-        // The methods' flags, checked before they are put over the file's keys (a flag's NaN
-        // would otherwise read as unset on the way through JSON).
+        // The file's and the flags' method settings, each checked before the flags are put over
+        // the file's keys (a NaN would otherwise read as unset on the way through JSON).
+        f.methods.check()?;
         self.methods.check()?;
         f.methods = overlay(&f.methods, &self.methods)?;
         set!(weighting => f.weighting);
@@ -510,6 +511,12 @@ taux = 0.3",
         );
         let err = format!("{:#}", RunConfig::parse(&bad, "t").unwrap_err());
         assert!(err.contains("unknown key `taux`"), "{err}");
+        let nan = DEFAULT_CONFIG.replace("[federation]", "[federation]\ntau = nan");
+        let err = format!(
+            "{:#}",
+            RunFlags::default().resolve_from(&nan, "t").unwrap_err()
+        );
+        assert!(err.contains("tau must be"), "{err}");
         for (name, value) in [("tau", "NaN"), ("eps2", "-1"), ("epsilon", "inf")] {
             let cli = Cli::try_parse_from(["coordinator", &format!("--{name}={value}")]).unwrap();
             let err = format!("{:#}", cli.run.resolve().unwrap_err());
