@@ -6,15 +6,17 @@
 # under OUT/runs/ (its models and plots are removed).
 #
 #   scripts/bench-simulate-ab.sh BEFORE_BIN AFTER_BIN OUT [REPEATS]
+#   CONFIGS='NAME|simulate ARGS' scripts/bench-simulate-ab.sh ...   (other runs, one per line)
 set -euo pipefail
 before=$1 after=$2 out=$3 repeats=${4:-3}
 data=${EDGECFL_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
-configs=(
-  "fedavg-10|--algorithm fedavg --frac 0.1 --rounds 3"
-  "fedclust-10|--algorithm fedclust --frac 0.1 --rounds 3"
-  "fedavg-100|--algorithm fedavg --frac 1 --rounds 2"
-  "fedclust-100|--algorithm fedclust --frac 1 --rounds 2"
-)
+# NAME|ARGS per line; CONFIGS in the environment replaces these four.
+lenet=" --partition label:2 --clients 100 --epochs 2 --seed 0"
+CONFIGS=${CONFIGS:-"fedavg-10|--algorithm fedavg --frac 0.1 --rounds 3$lenet
+fedclust-10|--algorithm fedclust --frac 0.1 --rounds 3$lenet
+fedavg-100|--algorithm fedavg --frac 1 --rounds 2$lenet
+fedclust-100|--algorithm fedclust --frac 1 --rounds 2$lenet"}
+mapfile -t configs <<<"$CONFIGS"
 mkdir -p "$out/runs"
 printf 'config\tbinary\trepeat\tseconds\tfinal\n' >"$out/runs.tsv"
 for r in $(seq 1 "$repeats"); do
@@ -27,8 +29,7 @@ for r in $(seq 1 "$repeats"); do
       rm -rf "$dir"
       t0=$(date +%s.%N)
       # shellcheck disable=SC2086
-      final=$("$bin" simulate $args --partition label:2 --clients 100 --epochs 2 --seed 0 \
-        --data "$data" --out "$dir" 2>/dev/null | tail -1)
+      final=$("$bin" simulate $args --data "$data" --out "$dir" 2>/dev/null | tail -1)
       t1=$(date +%s.%N)
       find "$dir" -type f ! -name summary.json ! -name rounds.csv -delete
       printf '%s\t%s\t%s\t%.3f\t%s\n' "$name" "$which" "$r" "$(echo "$t1 - $t0" | bc)" "$final" \
