@@ -394,6 +394,16 @@ impl ClientPool for SimPool {
 }
 
 impl SimPool {
+    /// The threads the pool's own batched work runs on: every core on the CPU, one on a GPU (its
+    /// device is the parallel part).
+    fn threads(&self) -> usize {
+        if self.on_cpu {
+            std::thread::available_parallelism().map_or(1, usize::from)
+        } else {
+            1
+        }
+    }
+
     fn data(&self, c: usize) -> ClientData<'_> {
         ClientData {
             train: &self.train[c],
@@ -435,11 +445,7 @@ impl SimPool {
                     .div_ceil(r.cfg.batch_size.max(1))
         };
         order.sort_by_key(|m| std::cmp::Reverse(steps(m)));
-        let cores = if self.on_cpu {
-            std::thread::available_parallelism().map_or(1, usize::from)
-        } else {
-            1
-        };
+        let cores = self.threads();
         let cohorts = order
             .len()
             .div_ceil(self.cohort)
@@ -473,17 +479,23 @@ impl SimPool {
                 results[j][k] = Some(r);
             }
         }
-        // Each job's results, taken (not borrowed) by the one thread that replays it, so that a
-        // training's error reaches the job as it is.
-        let replays: Vec<(usize, Mutex<Vec<Option<Trained>>>)> =
-            results.into_iter().map(Mutex::new).enumerate().collect();
-        par_map(&replays, |(j, trained)| {
+        // Each job's results and measured losses, taken (not borrowed) by the one thread that
+        // replays it, so that a training's error reaches the job as it is.
+        type Taken = Mutex<(Vec<Option<Trained>>, Vec<f64>)>;
+        let replays: Vec<(usize, Taken)> = results
+            .into_iter()
+            .zip(losses)
+            .map(Mutex::new)
+            .enumerate()
+            .collect();
+        par_map(&replays, |(j, taken)| {
             let (c, job) = jobs[*j];
-            let trained = std::mem::take(&mut *trained.lock().unwrap_or_else(|e| e.into_inner()));
+            let (trained, losses) =
+                std::mem::take(&mut *taken.lock().unwrap_or_else(|e| e.into_inner()));
             let mut replay = Replay {
                 trained: trained.into_iter(),
                 samples: self.train[*c].len() as u64,
-                losses: losses[*j].clone().into_iter(),
+                losses: losses.into_iter(),
             };
             job.execute_with(self.data(*c), &self.device, &mut replay)
                 .map(|a| (*c, a))
@@ -525,22 +537,17 @@ impl SimPool {
             .enumerate()
             .flat_map(|(k, key)| {
                 let (params, needed, members) = &groups[key];
+                let (needed, first) = (*needed, members[0]);
                 (0..CLASSES as u8)
-                    .filter(|&l| needed[usize::from(l)])
-                    .map(move |l| (k, *params, (key.1, key.2, l), members[0]))
-                    .collect::<Vec<_>>()
+                    .filter(move |&l| needed[usize::from(l)])
+                    .map(move |l| (k, *params, (key.1, key.2, l), first))
             })
             .collect();
         for &(_, _, (rotation, shift, label), _) in &tasks {
             self.test_data(rotation, shift, label);
         }
-        let threads = if self.on_cpu {
-            std::thread::available_parallelism().map_or(1, usize::from)
-        } else {
-            1
-        };
         let (test, device) = (&self.test, &self.device);
-        let reports = par_map_on(threads, &tasks, |&(_, params, set, client)| {
+        let reports = par_map_on(self.threads(), &tasks, |&(_, params, set, client)| {
             evaluate(params, &test[&set], EVAL_BATCH, device).map_err(|e| PoolError::Client {
                 client,
                 reason: e.to_string(),
