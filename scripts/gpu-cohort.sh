@@ -5,18 +5,20 @@
 # (default bench-results/gpu-cohort/local):
 #   gpu.txt              nvidia-smi's name, driver and memory; the host's CPU
 #   cohort-vulkan.json   coordinator bench --devices vulkan: C = 1, 10, 100 clients × 600
-#                        samples, batch 10, one batched cohort
+#                        samples, batch 10, one batched cohort, its convolutions grouped and
+#                        as im2col, side by side
 #   torch-vmap.jsonl     the PyTorch peer (scripts/torch_cohort_bench.py): the same C and batch
 #   simulate.txt         simulate on vulkan (cohort: all sampled clients) and on the host's CPU
 #                        (one client per core), each timed by bash's `time`, with its final line:
 #                        fedclust label:2, 100 clients, 10 %, 3 rounds, E = 2; fedavg label:2,
-#                        100 %, 2 rounds, E = 1; stocfl rotate:4, 100 %, 3 rounds, E = 5 (the
-#                        settings of `FRACS=1 scripts/experiments.sh stocfl`)
+#                        100 %, 2 rounds, E = 1; stocfl rotate:4, 100 %, 2 rounds, E = 5 (the
+#                        settings of `FRACS=1 scripts/experiments.sh stocfl`; last, each under
+#                        its timeout)
 #   log.txt              everything the commands logged (each round's time)
 set -uo pipefail
 source scripts/gpu-env.sh bench-results/gpu-cohort/local
-run timeout 150 "$BIN" bench --devices vulkan --cohorts 1,10,100 --batch 10 --samples 600 \
-    --repeats 3 --data "$DATA" >"$OUT/cohort-vulkan.json" 2>>"$log"
+run timeout 200 "$BIN" bench --devices vulkan --cohorts 1,10,100 --convolutions grouped,im2col \
+    --batch 10 --samples 600 --repeats 3 --data "$DATA" >"$OUT/cohort-vulkan.json" 2>>"$log"
 echo "rc $?" >>"$log"
 run timeout 60 python3 scripts/torch_cohort_bench.py --device cuda --clients 1,10,100 --batch 10 \
     >"$OUT/torch-vmap.jsonl" 2>>"$log"
@@ -25,7 +27,8 @@ echo "rc $?" >>"$log"
 fedclust=(--algorithm fedclust --partition label:2 --clients 100 --frac 0.1 --rounds 3 --epochs 2)
 fedavg=(--algorithm fedavg --partition label:2 --clients 100 --frac 1 --rounds 2 --epochs 1)
 stocfl=(--algorithm stocfl --tau 0.5 --mu 0.05 --partition rotate:4 --clients 100 --frac 1
-    --rounds 3 --epochs 5 --batch 10 --lr 0.01 --momentum 0.5)
-for dev in vulkan cpu; do sim fedclust $dev 150 "${fedclust[@]}"; done
-for dev in vulkan cpu; do sim fedavg $dev 150 "${fedavg[@]}"; done
-for dev in vulkan cpu; do sim stocfl $dev 150 "${stocfl[@]}"; done
+    --rounds 2 --epochs 5 --batch 10 --lr 0.01 --momentum 0.5)
+for dev in vulkan cpu; do sim fedclust $dev 90 "${fedclust[@]}"; done
+for dev in vulkan cpu; do sim fedavg $dev 60 "${fedavg[@]}"; done
+sim stocfl vulkan 100 "${stocfl[@]}"
+sim stocfl cpu 60 "${stocfl[@]}"

@@ -7,9 +7,11 @@
 //!
 //! - every parameter tensor is held as `[C, n]` (client-major, each row one client's tensor in
 //!   [`ParamLayout`] order);
-//! - LeNet-5's convolutions run as grouped convolutions (the clients are the groups: input
-//!   `[B, C, 28, 28]`, weight `[C·out, in, 5, 5]`), its and the MLP's linear layers as batched
-//!   matrix products over the client axis (`[C, B, in] × [C, in, out]`);
+//! - the MLP's and LeNet-5's linear layers run as batched matrix products over the client axis
+//!   (`[C, B, in] × [C, in, out]`); LeNet-5's convolutions either as one grouped convolution (the
+//!   clients are the groups: input `[B, C, 28, 28]`, weight `[C·out, in, 5, 5]`) or as im2col
+//!   followed by a batched matrix product (`[C, B·L, in·25] × [C, in·25, out]`), see
+//!   [`Convolution`];
 //! - the objective is Σ_c (client c's mean cross-entropy over its own batch, plus its proximal
 //!   term): the clients' parameters never meet, so each client's gradient is exactly the gradient
 //!   of its own loss;
@@ -33,15 +35,17 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::activation::{log_softmax, relu};
-use burn::tensor::module::{conv2d, max_pool2d};
-use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
+use burn::tensor::module::{conv2d, max_pool2d, unfold4d};
+use burn::tensor::ops::{ConvOptions, MaxPoolOptions, UnfoldOptions};
 use burn::tensor::{Gradients, TensorData};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::model::{ModelError, ModelKind, ParamLayout, Params};
-use crate::train::{Device, LocalData, PIXELS, Proximal, TrainConfig, TrainError, TrainReport};
+use crate::train::{
+    Backend, Device, LocalData, PIXELS, Proximal, TrainConfig, TrainError, TrainReport,
+};
 
 /// One client's local training in a cohort: what [`crate::train::train_local_prox`] takes.
 #[derive(Debug, Clone, Copy)]
@@ -59,14 +63,41 @@ pub struct Member<'a> {
 /// A trained member's model and report, or why it could not be trained.
 pub type Trained = Result<(Params, TrainReport), TrainError>;
 
+/// How a cohort computes LeNet-5's convolutions: the same numbers either way, up to float
+/// rounding; what differs is which kernels the backend runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum Convolution {
+    /// One grouped convolution per layer, the clients as its groups. flex runs it group by group
+    /// at the speed of one client's convolution.
+    Grouped,
+    /// im2col (burn's `unfold4d`, one ungrouped convolution by a fixed 0/1 kernel) and one
+    /// batched matrix product per layer. For CubeCL (vulkan, cuda), which differentiates a
+    /// grouped convolution's weight with one kernel launch per group: a hundred per layer and
+    /// step in a cohort of a hundred. On flex the im2col costs more than it saves.
+    Im2col,
+}
+
+impl Convolution {
+    /// What each backend runs fastest: im2col on CubeCL's GPUs, grouped elsewhere (flex,
+    /// ndarray, and libtorch, whose cuDNN has grouped kernels).
+    pub fn for_backend(backend: Backend) -> Self {
+        match backend {
+            Backend::Vulkan(_) | Backend::Cuda(_) => Convolution::Im2col,
+            Backend::Flex | Backend::Ndarray | Backend::Tch(_) => Convolution::Grouped,
+        }
+    }
+}
+
 /// Trains every member, as [`crate::train::train_local_prox`] would one by one, in one batched
-/// computation on `device` (the plain device; autodiff is added here). Returns one result per
-/// member, in order.
+/// computation on `device` (the plain device; autodiff is added here), LeNet-5's convolutions
+/// computed as `conv` says. Returns one result per member, in order.
 ///
 /// A member whose settings, model or anchor are invalid gets that error and the others train on;
 /// members of another model than the first valid one get [`TrainError::InvalidConfig`] (a cohort
 /// is one architecture). Every report's `seconds` is the cohort's wall-clock time.
-pub fn train_cohort(members: &[Member<'_>], device: &Device) -> Vec<Trained> {
+pub fn train_cohort(members: &[Member<'_>], device: &Device, conv: Convolution) -> Vec<Trained> {
     let start = Instant::now();
     let mut out: Vec<Option<Trained>> = members.iter().map(|_| None).collect();
     let mut model = None;
@@ -87,7 +118,7 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device) -> Vec<Trained> {
     }
     if let Some(model) = model {
         let cohort: Vec<&Member<'_>> = valid.iter().map(|&i| &members[i]).collect();
-        let results = Cohort::new(model, &cohort, pixels, first, device).train(device);
+        let results = Cohort::new(model, conv, &cohort, pixels, first, device).train(device);
         for (&i, r) in valid.iter().zip(results) {
             out[i] = Some(r.map(|(params, mut report)| {
                 report.seconds = start.elapsed().as_secs_f64();
@@ -177,6 +208,7 @@ impl Schedule {
 /// The cohort's state: the members, their schedules, and the stacked parameters and velocities.
 struct Cohort<'m, 'a> {
     model: ModelKind,
+    conv: Convolution,
     members: &'m [&'m Member<'a>],
     schedules: Vec<Schedule>,
     /// The widest batch of any member (the padded batch axis).
@@ -201,6 +233,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
     /// i's from row `first[i]`.
     fn new(
         model: ModelKind,
+        conv: Convolution,
         members: &'m [&'m Member<'a>],
         pixels: Vec<f32>,
         first: Vec<usize>,
@@ -258,6 +291,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
         let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, PIXELS]), &ad);
         Cohort {
             model,
+            conv,
             members,
             images,
             first,
@@ -341,12 +375,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
             batch.active[i] = true;
             let w = 1.0 / idx.len() as f32;
             for (k, &sample) in idx.iter().enumerate() {
-                // LeNet-5's input is `[B, C, 28, 28]` (the clients are the convolution's groups),
-                // the MLP's `[C, B, 784]`.
-                let slot = match self.model {
-                    ModelKind::LeNet5 => k * c + i,
-                    ModelKind::Mlp => i * b + k,
-                };
+                let slot = if self.grouped() { k * c + i } else { i * b + k };
                 batch.rows[slot] = (self.first[i] + sample) as i64;
                 batch.labels[i * b + k] = i64::from(m.data.labels[sample]);
                 batch.weights[i * b + k] = w;
@@ -356,13 +385,20 @@ impl<'m, 'a> Cohort<'m, 'a> {
         batch
     }
 
-    /// The step's images, gathered on the device: `[B, C, 28, 28]` for LeNet-5, `[C, B, 28, 28]`
-    /// for the MLP.
+    /// Whether LeNet-5 runs its convolutions grouped (its input is then `[B, C, 28, 28]`, the
+    /// clients as channels; else client-major).
+    fn grouped(&self) -> bool {
+        self.model == ModelKind::LeNet5 && self.conv == Convolution::Grouped
+    }
+
+    /// The step's images, gathered on the device: `[B, C, 28, 28]` for the grouped convolution,
+    /// else `[C·B, 1, 28, 28]`, client-major.
     fn gather(&self, rows: Vec<i64>, ad: &Device) -> Tensor<4> {
         let (c, b) = (self.members.len(), self.batch);
-        let shape = match self.model {
-            ModelKind::LeNet5 => [b, c, 28, 28],
-            ModelKind::Mlp => [c, b, 28, 28],
+        let shape = if self.grouped() {
+            [b, c, 28, 28]
+        } else {
+            [c * b, 1, 28, 28]
         };
         let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [c * b]), ad);
         self.images.clone().select(0, rows).reshape(shape)
@@ -381,7 +417,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
             x.matmul(w) + bias
         };
         match self.model {
-            ModelKind::LeNet5 => {
+            ModelKind::LeNet5 if self.grouped() => {
                 let conv = |x: Tensor<4>, k: usize| {
                     let s = shape(k);
                     let w = p[k].clone().reshape([c * s[0], s[1], s[2], s[3]]);
@@ -396,9 +432,30 @@ impl<'m, 'a> Cohort<'m, 'a> {
                 };
                 let x = conv(conv(x, 0), 2);
                 let x: Tensor<3> = x.reshape([b, c, shape(4)[0]]).swap_dims(0, 1);
-                let x = relu(linear(x, 4));
-                let x = relu(linear(x, 6));
-                linear(x, 8)
+                lenet_head(x, &linear)
+            }
+            ModelKind::LeNet5 => {
+                // `[C·B, in, H, W]`: each client's patches `[C, B·L, in·25]`, in the weight's
+                // `(in, kh, kw)` order, times its weight `[C, in·25, out]`, then ReLU and pooling.
+                let conv = |x: Tensor<4>, k: usize| {
+                    let s = shape(k);
+                    let (out, patch) = (s[0], s[1] * s[2] * s[3]);
+                    let [_, _, h, w] = x.dims();
+                    let (ho, wo) = (h + 1 - s[2], w + 1 - s[3]);
+                    let cols =
+                        unfold4d(x, [s[2], s[3]], UnfoldOptions::new([1, 1], [0, 0], [1, 1]))
+                            .reshape([c, b, patch, ho * wo])
+                            .swap_dims(2, 3)
+                            .reshape([c, b * ho * wo, patch]);
+                    let w = p[k].clone().reshape([c, out, patch]).swap_dims(1, 2);
+                    let bias = p[k + 1].clone().reshape([c, 1, out]);
+                    let y = relu(cols.matmul(w) + bias)
+                        .reshape([c * b, ho, wo, out])
+                        .permute([0, 3, 1, 2]);
+                    max_pool2d(y, MaxPoolOptions::new([2, 2]))
+                };
+                let x = conv(conv(x, 0), 2);
+                lenet_head(x.reshape([c, b, shape(4)[0]]), &linear)
             }
             ModelKind::Mlp => {
                 let x: Tensor<3> = x.reshape([c, b, PIXELS]);
@@ -481,6 +538,13 @@ impl<'m, 'a> Cohort<'m, 'a> {
             })
             .collect()
     }
+}
+
+/// LeNet-5's three linear layers over the flattened features `[C, B, 256]`.
+fn lenet_head(x: Tensor<3>, linear: &dyn Fn(Tensor<3>, usize) -> Tensor<3>) -> Tensor<3> {
+    let x = relu(linear(x, 4));
+    let x = relu(linear(x, 6));
+    linear(x, 8)
 }
 
 /// One step's host-side inputs.

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use crate::client::{ClientData, ClientError, EVAL_BATCH};
 use crate::cluster::spectral;
 use crate::cluster::spectral::{Estimate, Gram, Signature};
-use crate::cohort::{Member, Trained, train_cohort};
+use crate::cohort::{Convolution, Member, Trained, train_cohort};
 use crate::data::fmnist::{Dataset, FashionMnist};
 use crate::data::partition::{Partition, shift_label};
 use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
@@ -188,6 +188,8 @@ pub struct SimPool {
     cohort: usize,
     /// Whether the device is the CPU: cohorts are then cut so that every core trains one.
     on_cpu: bool,
+    /// How cohorts compute LeNet-5's convolutions on this backend.
+    conv: Convolution,
 }
 
 impl SimPool {
@@ -232,6 +234,7 @@ impl SimPool {
             held: None,
             cohort: 1,
             on_cpu: backend.is_cpu(),
+            conv: Convolution::for_backend(backend),
         })
     }
 
@@ -468,7 +471,7 @@ impl SimPool {
                     }
                 })
                 .collect();
-            train_cohort(&members, &self.device)
+            train_cohort(&members, &self.device, self.conv)
         });
         let mut results: Vec<Vec<Option<Trained>>> = recorded
             .iter()
@@ -617,6 +620,7 @@ mod tests {
                 prox: None,
             }],
             &device,
+            Convolution::Grouped,
         );
         let mut replay = Replay {
             trained: trained

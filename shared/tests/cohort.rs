@@ -5,7 +5,7 @@
 //! some members only, and members that fail their checks.
 
 use burn::prelude::Device;
-use edgecfl_shared::cohort::{Member, train_cohort};
+use edgecfl_shared::cohort::{Convolution, Member, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::spill::SpillFile;
 use edgecfl_shared::model::{ModelKind, Params};
@@ -39,9 +39,16 @@ fn rel_diff(a: &Params, b: &Params) -> f32 {
         / scale
 }
 
-/// Each member trained in one cohort equals it trained alone.
+/// Each member trained in one cohort equals it trained alone, whichever way the cohort computes
+/// LeNet-5's convolutions.
 fn check_against_alone(members: &[Member<'_>], device: &Device) {
-    let cohort = train_cohort(members, device);
+    for conv in [Convolution::Grouped, Convolution::Im2col] {
+        check_against_alone_with(members, device, conv);
+    }
+}
+
+fn check_against_alone_with(members: &[Member<'_>], device: &Device, conv: Convolution) {
+    let cohort = train_cohort(members, device, conv);
     assert_eq!(cohort.len(), members.len());
     for (i, (m, got)) in members.iter().zip(cohort).enumerate() {
         let alone = train_local_prox(m.start, m.data, &m.cfg, m.prox, device);
@@ -49,7 +56,7 @@ fn check_against_alone(members: &[Member<'_>], device: &Device) {
             (Ok((p, r)), Ok((q, s))) => {
                 assert_eq!(p.values.len(), q.values.len());
                 let d = rel_diff(&p, &q);
-                assert!(d < 1e-5, "member {i}: relative difference {d}");
+                assert!(d < 1e-5, "{conv:?}, member {i}: relative difference {d}");
                 if !m.data.is_empty() {
                     assert_ne!(p.values, m.start.values, "member {i} did not train");
                 }
@@ -153,7 +160,7 @@ fn a_member_that_fails_its_checks_gets_its_error_and_the_others_train() {
             prox: None,
         },
     ];
-    let got = train_cohort(&members, &device);
+    let got = train_cohort(&members, &device, Convolution::Grouped);
     assert!(got[0].is_ok());
     assert!(matches!(got[1], Err(TrainError::InvalidParams(_))));
     assert!(matches!(got[2], Err(TrainError::InvalidConfig(_))));
@@ -183,7 +190,7 @@ fn a_member_whose_images_cannot_be_read_gets_its_error_and_the_others_train() {
         prox: None,
     };
     let members = [member(&data), member(&short), member(&data)];
-    let got = train_cohort(&members, &device);
+    let got = train_cohort(&members, &device, Convolution::Grouped);
     let Err(TrainError::Data(why)) = &got[1] else {
         panic!("{:?}", got[1]);
     };
@@ -211,7 +218,7 @@ fn a_diverging_member_is_reported_and_does_not_touch_the_others() {
             prox: None,
         },
     ];
-    let got = train_cohort(&members, &device);
+    let got = train_cohort(&members, &device, Convolution::Grouped);
     assert!(matches!(got[1], Err(TrainError::Diverged)), "{:?}", got[1]);
     check_against_alone(&members[..1], &device);
     let (alone, _) = train_local_prox(&start, &data, &members[0].cfg, None, &device).unwrap();
@@ -239,7 +246,7 @@ fn empty_data_leaves_the_start_and_a_zero_loss() {
             prox: None,
         },
     ];
-    let got = train_cohort(&members, &device);
+    let got = train_cohort(&members, &device, Convolution::Grouped);
     let (p, r) = got[0].as_ref().unwrap();
     assert_eq!(p.values, start.values);
     assert_eq!((r.steps, r.last_epoch_loss), (0, 0.0));

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::cohort::{Member, train_cohort};
+use edgecfl_shared::cohort::{Convolution, Member, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::sim::par_map_on;
@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// Cohort sizes to measure (comma-separated): clients trained together.
     #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
     pub cohorts: Vec<usize>,
+    /// How cohorts compute LeNet-5's convolutions (comma-separated, each measured): grouped |
+    /// im2col. Default: the device's own (`simulate`'s), im2col on vulkan and cuda, else grouped.
+    #[arg(long, value_delimiter = ',')]
+    pub convolutions: Vec<Convolution>,
     /// Each client's mini-batch size.
     #[arg(long, default_value_t = 10)]
     pub batch: usize,
@@ -59,6 +63,9 @@ pub struct Throughput {
     pub mode: &'static str,
     /// The device.
     pub device: Backend,
+    /// How a cohort computed LeNet-5's convolutions (`cohort` mode only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub convolution: Option<Convolution>,
     /// Clients trained.
     pub clients: usize,
     /// Threads (`alone-threads`: the cores used; else 1).
@@ -116,33 +123,35 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
                 })
                 .collect();
             let samples = (c * args.samples) as f64;
-            let cohort = || -> anyhow::Result<()> {
-                for r in train_cohort(&members, &device) {
-                    r?;
-                }
-                Ok(())
+            let convolutions = if args.convolutions.is_empty() {
+                vec![Convolution::for_backend(device_kind)]
+            } else {
+                args.convolutions.clone()
             };
-            out.push(measure(args, "cohort", device_kind, c, 1, samples, cohort)?);
+            for conv in convolutions {
+                let cohort = || -> anyhow::Result<()> {
+                    for r in train_cohort(&members, &device, conv) {
+                        r?;
+                    }
+                    Ok(())
+                };
+                let mut t = measure(args, "cohort", device_kind, c, 1, samples, cohort)?;
+                t.convolution = (args.model == ModelKind::LeNet5).then_some(conv);
+                push(&mut out, args, t);
+            }
             if args.alone {
                 let alone = |threads: usize| {
                     let device: &Device = &device;
                     let members = &members;
                     move || -> anyhow::Result<()> { train_alone(members, device, threads) }
                 };
-                out.push(measure(
-                    args,
-                    "alone",
-                    device_kind,
-                    c,
-                    1,
-                    samples,
-                    alone(1),
-                )?);
+                let t = measure(args, "alone", device_kind, c, 1, samples, alone(1))?;
+                push(&mut out, args, t);
                 let cores = std::thread::available_parallelism()
                     .map_or(1, usize::from)
                     .min(c);
                 if cores > 1 {
-                    out.push(measure(
+                    let t = measure(
                         args,
                         "alone-threads",
                         device_kind,
@@ -150,7 +159,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
                         cores,
                         samples,
                         alone(cores),
-                    )?);
+                    )?;
+                    push(&mut out, args, t);
                 }
             }
         }
@@ -190,15 +200,31 @@ fn measure(
     let t = Throughput {
         mode,
         device,
+        convolution: None,
         clients,
         threads,
         batch: args.batch,
         samples_per_second: sorted[sorted.len() / 2],
         runs,
     };
-    info!(
-        "{} {device} {mode}: {clients} clients × {} samples, batch {}, {threads} thread(s): {:.0} samples/s",
-        args.model, args.samples, args.batch, t.samples_per_second
-    );
     Ok(t)
+}
+
+/// Logs a measured setting and adds it to `out`.
+fn push(out: &mut Vec<Throughput>, args: &BenchArgs, t: Throughput) {
+    let conv = t
+        .convolution
+        .map_or(String::new(), |c| format!(" ({c:?} convolutions)"));
+    info!(
+        "{} {} {}{conv}: {} clients × {} samples, batch {}, {} thread(s): {:.0} samples/s",
+        args.model,
+        t.device,
+        t.mode,
+        t.clients,
+        args.samples,
+        args.batch,
+        t.threads,
+        t.samples_per_second
+    );
+    out.push(t);
 }
