@@ -17,12 +17,7 @@
 #   log.txt              everything the commands logged (each round's time)
 set -uo pipefail
 source scripts/gpu-env.sh bench-results/gpu-cohort/local
-run timeout 200 "$BIN" bench --devices vulkan --cohorts 1,10,100 --convolutions grouped,im2col \
-    --batch 10 --samples 600 --repeats 3 --data "$DATA" >"$OUT/cohort-vulkan.json" 2>>"$log"
-echo "rc $?" >>"$log"
-run timeout 60 python3 scripts/torch_cohort_bench.py --device cuda --clients 1,10,100 --batch 10 \
-    >"$OUT/torch-vmap.jsonl" 2>>"$log"
-echo "rc $?" >>"$log"
+cohorts 200 1,10,100 --convolutions grouped,im2col
 : >"$OUT/simulate.txt"
 fedclust=(--algorithm fedclust --partition label:2 --clients 100 --frac 0.1 --rounds 3 --epochs 2)
 fedavg=(--algorithm fedavg --partition label:2 --clients 100 --frac 1 --rounds 2 --epochs 1)

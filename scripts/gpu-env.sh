@@ -8,6 +8,10 @@
 #                                  SECONDS, timed by bash's `time`; its command, final line and
 #                                  wall time appended to $OUT/simulate.txt, its log to log.txt,
 #                                  its results to results/NAME-DEVICE
+#   cohorts SECONDS CLIENTS ARGS…  `coordinator bench --devices vulkan --cohorts CLIENTS --batch 10
+#                                  --samples 600 --repeats 3 ARGS` into $OUT/cohort-vulkan.json,
+#                                  then the PyTorch peer (scripts/torch_cohort_bench.py, the same
+#                                  clients and batch) into $OUT/torch-vmap.jsonl; exit codes to log
 BIN=${BIN:-.bin/coordinator}
 DATA=${DATA:-.fmnist}
 OUT=${OUT:-$1}
@@ -35,4 +39,14 @@ sim() {
         time (timeout "$limit" "$BIN" simulate "$@" --seed 0 --device "$dev" --data "$DATA" \
             --out "results/$name-$dev" 2>>"$log" | tail -1)
     } >>"$OUT/simulate.txt" 2>&1
+}
+cohorts() {
+    local limit=$1 clients=$2
+    shift 2
+    run timeout "$limit" "$BIN" bench --devices vulkan --cohorts "$clients" --batch 10 \
+        --samples 600 --repeats 3 --data "$DATA" "$@" >"$OUT/cohort-vulkan.json" 2>>"$log"
+    echo "rc $?" >>"$log"
+    run timeout 60 python3 scripts/torch_cohort_bench.py --device cuda --clients "$clients" \
+        --batch 10 >"$OUT/torch-vmap.jsonl" 2>>"$log"
+    echo "rc $?" >>"$log"
 }

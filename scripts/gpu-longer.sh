@@ -15,12 +15,7 @@
 #   log.txt              everything the commands logged (each round's time, each shape tuned)
 set -uo pipefail
 source scripts/gpu-env.sh bench-results/gpu-cohort/local
-run timeout 150 "$BIN" bench --devices vulkan --cohorts 10,100,400 --batch 10 --samples 600 \
-    --repeats 3 --data "$DATA" >"$OUT/cohort-vulkan.json" 2>>"$log"
-echo "rc $?" >>"$log"
-run timeout 60 python3 scripts/torch_cohort_bench.py --device cuda --clients 10,100,400 --batch 10 \
-    >"$OUT/torch-vmap.jsonl" 2>>"$log"
-echo "rc $?" >>"$log"
+cohorts 150 10,100,400
 : >"$OUT/simulate.txt"
 fedavg=(--algorithm fedavg --partition label:2 --clients 100 --frac 1 --rounds 10 --epochs 2)
 sim fedavg vulkan 100 "${fedavg[@]}"
