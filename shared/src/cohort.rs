@@ -27,6 +27,9 @@
 //! trained alone, up to float rounding (`shared/tests/cohort.rs` checks 1e-5 relative for every
 //! kind of training).
 //!
+//! [`evaluate_cohort`] runs many models' evaluations the same way, forward only: `simulate`
+//! uses it on a GPU, where one model at a time costs two reads from the device per batch.
+//!
 //! The members' images go to the device once, as one `[1 + Σ n_c, 784]` tensor (row 0 is the
 //! zero image that pads short batches); a step sends only the row index of each of its samples
 //! and gathers its batch on the device.
@@ -44,7 +47,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::model::{ModelError, ModelKind, ParamLayout, Params};
 use crate::train::{
-    Backend, Device, LocalData, PIXELS, Proximal, TrainConfig, TrainError, TrainReport,
+    Backend, CLASSES, Device, EvalReport, LocalData, PIXELS, Proximal, TrainConfig, TrainError,
+    TrainReport,
 };
 
 /// One client's local training in a cohort: what [`crate::train::train_local_prox`] takes.
@@ -131,28 +135,165 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device, conv: Convolution) 
         .collect()
 }
 
+/// The most samples one step of [`evaluate_cohort`] runs through its stacked models together:
+/// bounds the device memory of LeNet-5's im2col (about 100 KB a sample).
+const EVAL_SAMPLES_PER_STEP: usize = 4096;
+
+/// Evaluates each `(model, data)` pair as [`crate::train::evaluate`] would, the models stacked
+/// into batched forward passes on `device`: each model sees its own samples only, `batch` of them
+/// a step, beside as many other models as [`EVAL_SAMPLES_PER_STEP`] allows. One report per pair,
+/// in order: the same counts, the same predictions but for exact ties, the losses up to float
+/// rounding. Two reads from the device per step, against two per model and batch one by one.
+///
+/// A pair whose parameters do not fit their model gets [`TrainError::InvalidParams`], one of
+/// another architecture than the first valid one [`TrainError::InvalidConfig`], one whose images
+/// cannot be read [`TrainError::Data`]; the others are evaluated.
+pub fn evaluate_cohort(
+    tasks: &[(&Params, &LocalData)],
+    batch: usize,
+    device: &Device,
+    conv: Convolution,
+) -> Vec<Result<EvalReport, TrainError>> {
+    let mut out: Vec<Option<Result<EvalReport, TrainError>>> = tasks.iter().map(|_| None).collect();
+    let mut model = None;
+    let mut valid = Vec::new();
+    for (t, (params, _)) in tasks.iter().enumerate() {
+        match check_size(params).and_then(|()| check_architecture(params.model, &mut model)) {
+            Ok(()) => valid.push(t),
+            Err(e) => out[t] = Some(Err(e)),
+        }
+    }
+    if let Some(model) = model {
+        let layout = ParamLayout::of(model);
+        let b = batch.max(1);
+        for group in valid.chunks((EVAL_SAMPLES_PER_STEP / b).max(1)) {
+            // The group's images after the zero image, and each pair's first row (None when its
+            // images cannot be read: it then only pads).
+            let mut pixels = vec![0.0; PIXELS];
+            let first: Vec<Option<usize>> = group
+                .iter()
+                .map(|&t| {
+                    let row = pixels.len() / PIXELS;
+                    append_images(tasks[t].1, &mut pixels)
+                        .map(|()| row)
+                        .map_err(|e| out[t] = Some(Err(e)))
+                        .ok()
+                })
+                .collect();
+            let reports = evaluate_group(
+                group.iter().map(|&t| tasks[t]),
+                &first,
+                pixels,
+                Batched {
+                    model,
+                    conv,
+                    layout: &layout,
+                    c: group.len(),
+                    b,
+                },
+                device,
+            );
+            for ((&t, f), r) in group.iter().zip(&first).zip(reports) {
+                if f.is_some() {
+                    out[t] = Some(Ok(r));
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| r.expect("every pair has a report"))
+        .collect()
+}
+
+/// One group of [`evaluate_cohort`]: `shape.c` pairs, pair i's images from row `first[i]` of
+/// `pixels` (none when `None`). One report per pair.
+fn evaluate_group<'p>(
+    tasks: impl Iterator<Item = (&'p Params, &'p LocalData)>,
+    first: &[Option<usize>],
+    pixels: Vec<f32>,
+    shape: Batched<'_>,
+    device: &Device,
+) -> Vec<EvalReport> {
+    let tasks: Vec<_> = tasks.collect();
+    let (c, b) = (shape.c, shape.b);
+    let params: Vec<Tensor<2>> = shape
+        .layout
+        .entries
+        .iter()
+        .map(|e| {
+            let flat: Vec<f32> = tasks
+                .iter()
+                .flat_map(|(p, _)| p.values[e.range()].iter().copied())
+                .collect();
+            Tensor::from_data(TensorData::new(flat, [c, e.len()]), device)
+        })
+        .collect();
+    let rows = pixels.len() / PIXELS;
+    let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, PIXELS]), device);
+    let len = |i: usize| first[i].map_or(0, |_| tasks[i].1.len());
+    let longest = (0..c).map(len).max().unwrap_or(0);
+    let mut reports = vec![EvalReport::default(); c];
+    for start in (0..longest).step_by(b) {
+        let mut rows = vec![0i64; c * b];
+        for i in 0..c {
+            for k in 0..b.min(len(i).saturating_sub(start)) {
+                rows[shape.slot(i, k)] = (first[i].unwrap_or(0) + start + k) as i64;
+            }
+        }
+        let logits = shape.forward(&params, shape.gather(&images, rows, device));
+        let pred: Vec<i64> = logits.clone().argmax(2).into_data().iter::<i64>().collect();
+        let logp: Vec<f32> = log_softmax(logits, 2).into_data().iter::<f32>().collect();
+        for (i, rep) in reports.iter_mut().enumerate() {
+            for k in 0..b.min(len(i).saturating_sub(start)) {
+                let label = usize::from(tasks[i].1.labels[start + k]);
+                let loss = -f64::from(logp[(i * b + k) * CLASSES + label]);
+                rep.loss_sum += loss;
+                rep.loss_per_label[label] += loss;
+                rep.total += 1;
+                rep.total_per_label[label] += 1;
+                if pred[i * b + k] == label as i64 {
+                    rep.correct += 1;
+                    rep.correct_per_label[label] += 1;
+                }
+            }
+        }
+    }
+    reports
+}
+
 /// The checks of [`crate::train::train_local_prox`], and one architecture per cohort.
 fn check(m: &Member<'_>, model: &mut Option<ModelKind>) -> Result<(), TrainError> {
     m.cfg.validate()?;
-    let expected = ParamLayout::of(m.start.model).len();
-    if m.start.values.len() != expected {
-        return Err(TrainError::InvalidParams(ModelError::WrongSize {
-            model: m.start.model,
-            expected,
-            got: m.start.values.len(),
-        }));
-    }
+    check_size(m.start)?;
     if let Some(p) = &m.prox {
         p.validate(m.start.model)?;
     }
+    check_architecture(m.start.model, model)
+}
+
+/// [`TrainError::InvalidParams`] unless `params` has its model's size.
+fn check_size(params: &Params) -> Result<(), TrainError> {
+    let expected = ParamLayout::of(params.model).len();
+    if params.values.len() == expected {
+        Ok(())
+    } else {
+        Err(TrainError::InvalidParams(ModelError::WrongSize {
+            model: params.model,
+            expected,
+            got: params.values.len(),
+        }))
+    }
+}
+
+/// One architecture per cohort: the first one seen sets it.
+fn check_architecture(kind: ModelKind, model: &mut Option<ModelKind>) -> Result<(), TrainError> {
     match model {
-        Some(k) if *k != m.start.model => Err(TrainError::InvalidConfig(format!(
-            "a cohort trains one architecture: {} beside {k}",
-            m.start.model
+        Some(k) if *k != kind => Err(TrainError::InvalidConfig(format!(
+            "a cohort trains one architecture: {kind} beside {k}"
         ))),
         Some(_) => Ok(()),
         None => {
-            *model = Some(m.start.model);
+            *model = Some(kind);
             Ok(())
         }
     }
@@ -320,8 +461,8 @@ impl<'m, 'a> Cohort<'m, 'a> {
         let mut loss_sum = Tensor::<2>::zeros([c, 1], device);
         for t in 0..steps {
             let batch = self.step_batch(t);
-            let x = self.gather(batch.rows, &ad);
-            let logits = self.forward(x);
+            let x = self.shape().gather(&self.images, batch.rows, &ad);
+            let logits = self.shape().forward(&self.params, x);
             let targets =
                 Tensor::<3, Int>::from_data(TensorData::new(batch.labels, [c, self.batch, 1]), &ad);
             let nll = log_softmax(logits, 2)
@@ -375,8 +516,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
             batch.active[i] = true;
             let w = 1.0 / idx.len() as f32;
             for (k, &sample) in idx.iter().enumerate() {
-                let slot = if self.grouped() { k * c + i } else { i * b + k };
-                batch.rows[slot] = (self.first[i] + sample) as i64;
+                batch.rows[self.shape().slot(i, k)] = (self.first[i] + sample) as i64;
                 batch.labels[i * b + k] = i64::from(m.data.labels[sample]);
                 batch.weights[i * b + k] = w;
                 batch.last[i * b + k] = if last { 1.0 } else { 0.0 };
@@ -385,82 +525,14 @@ impl<'m, 'a> Cohort<'m, 'a> {
         batch
     }
 
-    /// Whether LeNet-5 runs its convolutions grouped (its input is then `[B, C, 28, 28]`, the
-    /// clients as channels; else client-major).
-    fn grouped(&self) -> bool {
-        self.model == ModelKind::LeNet5 && self.conv == Convolution::Grouped
-    }
-
-    /// The step's images, gathered on the device: `[B, C, 28, 28]` for the grouped convolution,
-    /// else `[C·B, 1, 28, 28]`, client-major.
-    fn gather(&self, rows: Vec<i64>, ad: &Device) -> Tensor<4> {
-        let (c, b) = (self.members.len(), self.batch);
-        let shape = if self.grouped() {
-            [b, c, 28, 28]
-        } else {
-            [c * b, 1, 28, 28]
-        };
-        let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [c * b]), ad);
-        self.images.clone().select(0, rows).reshape(shape)
-    }
-
-    /// Logits `[C, B, 10]`.
-    fn forward(&self, x: Tensor<4>) -> Tensor<3> {
-        let c = self.members.len();
-        let b = self.batch;
-        let p = &self.params;
-        let shape = |k: usize| self.layout.entries[k].shape.clone();
-        let linear = |x: Tensor<3>, k: usize| {
-            let s = shape(k);
-            let w = p[k].clone().reshape([c, s[0], s[1]]);
-            let bias = p[k + 1].clone().reshape([c, 1, s[1]]);
-            x.matmul(w) + bias
-        };
-        match self.model {
-            ModelKind::LeNet5 if self.grouped() => {
-                let conv = |x: Tensor<4>, k: usize| {
-                    let s = shape(k);
-                    let w = p[k].clone().reshape([c * s[0], s[1], s[2], s[3]]);
-                    let bias = p[k + 1].clone().reshape([c * s[0]]);
-                    let y = conv2d(
-                        x,
-                        w,
-                        Some(bias),
-                        ConvOptions::new([1, 1], [0, 0], [1, 1], c),
-                    );
-                    max_pool2d(relu(y), MaxPoolOptions::new([2, 2]))
-                };
-                let x = conv(conv(x, 0), 2);
-                let x: Tensor<3> = x.reshape([b, c, shape(4)[0]]).swap_dims(0, 1);
-                lenet_head(x, &linear)
-            }
-            ModelKind::LeNet5 => {
-                // `[C·B, in, H, W]`: each client's patches `[C, B·L, in·25]`, in the weight's
-                // `(in, kh, kw)` order, times its weight `[C, in·25, out]`, then ReLU and pooling.
-                let conv = |x: Tensor<4>, k: usize| {
-                    let s = shape(k);
-                    let (out, patch) = (s[0], s[1] * s[2] * s[3]);
-                    let [_, _, h, w] = x.dims();
-                    let (ho, wo) = (h + 1 - s[2], w + 1 - s[3]);
-                    let cols =
-                        unfold4d(x, [s[2], s[3]], UnfoldOptions::new([1, 1], [0, 0], [1, 1]))
-                            .reshape([c, b, patch, ho * wo])
-                            .swap_dims(2, 3)
-                            .reshape([c, b * ho * wo, patch]);
-                    let w = p[k].clone().reshape([c, out, patch]).swap_dims(1, 2);
-                    let bias = p[k + 1].clone().reshape([c, 1, out]);
-                    let y = relu(cols.matmul(w) + bias)
-                        .reshape([c * b, ho, wo, out])
-                        .permute([0, 3, 1, 2]);
-                    max_pool2d(y, MaxPoolOptions::new([2, 2]))
-                };
-                let x = conv(conv(x, 0), 2);
-                lenet_head(x.reshape([c, b, shape(4)[0]]), &linear)
-            }
-            ModelKind::Mlp => {
-                let x: Tensor<3> = x.reshape([c, b, PIXELS]);
-                linear(relu(linear(x, 0)), 2)
-            }
+    /// The shape of this cohort's batched computation.
+    fn shape(&self) -> Batched<'_> {
+        Batched {
+            model: self.model,
+            conv: self.conv,
+            layout: &self.layout,
+            c: self.members.len(),
+            b: self.batch,
         }
     }
 
@@ -537,6 +609,103 @@ impl<'m, 'a> Cohort<'m, 'a> {
                 ))
             })
             .collect()
+    }
+}
+
+/// The shape of one batched computation: C models of one architecture, B samples each per step.
+struct Batched<'l> {
+    model: ModelKind,
+    conv: Convolution,
+    layout: &'l ParamLayout,
+    c: usize,
+    b: usize,
+}
+
+impl Batched<'_> {
+    /// Whether LeNet-5 runs its convolutions grouped (its input is then `[B, C, 28, 28]`, the
+    /// models as channels; else model-major).
+    fn grouped(&self) -> bool {
+        self.model == ModelKind::LeNet5 && self.conv == Convolution::Grouped
+    }
+
+    /// The step's images, gathered on the device: `[B, C, 28, 28]` for the grouped convolution,
+    /// else `[C·B, 1, 28, 28]`, client-major.
+    /// The slot of model i's k-th sample in a step's rows.
+    fn slot(&self, i: usize, k: usize) -> usize {
+        if self.grouped() {
+            k * self.c + i
+        } else {
+            i * self.b + k
+        }
+    }
+
+    fn gather(&self, images: &Tensor<2>, rows: Vec<i64>, device: &Device) -> Tensor<4> {
+        let (c, b) = (self.c, self.b);
+        let shape = if self.grouped() {
+            [b, c, 28, 28]
+        } else {
+            [c * b, 1, 28, 28]
+        };
+        let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [c * b]), device);
+        images.clone().select(0, rows).reshape(shape)
+    }
+
+    /// Logits `[C, B, 10]` of the stacked parameters `p` (per layout entry, `[C, n]`).
+    fn forward(&self, p: &[Tensor<2>], x: Tensor<4>) -> Tensor<3> {
+        let (c, b) = (self.c, self.b);
+        let shape = |k: usize| self.layout.entries[k].shape.clone();
+        let linear = |x: Tensor<3>, k: usize| {
+            let s = shape(k);
+            let w = p[k].clone().reshape([c, s[0], s[1]]);
+            let bias = p[k + 1].clone().reshape([c, 1, s[1]]);
+            x.matmul(w) + bias
+        };
+        match self.model {
+            ModelKind::LeNet5 if self.grouped() => {
+                let conv = |x: Tensor<4>, k: usize| {
+                    let s = shape(k);
+                    let w = p[k].clone().reshape([c * s[0], s[1], s[2], s[3]]);
+                    let bias = p[k + 1].clone().reshape([c * s[0]]);
+                    let y = conv2d(
+                        x,
+                        w,
+                        Some(bias),
+                        ConvOptions::new([1, 1], [0, 0], [1, 1], c),
+                    );
+                    max_pool2d(relu(y), MaxPoolOptions::new([2, 2]))
+                };
+                let x = conv(conv(x, 0), 2);
+                let x: Tensor<3> = x.reshape([b, c, shape(4)[0]]).swap_dims(0, 1);
+                lenet_head(x, &linear)
+            }
+            ModelKind::LeNet5 => {
+                // `[C·B, in, H, W]`: each client's patches `[C, B·L, in·25]`, in the weight's
+                // `(in, kh, kw)` order, times its weight `[C, in·25, out]`, then ReLU and pooling.
+                let conv = |x: Tensor<4>, k: usize| {
+                    let s = shape(k);
+                    let (out, patch) = (s[0], s[1] * s[2] * s[3]);
+                    let [_, _, h, w] = x.dims();
+                    let (ho, wo) = (h + 1 - s[2], w + 1 - s[3]);
+                    let cols =
+                        unfold4d(x, [s[2], s[3]], UnfoldOptions::new([1, 1], [0, 0], [1, 1]))
+                            .reshape([c, b, patch, ho * wo])
+                            .swap_dims(2, 3)
+                            .reshape([c, b * ho * wo, patch]);
+                    let w = p[k].clone().reshape([c, out, patch]).swap_dims(1, 2);
+                    let bias = p[k + 1].clone().reshape([c, 1, out]);
+                    let y = relu(cols.matmul(w) + bias)
+                        .reshape([c * b, ho, wo, out])
+                        .permute([0, 3, 1, 2]);
+                    max_pool2d(y, MaxPoolOptions::new([2, 2]))
+                };
+                let x = conv(conv(x, 0), 2);
+                lenet_head(x.reshape([c, b, shape(4)[0]]), &linear)
+            }
+            ModelKind::Mlp => {
+                let x: Tensor<3> = x.reshape([c, b, PIXELS]);
+                linear(relu(linear(x, 0)), 2)
+            }
+        }
     }
 }
 

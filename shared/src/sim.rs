@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use crate::client::{ClientData, ClientError, EVAL_BATCH};
 use crate::cluster::spectral;
 use crate::cluster::spectral::{Estimate, Gram, Signature};
-use crate::cohort::{Convolution, Member, Trained, train_cohort};
+use crate::cohort::{Convolution, Member, Trained, evaluate_cohort, train_cohort};
 use crate::data::fmnist::{Dataset, FashionMnist};
 use crate::data::partition::{Partition, shift_label};
 use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
@@ -241,7 +241,8 @@ impl SimPool {
     /// Trains up to `n` clients' local trainings together as one batched model
     /// ([`crate::cohort::train_cohort`]); 1 (the default) trains each alone. The same models
     /// up to float rounding. On a CPU backend the cohorts are cut smaller where that gives every
-    /// core one; on a GPU the sampled clients go in as few cohorts as `n` allows.
+    /// core one; on a GPU the sampled clients go in as few cohorts as `n` allows, and each
+    /// round's evaluations run stacked too ([`crate::cohort::evaluate_cohort`]).
     pub fn with_cohort(mut self, n: usize) -> Self {
         self.cohort = n.max(1);
         self
@@ -550,12 +551,28 @@ impl SimPool {
             self.test_data(rotation, shift, label);
         }
         let (test, device) = (&self.test, &self.device);
-        let reports = par_map_on(self.threads(), &tasks, |&(_, params, set, client)| {
-            evaluate(params, &test[&set], EVAL_BATCH, device).map_err(|e| PoolError::Client {
+        let failed = |client: usize| {
+            move |e: TrainError| PoolError::Client {
                 client,
                 reason: e.to_string(),
+            }
+        };
+        let reports: Vec<Result<EvalReport, PoolError>> = if self.cohort > 1 && !self.on_cpu {
+            // On a GPU, in cohorts: the models stacked into batched forward passes.
+            let pairs: Vec<(&Params, &LocalData)> = tasks
+                .iter()
+                .map(|&(_, p, set, _)| (p, &test[&set]))
+                .collect();
+            evaluate_cohort(&pairs, EVAL_BATCH, device, self.conv)
+                .into_iter()
+                .zip(&tasks)
+                .map(|(r, &(.., client))| r.map_err(failed(client)))
+                .collect()
+        } else {
+            par_map_on(self.threads(), &tasks, |&(_, params, set, client)| {
+                evaluate(params, &test[&set], EVAL_BATCH, device).map_err(failed(client))
             })
-        });
+        };
         let mut merged = vec![EvalReport::default(); keys.len()];
         for (&(k, ..), r) in tasks.iter().zip(reports) {
             merged[k].merge(&r?);
@@ -577,6 +594,48 @@ mod tests {
     use super::*;
     use crate::jobs::PickJob;
     use crate::model::ModelKind;
+
+    /// On a GPU in cohorts, a round's evaluations run stacked (`evaluate_cohort`); the run ends
+    /// with the same clusters, models and per-round accuracies as with each model evaluated on
+    /// its own. Here on flex, with the pool told it is not on the CPU.
+    #[test]
+    fn stacked_evaluations_give_a_run_the_same_results() {
+        use crate::data::partition::{PartitionSpec, partition};
+        use crate::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+
+        let data = FashionMnist::bundled().unwrap();
+        let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
+        let part = partition(&spec, &data.train.labels, 8, 3).unwrap();
+        let cfg = FederationConfig {
+            algorithm: Algorithm::FedClust,
+            rounds: 2,
+            frac: 0.5,
+            epochs: 1,
+            seed: 3,
+            ..FederationConfig::default()
+        };
+        let run = |stacked: bool| {
+            let mut pool = SimPool::new(&data, &part, Backend::Flex)
+                .unwrap()
+                .with_cohort(3);
+            pool.on_cpu = !stacked;
+            federation::run(
+                &cfg,
+                &mut pool,
+                &RunContext::of_partition(&part),
+                &mut Quiet,
+            )
+            .unwrap()
+        };
+        let (alone, stacked) = (run(false), run(true));
+        assert_eq!(alone.assignment, stacked.assignment);
+        assert_eq!(alone.models, stacked.models);
+        let accuracies =
+            |r: &federation::RunResult| r.rounds.iter().map(|x| x.accuracy).collect::<Vec<_>>();
+        assert_eq!(accuracies(&alone), accuracies(&stacked));
+        assert!(alone.rounds.iter().all(|x| x.accuracy.is_some()));
+        assert_eq!(alone.final_client_accuracy, stacked.final_client_accuracy);
+    }
 
     /// In cohorts a job runs twice: IFCA's pick measures its candidates in the first pass, and
     /// its replay takes those losses (and the choice they make) instead of evaluating every

@@ -5,11 +5,13 @@
 //! some members only, and members that fail their checks.
 
 use burn::prelude::Device;
-use edgecfl_shared::cohort::{Convolution, Member, train_cohort};
+use edgecfl_shared::cohort::{Convolution, Member, evaluate_cohort, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::spill::SpillFile;
 use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::train::{LocalData, Proximal, TrainConfig, TrainError, train_local_prox};
+use edgecfl_shared::train::{
+    LocalData, Proximal, TrainConfig, TrainError, evaluate, train_local_prox,
+};
 
 fn local(n: usize, offset: usize) -> LocalData {
     let data = FashionMnist::bundled().unwrap();
@@ -37,6 +39,16 @@ fn rel_diff(a: &Params, b: &Params) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0f32, f32::max)
         / scale
+}
+
+/// `data`'s labels over a scratch file that holds only its first 5 images (a disk that filled
+/// up): reading the others fails.
+fn cut_short(data: &LocalData) -> LocalData {
+    let file = SpillFile::create(&std::env::temp_dir()).unwrap();
+    let mut five = Vec::new();
+    data.read_images(0, 5, &mut five).unwrap();
+    file.write_at(&five, 0).unwrap();
+    LocalData::spilled(file, data.labels.clone(), 0, 0)
 }
 
 /// Each member trained in one cohort equals it trained alone, whichever way the cohort computes
@@ -176,12 +188,7 @@ fn a_member_that_fails_its_checks_gets_its_error_and_the_others_train() {
 fn a_member_whose_images_cannot_be_read_gets_its_error_and_the_others_train() {
     let device = Device::default();
     let data = local(20, 0);
-    // A scratch file that holds 5 of the 20 images its labels promise (a disk that filled up).
-    let file = SpillFile::create(&std::env::temp_dir()).unwrap();
-    let mut five = Vec::new();
-    data.read_images(0, 5, &mut five).unwrap();
-    file.write_at(&five, 0).unwrap();
-    let short = LocalData::spilled(file, data.labels.clone(), 0, 0);
+    let short = cut_short(&data);
     let start = Params::init(ModelKind::Mlp, 1);
     let member = |data| Member {
         start: &start,
@@ -340,4 +347,75 @@ fn a_diverging_client_fails_a_run_in_cohorts_as_it_does_alone() {
     let alone = run(1);
     assert!(alone.contains("diverged"), "{alone}");
     assert_eq!(run(4), alone);
+}
+
+/// A batched evaluation reports what each model reports evaluated alone ([`evaluate`], one model
+/// and batch at a time): unequal and empty test sets, batches that do not divide them, groups of
+/// models (a batch of 2 048 puts two models in a step), both convolutions; a pair with parameters
+/// of the wrong size, of another architecture, or with unreadable images gets its error.
+#[test]
+fn a_batched_evaluation_reports_what_each_model_reports_alone() {
+    let device = Device::default();
+    for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+        let data = [
+            local(23, 0),
+            local(37, 100),
+            local(8, 200),
+            local(0, 0),
+            local(50, 300),
+        ];
+        let models: Vec<Params> = (0..5).map(|i| Params::init(model, 40 + i)).collect();
+        let tasks: Vec<(&Params, &LocalData)> = models.iter().zip(&data).collect();
+        for conv in [Convolution::Grouped, Convolution::Im2col] {
+            for batch in [10, 2048] {
+                let got = evaluate_cohort(&tasks, batch, &device, conv);
+                assert_eq!(got.len(), tasks.len());
+                for (i, ((p, d), got)) in tasks.iter().zip(got).enumerate() {
+                    let want = evaluate(p, d, batch, &device).unwrap();
+                    let got = got.unwrap();
+                    let at = format!("{model}, {conv:?}, batch {batch}, pair {i}");
+                    assert_eq!(got.total, d.len(), "{at}");
+                    assert_eq!(
+                        (got.total_per_label, got.correct, got.correct_per_label),
+                        (want.total_per_label, want.correct, want.correct_per_label),
+                        "{at}"
+                    );
+                    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.abs().max(1.0);
+                    assert!(close(got.loss_sum, want.loss_sum), "{at}: {got:?} {want:?}");
+                    for l in 0..10 {
+                        assert!(close(got.loss_per_label[l], want.loss_per_label[l]), "{at}");
+                    }
+                }
+            }
+        }
+    }
+    // The errors, each beside a pair that is evaluated.
+    let data = local(20, 0);
+    let short = cut_short(&data);
+    let good = Params::init(ModelKind::Mlp, 1);
+    let mut wrong = good.clone();
+    wrong.values.pop();
+    let lenet = Params::init(ModelKind::LeNet5, 1);
+    let tasks = [
+        (&good, &data),
+        (&wrong, &data),
+        (&lenet, &data),
+        (&good, &short),
+    ];
+    let got = evaluate_cohort(&tasks, 10, &device, Convolution::Im2col);
+    assert_eq!(
+        got[0].as_ref().unwrap().correct,
+        evaluate(&good, &data, 10, &device).unwrap().correct
+    );
+    assert!(
+        matches!(got[1], Err(TrainError::InvalidParams(_))),
+        "{:?}",
+        got[1]
+    );
+    assert!(
+        matches!(got[2], Err(TrainError::InvalidConfig(_))),
+        "{:?}",
+        got[2]
+    );
+    assert!(matches!(got[3], Err(TrainError::Data(_))), "{:?}", got[3]);
 }
