@@ -511,7 +511,7 @@ fn mosquitto_tls_logins_and_acl_from_generated_files() {
 /// grew the coordinator by 684 MB before the bounds).
 #[test]
 fn embedded_broker_bounds_and_paces_what_a_client_may_flood() {
-    use edgecfl_shared::federation::FederationConfig;
+    use edgecfl_shared::algorithms::MethodConfig;
     use edgecfl_shared::protocol::{MAX_PAYLOAD, MAX_STATUS_PAYLOAD, upload_limit};
     const PER_SECOND: f64 = 2.0;
     const BURST: f64 = 4.0;
@@ -538,7 +538,7 @@ fn embedded_broker_bounds_and_paces_what_a_client_may_flood() {
     let before = peak_rss_kb(pid).expect("coordinator running");
 
     // The run's bounds: FedClust with LeNet-5 (the flags' defaults) and the 4 clients.
-    let upload = upload_limit(FederationConfig::default().largest_upload_floats(CLIENTS));
+    let upload = upload_limit(MethodConfig::default().largest_upload_floats(CLIENTS));
     let up = topics.up("mallory");
     let status = topics.status("mallory");
     // Each flood on a connection of its own (one MQTT client id each, `<n>@mallory`): `count`

@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::aggregate::Aggregate;
-use edgecfl_shared::algorithms::MethodSettings;
+use edgecfl_shared::algorithms::{Algorithm, MethodConfig, MethodSettings};
 use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::data::partition::PartitionSpec;
-use edgecfl_shared::federation::{Algorithm, FederationConfig, LocalTest, Sampling, Weighting};
+use edgecfl_shared::federation::{LocalTest, Sampling, Weighting};
 use edgecfl_shared::model::{LayerSet, ModelKind};
 use edgecfl_shared::train::Backend;
 use serde::de::DeserializeOwned;
@@ -50,8 +50,10 @@ pub struct RunConfig {
     /// `simulate`: the training round (≥ 1) the held-out clients join at.
     #[serde(default = "default_join_round")]
     pub join_round: usize,
-    /// The federation itself.
-    pub federation: FederationConfig,
+    /// The federation itself: the method, the round loop's settings and the methods' own (the
+    /// `[federation]` table).
+    #[serde(rename = "federation")]
+    pub method: MethodConfig,
 }
 
 fn default_join_round() -> usize {
@@ -100,8 +102,8 @@ impl RunConfig {
                 self.clients
             );
             // With personalisation, rounds + 1 joins after the federation.
-            let last =
-                self.federation.rounds + usize::from(self.federation.personalize_epochs.is_some());
+            let last = self.method.federation.rounds
+                + usize::from(self.method.federation.personalize_epochs.is_some());
             anyhow::ensure!(
                 (1..=last).contains(&self.join_round),
                 "join-round must be between 1 and {last} (rounds, + 1 with --personalize), got {}",
@@ -110,7 +112,7 @@ impl RunConfig {
         }
         anyhow::ensure!(self.cohort != Some(0), "cohort must be ≥ 1");
         self.backend.check_compiled()?;
-        self.federation.validate()?;
+        self.method.validate()?;
         Ok(())
     }
 }
@@ -268,7 +270,11 @@ impl RunFlags {
     }
 
     fn apply(&self, mut c: RunConfig) -> anyhow::Result<RunConfig> {
-        let f = &mut c.federation;
+        let (algorithm, f, methods) = (
+            &mut c.method.algorithm,
+            &mut c.method.federation,
+            &mut c.method.methods,
+        );
         macro_rules! set {
             ($flag:ident => $($field:tt)+) => {
                 if let Some(v) = self.$flag.clone() {
@@ -276,7 +282,7 @@ impl RunFlags {
                 }
             };
         }
-        set!(algorithm => f.algorithm);
+        set!(algorithm => *algorithm);
         set!(frac => f.frac);
         set!(rounds => f.rounds);
         set!(epochs => f.epochs);
@@ -301,9 +307,9 @@ impl RunFlags {
         }
         // The file's and the flags' method settings, each checked before the flags are put over
         // the file's keys (a NaN would otherwise read as unset on the way through JSON).
-        f.methods.check()?;
+        methods.check()?;
         self.methods.check()?;
-        f.methods = overlay(&f.methods, &self.methods)?;
+        *methods = overlay(methods, &self.methods)?;
         set!(weighting => f.weighting);
         set!(signature_guard => f.signature_guard);
         set!(aggregate => f.aggregate);
@@ -361,7 +367,7 @@ mod tests {
         let c = RunConfig::load(None).unwrap();
         c.validate().unwrap();
         assert_eq!(c.clients, 100);
-        assert_eq!(c.federation.batch_size, 10);
+        assert_eq!(c.method.federation.batch_size, 10);
     }
 
     #[test]
@@ -372,8 +378,8 @@ mod tests {
             ..Default::default()
         };
         let c = flags.resolve().unwrap();
-        assert_eq!(c.federation.rounds, 3);
-        assert_eq!(c.federation.frac, 0.5);
+        assert_eq!(c.method.federation.rounds, 3);
+        assert_eq!(c.method.federation.frac, 0.5);
         let bad = RunFlags {
             frac: Some(1.5),
             ..Default::default()
@@ -423,26 +429,26 @@ mod tests {
         own.relevance = Some(Relevance::Server);
         own.signature_encoding = Some(Encoding::F16);
         let c = flags.resolve().unwrap();
-        let f = &c.federation;
+        let f = &c.method;
         let own = &f.methods.mthfl;
         assert_eq!(
-            (own.eigenvectors(), own.relevance(), f.lps_rounds),
+            (own.eigenvectors(), own.relevance(), f.federation.lps_rounds),
             (3, Relevance::Server, 2)
         );
         assert_eq!(own.signature_encoding(), Encoding::F16);
         // The file's other keys stay under the flags: the default file's estimate.
         assert_eq!(own.estimate, Some(Estimate::Norm));
-        assert!(f.hierarchical() && !f.hierarchy);
-        assert_eq!(f.common().unwrap().set().to_string(), "fc1");
+        assert!(f.hierarchical() && !f.federation.hierarchy);
+        assert_eq!(f.federation.common().unwrap().set().to_string(), "fc1");
         // A TOML file with the new keys.
         let text = DEFAULT_CONFIG
             .replace("hierarchy = false", "hierarchy = true")
             .replace("# common_layers = ", "common_layers = \"conv1\" # ")
             .replace("relevance = \"client\"", "relevance = \"server\"");
         let c = RunConfig::parse(&text, "t").unwrap();
-        assert!(c.federation.hierarchy);
-        assert_eq!(c.federation.methods.mthfl.relevance(), Relevance::Server);
-        assert_eq!(c.federation.common().unwrap().len(), 156);
+        assert!(c.method.federation.hierarchy);
+        assert_eq!(c.method.methods.mthfl.relevance(), Relevance::Server);
+        assert_eq!(c.method.federation.common().unwrap().len(), 156);
         let bad = RunFlags {
             common_layers: Some("conv9".parse().unwrap()),
             hierarchy: true,
@@ -483,13 +489,13 @@ eps1 = 2.0",
         ])
         .unwrap();
         let c = cli.run.resolve_from(&text, "t").unwrap();
-        let own = &c.federation.methods;
+        let own = &c.method.methods;
         assert_eq!(own.stocfl.tau, Some(0.7));
         assert_eq!(own.cfl.eps1, Some(2.0));
         assert_eq!(own.adacfl.pre_cluster, Some(false));
         assert_eq!(own.fesem.fesem_layers, Some(LayerSet::Final));
         assert_eq!(own.mthfl.eigenvectors, Some(5), "the default file's key");
-        let v = serde_json::to_value(&c.federation).unwrap();
+        let v = serde_json::to_value(&c.method).unwrap();
         assert_eq!(
             (v["tau"].as_f64(), v["eps1"].as_f64()),
             (Some(0.7), Some(2.0))
@@ -501,8 +507,8 @@ eps1 = 2.0",
         );
         assert!(v.get("epsilon").is_none(), "unset stays absent: {v}");
         // ... and reads back.
-        let back: FederationConfig = serde_json::from_value(v).unwrap();
-        assert_eq!(back, c.federation);
+        let back: MethodConfig = serde_json::from_value(v).unwrap();
+        assert_eq!(back, c.method);
 
         let bad = DEFAULT_CONFIG.replace(
             "[federation]",
@@ -532,9 +538,9 @@ taux = 0.3",
     #[test]
     fn view_sampling_and_personalisation_flags_and_keys() {
         let c = RunFlags::default().resolve().unwrap();
-        assert_eq!(c.federation.local_test, LocalTest::Labels);
-        assert_eq!(c.federation.sampling, Sampling::Uniform);
-        assert_eq!(c.federation.personalize_epochs, None);
+        assert_eq!(c.method.federation.local_test, LocalTest::Labels);
+        assert_eq!(c.method.federation.sampling, Sampling::Uniform);
+        assert_eq!(c.method.federation.personalize_epochs, None);
         let mut flags = RunFlags {
             local_test: Some("proportional".parse().unwrap()),
             sampling: Some("per-cluster".parse().unwrap()),
@@ -548,11 +554,11 @@ taux = 0.3",
         flags.methods.fedclust.cluster_start = Some("members".parse().unwrap());
         let c = flags.resolve().unwrap();
         // (resolve validates: join round 11 = rounds + 1 is allowed with --personalize)
-        assert_eq!(c.federation.local_test, LocalTest::Proportional);
-        assert_eq!(c.federation.sampling, Sampling::PerCluster);
-        assert_eq!(c.federation.personalize_epochs, Some(5));
+        assert_eq!(c.method.federation.local_test, LocalTest::Proportional);
+        assert_eq!(c.method.federation.sampling, Sampling::PerCluster);
+        assert_eq!(c.method.federation.personalize_epochs, Some(5));
         assert_eq!(
-            c.federation.methods.fedclust.cluster_start,
+            c.method.methods.fedclust.cluster_start,
             Some(ClusterStart::Members)
         );
         let late = RunFlags {
@@ -567,11 +573,11 @@ taux = 0.3",
         );
         let c = RunConfig::parse(&text, "t").unwrap();
         c.validate().unwrap();
-        assert_eq!(c.federation.local_test, LocalTest::Proportional);
-        assert_eq!(c.federation.sampling, Sampling::PerCluster);
-        assert_eq!(c.federation.personalize_epochs, Some(3));
+        assert_eq!(c.method.federation.local_test, LocalTest::Proportional);
+        assert_eq!(c.method.federation.sampling, Sampling::PerCluster);
+        assert_eq!(c.method.federation.personalize_epochs, Some(3));
         assert_eq!(
-            c.federation.methods.fedclust.cluster_start,
+            c.method.methods.fedclust.cluster_start,
             Some(ClusterStart::Members)
         );
         assert!(
@@ -591,19 +597,19 @@ taux = 0.3",
     #[test]
     fn signature_guard_flag_and_key() {
         let c = RunFlags::default().resolve().unwrap();
-        assert_eq!(c.federation.signature_guard, Guard::Robust);
+        assert_eq!(c.method.federation.signature_guard, Guard::Robust);
         let flags = RunFlags {
             signature_guard: Some("paper".parse().unwrap()),
             ..Default::default()
         };
         assert_eq!(
-            flags.resolve().unwrap().federation.signature_guard,
+            flags.resolve().unwrap().method.federation.signature_guard,
             Guard::Paper
         );
         let text =
             DEFAULT_CONFIG.replace("[federation]", "[federation]\nsignature_guard = \"paper\"");
         let c = RunConfig::parse(&text, "t").unwrap();
-        assert_eq!(c.federation.signature_guard, Guard::Paper);
+        assert_eq!(c.method.federation.signature_guard, Guard::Paper);
         let err = "strict".parse::<Guard>().unwrap_err();
         assert!(err.contains("robust or paper"), "{err}");
     }
@@ -611,18 +617,18 @@ taux = 0.3",
     #[test]
     fn aggregate_flag_and_key() {
         let c = RunFlags::default().resolve().unwrap();
-        assert_eq!(c.federation.aggregate, Aggregate::Mean);
+        assert_eq!(c.method.federation.aggregate, Aggregate::Mean);
         let flags = RunFlags {
             aggregate: Some("trimmed:0.2".parse().unwrap()),
             ..Default::default()
         };
         assert_eq!(
-            flags.resolve().unwrap().federation.aggregate,
+            flags.resolve().unwrap().method.federation.aggregate,
             Aggregate::Trimmed(0.2)
         );
         let text = DEFAULT_CONFIG.replace("[federation]", "[federation]\naggregate = \"median\"");
         let c = RunConfig::parse(&text, "t").unwrap();
-        assert_eq!(c.federation.aggregate, Aggregate::Median);
+        assert_eq!(c.method.federation.aggregate, Aggregate::Median);
         let text = DEFAULT_CONFIG.replace("[federation]", "[federation]\naggregate = \"krum\"");
         assert!(RunConfig::parse(&text, "t").is_err());
     }
@@ -630,16 +636,16 @@ taux = 0.3",
     #[test]
     fn weighting_and_norm_bound_flags_and_keys() {
         let c = RunFlags::default().resolve().unwrap();
-        assert_eq!(c.federation.weighting, Weighting::Samples);
-        assert_eq!(c.federation.max_update_norm, None);
+        assert_eq!(c.method.federation.weighting, Weighting::Samples);
+        assert_eq!(c.method.federation.max_update_norm, None);
         let flags = RunFlags {
             weighting: Some("equal".parse().unwrap()),
             max_update_norm: Some(2.5),
             ..Default::default()
         };
         let c = flags.resolve().unwrap();
-        assert_eq!(c.federation.weighting, Weighting::Equal);
-        assert_eq!(c.federation.max_update_norm, Some(2.5));
+        assert_eq!(c.method.federation.weighting, Weighting::Equal);
+        assert_eq!(c.method.federation.max_update_norm, Some(2.5));
         // The same as TOML keys.
         let text = DEFAULT_CONFIG.replace(
             "[federation]",
@@ -647,8 +653,8 @@ taux = 0.3",
         );
         let c = RunConfig::parse(&text, "t").unwrap();
         c.validate().unwrap();
-        assert_eq!(c.federation.weighting, Weighting::Equal);
-        assert_eq!(c.federation.max_update_norm, Some(3.0));
+        assert_eq!(c.method.federation.weighting, Weighting::Equal);
+        assert_eq!(c.method.federation.max_update_norm, Some(3.0));
         let err = "uniform".parse::<Weighting>().unwrap_err();
         assert!(err.contains("samples or equal"), "{err}");
         for bound in [0.0, -1.0, f64::NAN, f64::INFINITY] {

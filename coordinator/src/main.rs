@@ -125,13 +125,13 @@ fn main() -> ExitCode {
             // Every client trains in this process: glibc's allocator kept as the edge client
             // keeps it (same results, 1.09-1.11× as fast here; BENCHMARKS §3). `serve` trains nothing.
             edgecfl_shared::malloc::tune();
-            let algorithm = cfg.federation.algorithm.to_string();
+            let algorithm = cfg.method.algorithm.to_string();
             let (view, server) = live::start(
                 &args.http,
                 live::Access::Open,
                 "simulate",
                 &algorithm,
-                cfg.federation.rounds,
+                cfg.method.federation.rounds,
             )?;
             let r = simulate::run(&cfg, &view);
             args.http.linger(server);

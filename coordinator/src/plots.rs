@@ -95,7 +95,7 @@ fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
         .caption(
             format!(
                 "{} — mean local test accuracy ({} clusters)",
-                result.config.algorithm, result.n_clusters
+                result.method, result.n_clusters
             ),
             ("sans-serif", 22),
         )

@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
+use edgecfl_shared::algorithms::Algorithm;
 use edgecfl_shared::cluster::clustering::Clustering;
 use edgecfl_shared::federation::{
-    Algorithm, ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord,
-    RunResult,
+    ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord, RunResult,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
@@ -26,7 +26,7 @@ pub fn summary(
     extra: Option<Value>,
 ) -> Value {
     let accuracy_per_round: Vec<Option<f64>> = result.rounds.iter().map(|r| r.accuracy).collect();
-    let f = &cfg.federation;
+    let f = &cfg.method;
     let n = result.clients.len();
     let task_accuracy_per_round: Vec<Option<Vec<f64>>> = result
         .rounds
@@ -34,14 +34,14 @@ pub fn summary(
         .map(|r| r.task_accuracy.clone())
         .collect();
     let mut v = json!({
-        "algorithm": cfg.federation.algorithm.to_string(),
+        "algorithm": cfg.method.algorithm.to_string(),
         "partition": cfg.partition.to_string(),
-        "model": cfg.federation.model.to_string(),
+        "model": cfg.method.federation.model.to_string(),
         "n_clients": result.clients.len(),
         "n_clusters": result.n_clusters,
         "ari": result.ari,
         "threshold": result.clustering.as_ref().map(|c| c.threshold),
-        "linkage": cfg.federation.linkage.to_string(),
+        "linkage": cfg.method.federation.linkage.to_string(),
         "accuracy_per_round": accuracy_per_round,
         "final_accuracy": result.final_accuracy(),
         "upload_bytes_clustering_per_client": result.signature_bytes,
@@ -54,7 +54,7 @@ pub fn summary(
         "final_task_accuracy": result.rounds.iter().rev().find_map(|r| r.task_accuracy.clone()),
         "relevance_file": result.relevance.as_ref().map(|_| RELEVANCE_FILE),
         "hierarchy": f.hierarchical(),
-        "lps_rounds": f.hierarchical().then_some(f.lps_rounds),
+        "lps_rounds": f.hierarchical().then_some(f.federation.lps_rounds),
         "common_layers": result.common_layers,
         "common_floats_per_lps": f.hierarchical().then_some(result.common_len),
         "gps_rounds": result.gps_rounds,
@@ -70,8 +70,8 @@ pub fn summary(
         "bytes_up_per_client": result.bytes_up / n.max(1) as u64,
         "bytes_down_per_client": result.bytes_down / n.max(1) as u64,
         "newcomers": newcomers_json(result),
-        "weighting": f.weighting.to_string(),
-        "max_update_norm": f.max_update_norm,
+        "weighting": f.federation.weighting.to_string(),
+        "max_update_norm": f.federation.max_update_norm,
         "config": cfg,
     });
     // Every method's own keys, null but for the run's method's.
@@ -107,7 +107,7 @@ pub fn summary(
     });
     // Both local test views (`accuracy_per_round` is the one `local_test` names).
     let views = json!({
-        "local_test": f.local_test.to_string(),
+        "local_test": f.federation.local_test.to_string(),
         "accuracy_labels_per_round":
             result.rounds.iter().map(|r| r.accuracy_labels).collect::<Vec<_>>(),
         "accuracy_proportional_per_round":
@@ -207,7 +207,7 @@ pub fn rounds_csv(result: &RunResult) -> String {
     for t in 0..tasks {
         let _ = write!(s, ",task{t}_accuracy");
     }
-    let hierarchical = result.config.hierarchical();
+    let hierarchical = result.hierarchical();
     if hierarchical {
         s.push_str(",gps");
     }

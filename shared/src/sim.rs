@@ -600,26 +600,29 @@ mod tests {
     /// its own. Here on flex, with the pool told it is not on the CPU.
     #[test]
     fn stacked_evaluations_give_a_run_the_same_results() {
+        use crate::algorithms::{self, Algorithm, MethodConfig};
         use crate::data::partition::{PartitionSpec, partition};
-        use crate::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+        use crate::federation::{FederationConfig, Quiet, RunContext};
 
         let data = FashionMnist::bundled().unwrap();
         let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
         let part = partition(&spec, &data.train.labels, 8, 3).unwrap();
-        let cfg = FederationConfig {
-            algorithm: Algorithm::FedClust,
-            rounds: 2,
-            frac: 0.5,
-            epochs: 1,
-            seed: 3,
-            ..FederationConfig::default()
-        };
+        let cfg = MethodConfig::new(
+            Algorithm::FedClust,
+            FederationConfig {
+                rounds: 2,
+                frac: 0.5,
+                epochs: 1,
+                seed: 3,
+                ..FederationConfig::default()
+            },
+        );
         let run = |stacked: bool| {
             let mut pool = SimPool::new(&data, &part, Backend::Flex)
                 .unwrap()
                 .with_cohort(3);
             pool.on_cpu = !stacked;
-            federation::run(
+            algorithms::run(
                 &cfg,
                 &mut pool,
                 &RunContext::of_partition(&part),
@@ -630,8 +633,9 @@ mod tests {
         let (alone, stacked) = (run(false), run(true));
         assert_eq!(alone.assignment, stacked.assignment);
         assert_eq!(alone.models, stacked.models);
-        let accuracies =
-            |r: &federation::RunResult| r.rounds.iter().map(|x| x.accuracy).collect::<Vec<_>>();
+        let accuracies = |r: &crate::federation::RunResult| {
+            r.rounds.iter().map(|x| x.accuracy).collect::<Vec<_>>()
+        };
         assert_eq!(accuracies(&alone), accuracies(&stacked));
         assert!(alone.rounds.iter().all(|x| x.accuracy.is_some()));
         assert_eq!(alone.final_client_accuracy, stacked.final_client_accuracy);

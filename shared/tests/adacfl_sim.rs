@@ -2,26 +2,29 @@
 //! recover known label groups exactly, training beats chance, and newcomers join their group's
 //! cluster or, farther than ε from every cluster, found a new one.
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{Partition, PartitionSpec, partition};
-use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+use edgecfl_shared::federation::{FederationConfig, Quiet, RunContext};
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
-fn config(threshold: Threshold) -> FederationConfig {
-    FederationConfig {
-        algorithm: Algorithm::AdaCfl,
-        rounds: 2,
-        frac: 0.5,
-        epochs: 2,
-        warmup_epochs: 1,
-        threshold,
-        linkage: Linkage::Average,
-        seed: 7,
-        ..FederationConfig::default()
-    }
+fn config(threshold: Threshold) -> MethodConfig {
+    MethodConfig::new(
+        Algorithm::AdaCfl,
+        FederationConfig {
+            rounds: 2,
+            frac: 0.5,
+            epochs: 2,
+            warmup_epochs: 1,
+            threshold,
+            linkage: Linkage::Average,
+            seed: 7,
+            ..FederationConfig::default()
+        },
+    )
 }
 
 fn parts(spec: &str, n: usize) -> (FashionMnist, Partition) {
@@ -39,8 +42,8 @@ fn label_groups_pre_clustered_then_split_by_hc() {
     let truth = part.truth.clone().unwrap();
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
     let mut cfg = config(Threshold::Distance(0.2));
-    cfg.epochs = 5;
-    let r = federation::run(&cfg, &mut pool, &RunContext::with_truth(truth), &mut Quiet).unwrap();
+    cfg.federation.epochs = 5;
+    let r = algorithms::run(&cfg, &mut pool, &RunContext::with_truth(truth), &mut Quiet).unwrap();
     assert_eq!(r.n_clusters, 4, "{:?}", r.assignment);
     assert_eq!(r.ari, Some(1.0));
     // The smallest FC layer of LeNet-5 (fc3: 84 × 10 + 10), plus L and s.
@@ -63,10 +66,10 @@ fn pairs_form_one_pre_cluster_and_ten_clusters() {
     let truth = part.truth.clone().unwrap();
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
     let mut cfg = config(Threshold::Auto);
-    cfg.rounds = 1;
-    cfg.frac = 0.25;
-    cfg.epochs = 1;
-    let r = federation::run(&cfg, &mut pool, &RunContext::with_truth(truth), &mut Quiet).unwrap();
+    cfg.federation.rounds = 1;
+    cfg.federation.frac = 0.25;
+    cfg.federation.epochs = 1;
+    let r = algorithms::run(&cfg, &mut pool, &RunContext::with_truth(truth), &mut Quiet).unwrap();
     assert_eq!(r.n_clusters, 10, "{:?}", r.assignment);
     assert_eq!(r.ari, Some(1.0));
     let c = r.clustering.as_ref().expect("one pre-cluster, one tree");
@@ -75,7 +78,7 @@ fn pairs_form_one_pre_cluster_and_ten_clusters() {
     // Pre-clustering off: the same tree, the same clusters.
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
     cfg.methods.adacfl.pre_cluster = Some(false);
-    let off = federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
+    let off = algorithms::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
     assert_eq!(off.assignment, r.assignment);
     assert_eq!(off.signature_bytes, 850 * 4);
 }
@@ -102,10 +105,10 @@ fn newcomers_join_or_found_clusters_by_epsilon() {
         let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
         pool.hold_out(4, 1).unwrap();
         let mut cfg = config(Threshold::Distance(0.2));
-        cfg.rounds = 1;
-        cfg.epochs = 1;
+        cfg.federation.rounds = 1;
+        cfg.federation.epochs = 1;
         cfg.methods.adacfl.epsilon = epsilon;
-        federation::run(
+        algorithms::run(
             &cfg,
             &mut pool,
             &RunContext::with_truth(truth.clone()),

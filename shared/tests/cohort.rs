@@ -265,8 +265,9 @@ fn empty_data_leaves_the_start_and_a_zero_loss() {
 /// cohorts' sums run in another order; 1e-4 relative after the rounds' averaging).
 #[test]
 fn every_method_in_cohorts_ends_as_with_each_client_alone() {
+    use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
     use edgecfl_shared::data::partition::{PartitionSpec, partition};
-    use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+    use edgecfl_shared::federation::{FederationConfig, Quiet, RunContext};
     use edgecfl_shared::sim::SimPool;
     use edgecfl_shared::train::Backend;
 
@@ -274,25 +275,27 @@ fn every_method_in_cohorts_ends_as_with_each_client_alone() {
     let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
     let part = partition(&spec, &data.train.labels, 8, 3).unwrap();
     for algorithm in Algorithm::all() {
-        let cfg = FederationConfig {
+        let cfg = MethodConfig::new(
             algorithm,
-            model: if algorithm == Algorithm::MtHfl {
-                ModelKind::Mlp
-            } else {
-                ModelKind::LeNet5
+            FederationConfig {
+                model: if algorithm == Algorithm::MtHfl {
+                    ModelKind::Mlp
+                } else {
+                    ModelKind::LeNet5
+                },
+                rounds: 2,
+                frac: 0.5,
+                epochs: 1,
+                seed: 3,
+                clusters: Some(3),
+                ..FederationConfig::default()
             },
-            rounds: 2,
-            frac: 0.5,
-            epochs: 1,
-            seed: 3,
-            clusters: Some(3),
-            ..FederationConfig::default()
-        };
+        );
         let run = |cohort: usize| {
             let mut pool = SimPool::new(&data, &part, Backend::Flex)
                 .unwrap()
                 .with_cohort(cohort);
-            federation::run(
+            algorithms::run(
                 &cfg,
                 &mut pool,
                 &RunContext::of_partition(&part),
@@ -317,29 +320,32 @@ fn every_method_in_cohorts_ends_as_with_each_client_alone() {
 
 #[test]
 fn a_diverging_client_fails_a_run_in_cohorts_as_it_does_alone() {
+    use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
     use edgecfl_shared::data::partition::{PartitionSpec, partition};
-    use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+    use edgecfl_shared::federation::{FederationConfig, Quiet, RunContext};
     use edgecfl_shared::sim::SimPool;
     use edgecfl_shared::train::Backend;
 
     let data = FashionMnist::bundled().unwrap();
     let spec: PartitionSpec = "label:2".parse().unwrap();
     let part = partition(&spec, &data.train.labels, 4, 1).unwrap();
-    let cfg = FederationConfig {
-        algorithm: Algorithm::FedAvg,
-        rounds: 1,
-        frac: 1.0,
-        epochs: 1,
-        lr: 1e30,
-        seed: 1,
-        ..FederationConfig::default()
-    };
+    let cfg = MethodConfig::new(
+        Algorithm::FedAvg,
+        FederationConfig {
+            rounds: 1,
+            frac: 1.0,
+            epochs: 1,
+            lr: 1e30,
+            seed: 1,
+            ..FederationConfig::default()
+        },
+    );
     let run = |cohort: usize| {
         let mut pool = SimPool::new(&data, &part, Backend::Flex)
             .unwrap()
             .with_cohort(cohort);
         let ctx = RunContext::of_partition(&part);
-        match federation::run(&cfg, &mut pool, &ctx, &mut Quiet) {
+        match algorithms::run(&cfg, &mut pool, &ctx, &mut Quiet) {
             Ok(_) => panic!("cohort {cohort}: a run at lr 1e30 ended"),
             Err(e) => e.to_string(),
         }

@@ -3,12 +3,13 @@
 //! without the others, who are named (`RunResult::left_out`, the observer) and never asked
 //! again. Checked against the known groups and against the full run's relevance matrix.
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, FederationError, Job,
-    Observer, PoolError, RunContext, RunResult,
+    Answer, ClientInfo, ClientPool, FederationConfig, FederationError, Job, Observer, PoolError,
+    RunContext, RunResult,
 };
 use edgecfl_shared::model::ModelKind;
 use edgecfl_shared::sim::SimPool;
@@ -78,17 +79,19 @@ impl Observer for Told {
     }
 }
 
-fn config(algorithm: Algorithm) -> FederationConfig {
-    FederationConfig {
+fn config(algorithm: Algorithm) -> MethodConfig {
+    MethodConfig::new(
         algorithm,
-        rounds: 2,
-        frac: 1.0,
-        epochs: 1,
-        warmup_epochs: 1,
-        clusters: (algorithm == Algorithm::FeSem).then_some(4),
-        seed: 7,
-        ..FederationConfig::default()
-    }
+        FederationConfig {
+            rounds: 2,
+            frac: 1.0,
+            epochs: 1,
+            warmup_epochs: 1,
+            clusters: (algorithm == Algorithm::FeSem).then_some(4),
+            seed: 7,
+            ..FederationConfig::default()
+        },
+    )
 }
 
 fn indices(clients: &[ClientInfo]) -> Vec<usize> {
@@ -105,7 +108,7 @@ fn one_shot_methods_go_on_without_the_clients_silent_in_round_0() {
     for algorithm in [Algorithm::FedClust, Algorithm::AdaCfl, Algorithm::FeSem] {
         let (mut pool, ctx) = Silent::new("groups:012-34-56-789", N, &silent, false);
         let mut told = Told::default();
-        let r = federation::run(&config(algorithm), &mut pool, &ctx, &mut told).unwrap();
+        let r = algorithms::run(&config(algorithm), &mut pool, &ctx, &mut told).unwrap();
         let present: Vec<usize> = (0..N).filter(|i| !silent.contains(i)).collect();
         assert_eq!(indices(&r.left_out), silent, "{algorithm}");
         assert_eq!(told.0, silent, "{algorithm}: the observer hears of each");
@@ -149,7 +152,7 @@ fn clients_back_after_round_0_join_as_newcomers_of_round_1() {
     let silent = [2, 9];
     let (mut pool, ctx) = Silent::new("groups:012-34-56-789", N, &silent, false);
     pool.comes_back = true;
-    let r = federation::run(
+    let r = algorithms::run(
         &config(Algorithm::FedClust),
         &mut pool,
         &ctx,
@@ -174,17 +177,18 @@ fn clients_back_after_round_0_join_as_newcomers_of_round_1() {
 #[test]
 fn mthfl_client_without_its_relevance_row_is_left_out() {
     const N: usize = 10;
-    let cfg = FederationConfig {
+    let mut cfg = config(Algorithm::MtHfl);
+    cfg.federation = FederationConfig {
         model: ModelKind::Mlp,
         threshold: Threshold::Clusters(3),
         batch_size: 10,
         lr: 0.05,
         rounds: 1,
-        ..config(Algorithm::MtHfl)
+        ..cfg.federation
     };
     let run = |silent: &[usize]| -> RunResult {
         let (mut pool, ctx) = Silent::new("tasks:fmnist3", N, silent, true);
-        federation::run(&cfg, &mut pool, &ctx, &mut Told::default()).unwrap()
+        algorithms::run(&cfg, &mut pool, &ctx, &mut Told::default()).unwrap()
     };
     let full = run(&[]);
     let lost = 4;
@@ -205,7 +209,7 @@ fn mthfl_client_without_its_relevance_row_is_left_out() {
 fn fewer_than_two_round_0_uploads_fail_the_run() {
     const N: usize = 4;
     let (mut pool, ctx) = Silent::new("groups:012-34-56-789", N, &[0, 1, 3], false);
-    let err = federation::run(
+    let err = algorithms::run(
         &config(Algorithm::FedClust),
         &mut pool,
         &ctx,

@@ -1,26 +1,29 @@
 //! FedClust end to end in process, on the bundled Fashion-MNIST subset: the one-shot clustering
 //! must recover a known label-group structure exactly, and training must beat chance.
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
-use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext};
+use edgecfl_shared::federation::{FederationConfig, Quiet, RunContext};
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
-fn config(algorithm: Algorithm) -> FederationConfig {
-    FederationConfig {
+fn config(algorithm: Algorithm) -> MethodConfig {
+    MethodConfig::new(
         algorithm,
-        rounds: 2,
-        frac: 0.5,
-        epochs: 1,
-        warmup_epochs: 1,
-        threshold: Threshold::Auto,
-        linkage: Linkage::Average,
-        seed: 7,
-        ..FederationConfig::default()
-    }
+        FederationConfig {
+            rounds: 2,
+            frac: 0.5,
+            epochs: 1,
+            warmup_epochs: 1,
+            threshold: Threshold::Auto,
+            linkage: Linkage::Average,
+            seed: 7,
+            ..FederationConfig::default()
+        },
+    )
 }
 
 #[test]
@@ -31,8 +34,8 @@ fn fedclust_recovers_label_groups_and_learns() {
     let truth = part.truth.clone().unwrap();
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
     let mut cfg = config(Algorithm::FedClust);
-    cfg.epochs = 5;
-    let r = federation::run(
+    cfg.federation.epochs = 5;
+    let r = algorithms::run(
         &cfg,
         &mut pool,
         &RunContext::with_truth(truth.clone()),
@@ -59,10 +62,10 @@ fn same_seed_same_run() {
     let spec: PartitionSpec = "label:2".parse().unwrap();
     let part = partition(&spec, &data.train.labels, 6, 1).unwrap();
     let mut cfg = config(Algorithm::FedAvg);
-    cfg.rounds = 1;
+    cfg.federation.rounds = 1;
     let run = || {
         let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
-        federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap()
+        algorithms::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap()
     };
     let (a, b) = (run(), run());
     assert_eq!(a.models[0].values, b.models[0].values);
@@ -77,11 +80,11 @@ fn local_keeps_one_model_per_client() {
     let part = partition(&spec, &data.train.labels, 4, 3).unwrap();
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
     let mut cfg = config(Algorithm::Local);
-    cfg.rounds = 1;
-    let r = federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
+    cfg.federation.rounds = 1;
+    let r = algorithms::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
     assert_eq!(r.n_clusters, 4);
     // frac 0.5 of 4 → 2 clients trained; the other two still hold the initial model.
-    let initial = edgecfl_shared::model::Params::init(cfg.model, cfg.seed);
+    let initial = edgecfl_shared::model::Params::init(cfg.federation.model, cfg.federation.seed);
     let untouched = r.models.iter().filter(|m| **m == initial).count();
     assert_eq!(untouched, 2);
 }
@@ -99,9 +102,9 @@ fn cluster_start_members_starts_each_cluster_from_its_members_mean() {
     let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
     let part = partition(&spec, &data.train.labels, 12, 7).unwrap();
     let truth = part.truth.clone().unwrap();
-    let run = |cfg: &FederationConfig| {
+    let run = |cfg: &MethodConfig| {
         let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
-        federation::run(
+        algorithms::run(
             cfg,
             &mut pool,
             &RunContext::with_truth(truth.clone()),
@@ -110,14 +113,13 @@ fn cluster_start_members_starts_each_cluster_from_its_members_mean() {
         .unwrap()
     };
     let mut cfg = config(Algorithm::FedClust);
-    cfg.rounds = 0;
-    cfg.weighting = Weighting::Equal;
+    cfg.federation.rounds = 0;
+    cfg.federation.weighting = Weighting::Equal;
     let paper = run(&cfg);
-    let every_layer = run(&FederationConfig {
-        signature_layers: LayerSet::All,
-        threshold: Threshold::Clusters(paper.n_clusters),
-        ..cfg.clone()
-    });
+    let mut every_layer = cfg.clone();
+    every_layer.federation.signature_layers = LayerSet::All;
+    every_layer.federation.threshold = Threshold::Clusters(paper.n_clusters);
+    let every_layer = run(&every_layer);
     cfg.methods.fedclust.cluster_start = Some(ClusterStart::Members);
     let members = run(&cfg);
     assert_eq!(paper.ari, Some(1.0));

@@ -5,27 +5,29 @@
 //! - FedProx with μ = 0 is FedAvg exactly (the proximal term vanishes, bit for bit), and a large μ
 //!   keeps the global model closer to θ⁰ than FedAvg's.
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, Job, PoolError, Quiet,
-    RunContext,
+    Answer, ClientInfo, ClientPool, FederationConfig, Job, PoolError, Quiet, RunContext,
 };
 use edgecfl_shared::model::{LayerSet, Params};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
-fn config(algorithm: Algorithm) -> FederationConfig {
-    FederationConfig {
+fn config(algorithm: Algorithm) -> MethodConfig {
+    MethodConfig::new(
         algorithm,
-        rounds: 2,
-        frac: 0.5,
-        epochs: 1,
-        warmup_epochs: 1,
-        seed: 7,
-        ..FederationConfig::default()
-    }
+        FederationConfig {
+            rounds: 2,
+            frac: 0.5,
+            epochs: 1,
+            warmup_epochs: 1,
+            seed: 7,
+            ..FederationConfig::default()
+        },
+    )
 }
 
 #[test]
@@ -39,11 +41,11 @@ fn fesem_recovers_label_groups_keeps_them_and_places_newcomers() {
         let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
         pool.hold_out(4, 2).unwrap();
         let mut cfg = config(Algorithm::FeSem);
-        cfg.clusters = Some(4);
-        cfg.rounds = 3;
-        cfg.epochs = 3;
+        cfg.federation.clusters = Some(4);
+        cfg.federation.rounds = 3;
+        cfg.federation.epochs = 3;
         cfg.methods.fesem.fesem_layers = Some(layers.clone());
-        let r = federation::run(
+        let r = algorithms::run(
             &cfg,
             &mut pool,
             &RunContext::with_truth(truth.clone()),
@@ -79,16 +81,17 @@ fn fedprox_with_zero_mu_is_fedavg_and_a_large_mu_stays_near_the_start() {
     let part = partition(&spec, &data.train.labels, 6, 1).unwrap();
     let run = |algorithm, mu| {
         let mut cfg = config(algorithm);
-        cfg.mu = mu;
+        cfg.federation.mu = mu;
         let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
-        federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap()
+        algorithms::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap()
     };
     let fedavg = run(Algorithm::FedAvg, None);
     let zero = run(Algorithm::FedProx, Some(0.0));
     assert_eq!(zero.models[0].values, fedavg.models[0].values);
     assert_eq!(zero.final_accuracy(), fedavg.final_accuracy());
     let strong = run(Algorithm::FedProx, Some(10.0));
-    let start = Params::init(fedavg.config.model, fedavg.config.seed);
+    let cfg = config(Algorithm::FedAvg).federation;
+    let start = Params::init(cfg.model, cfg.seed);
     let (d_avg, d_prox) = (
         distance(&fedavg.models[0], &start),
         distance(&strong.models[0], &start),
@@ -131,16 +134,16 @@ fn round0_bytes_are_counted_in_the_pools_upload_encoding() {
     let part = partition(&spec, &data.train.labels, 8, 7).unwrap();
     for (algorithm, floats) in [(Algorithm::FeSem, 44_426), (Algorithm::FedClust, 850)] {
         let mut cfg = config(algorithm);
-        cfg.rounds = 1;
-        cfg.clusters = (algorithm == Algorithm::FeSem).then_some(4);
+        cfg.federation.rounds = 1;
+        cfg.federation.clusters = (algorithm == Algorithm::FeSem).then_some(4);
         cfg.methods.fesem.fesem_layers = Some(LayerSet::Final);
         for (f16, width) in [(false, 4), (true, 2)] {
             let pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
             let r = if f16 {
-                federation::run(&cfg, &mut F16(pool), &RunContext::default(), &mut Quiet)
+                algorithms::run(&cfg, &mut F16(pool), &RunContext::default(), &mut Quiet)
             } else {
                 let mut pool = pool;
-                federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet)
+                algorithms::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet)
             }
             .unwrap();
             assert_eq!(r.signature_bytes, floats * width, "{algorithm}, f16 {f16}");

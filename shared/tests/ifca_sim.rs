@@ -4,27 +4,29 @@
 
 use std::collections::HashMap;
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::cluster::metrics::adjusted_rand_index;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, Job, PoolError, Quiet,
-    RunContext,
+    Answer, ClientInfo, ClientPool, FederationConfig, Job, PoolError, Quiet, RunContext,
 };
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
-fn config(rounds: usize, frac: f64) -> FederationConfig {
-    FederationConfig {
-        algorithm: Algorithm::Ifca,
-        clusters: Some(4),
-        rounds,
-        frac,
-        epochs: 1,
-        lr: 0.05,
-        seed: 7,
-        ..FederationConfig::default()
-    }
+fn config(rounds: usize, frac: f64) -> MethodConfig {
+    MethodConfig::new(
+        Algorithm::Ifca,
+        FederationConfig {
+            clusters: Some(4),
+            rounds,
+            frac,
+            epochs: 1,
+            lr: 0.05,
+            seed: 7,
+            ..FederationConfig::default()
+        },
+    )
 }
 
 /// A [`SimPool`] that records each client's latest pick and the losses behind it.
@@ -89,8 +91,8 @@ impl ClientPool for Picks {
 fn clients_end_in_the_cluster_they_picked_and_accuracy_rises() {
     let (mut pool, truth) = Picks::new("rotate:4", 12);
     let mut cfg = config(4, 1.0);
-    cfg.epochs = 2;
-    let r = federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
+    cfg.federation.epochs = 2;
+    let r = algorithms::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
     let acc: Vec<f64> = r.rounds.iter().filter_map(|x| x.accuracy).collect();
     let ari = adjusted_rand_index(&r.assignment, &truth);
     eprintln!(
@@ -126,7 +128,7 @@ fn unsampled_clients_and_newcomers_are_in_cluster_zero() {
     pool.inner.hold_out(2, 1).unwrap();
     // 12 clients (10 + 2 newcomers at round 1), a quarter sampled: 3 pick, the others stay in 0.
     let cfg = config(1, 0.25);
-    let r = federation::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
+    let r = algorithms::run(&cfg, &mut pool, &RunContext::default(), &mut Quiet).unwrap();
     assert_eq!(r.newcomers.len(), 2);
     assert!(r.newcomers.iter().all(|n| n.cluster == 0));
     assert_eq!(pool.last.len(), 3);

@@ -5,11 +5,12 @@
 
 use std::sync::OnceLock;
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::spectral::Relevance;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{Partition, PartitionSpec, partition};
-use edgecfl_shared::federation::{self, Algorithm, FederationConfig, Quiet, RunContext, RunResult};
+use edgecfl_shared::federation::{FederationConfig, Quiet, RunContext, RunResult};
 use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::sim::SimPool;
@@ -27,24 +28,26 @@ fn split(seed: u64) -> Partition {
     partition(&spec, &data().train.labels, CLIENTS, seed).unwrap()
 }
 
-fn config(algorithm: Algorithm) -> FederationConfig {
-    FederationConfig {
+fn config(algorithm: Algorithm) -> MethodConfig {
+    MethodConfig::new(
         algorithm,
-        model: ModelKind::Mlp,
-        rounds: 2,
-        frac: 1.0,
-        epochs: 1,
-        batch_size: 10,
-        lr: 0.05,
-        threshold: Threshold::Clusters(3),
-        seed: 3,
-        ..FederationConfig::default()
-    }
+        FederationConfig {
+            model: ModelKind::Mlp,
+            rounds: 2,
+            frac: 1.0,
+            epochs: 1,
+            batch_size: 10,
+            lr: 0.05,
+            threshold: Threshold::Clusters(3),
+            seed: 3,
+            ..FederationConfig::default()
+        },
+    )
 }
 
-fn run(cfg: &FederationConfig, part: &Partition) -> RunResult {
+fn run(cfg: &MethodConfig, part: &Partition) -> RunResult {
     let mut pool = SimPool::new(data(), part, Backend::Flex).unwrap();
-    federation::run(cfg, &mut pool, &RunContext::of_partition(part), &mut Quiet).unwrap()
+    algorithms::run(cfg, &mut pool, &RunContext::of_partition(part), &mut Quiet).unwrap()
 }
 
 /// The floats of `layer` (weight and bias) of a model.
@@ -119,7 +122,7 @@ fn mthfl_finds_the_tasks_and_shares_only_the_common_layer() {
 fn server_side_relevance_gives_the_same_clusters() {
     let part = split(3);
     let mut cfg = config(Algorithm::MtHfl);
-    cfg.rounds = 0;
+    cfg.federation.rounds = 0;
     let paper = run(&cfg, &part);
     cfg.methods.mthfl.relevance = Some(Relevance::Server);
     cfg.methods.mthfl.signature_encoding = Some(Encoding::F16);
@@ -134,8 +137,8 @@ fn server_side_relevance_gives_the_same_clusters() {
 fn gps_every_lps_rounds() {
     let part = split(4);
     let mut cfg = config(Algorithm::MtHfl);
-    cfg.rounds = 3;
-    cfg.lps_rounds = 2;
+    cfg.federation.rounds = 3;
+    cfg.federation.lps_rounds = 2;
     let r = run(&cfg, &part);
     let gps: Vec<bool> = r.rounds.iter().map(|x| x.gps).collect();
     assert_eq!(gps, vec![false, true, false]);
@@ -148,8 +151,8 @@ fn gps_every_lps_rounds() {
 fn random_clusters_and_fedclust_feed_the_same_hierarchy() {
     let part = split(5);
     let mut cfg = config(Algorithm::Random);
-    cfg.hierarchy = true;
-    cfg.rounds = 1;
+    cfg.federation.hierarchy = true;
+    cfg.federation.rounds = 1;
     let r = run(&cfg, &part);
     let mut sizes = [0usize; 3];
     r.assignment.iter().for_each(|&c| sizes[c] += 1);
@@ -160,16 +163,16 @@ fn random_clusters_and_fedclust_feed_the_same_hierarchy() {
     assert_shared_and_own(&r, "fc1", "fc2");
 
     // Without --hierarchy nothing is shared.
-    cfg.hierarchy = false;
+    cfg.federation.hierarchy = false;
     let flat = run(&cfg, &part);
     assert_eq!(flat.gps_rounds, 0);
     assert_ne!(layer(&flat.models[0], "fc1"), layer(&flat.models[1], "fc1"));
 
     // FedClust's clusters (final-layer weights) under LPS/GPS, sharing fc2 this time.
     let mut cfg = config(Algorithm::FedClust);
-    cfg.hierarchy = true;
-    cfg.rounds = 1;
-    cfg.common_layers = Some("fc2".parse().unwrap());
+    cfg.federation.hierarchy = true;
+    cfg.federation.rounds = 1;
+    cfg.federation.common_layers = Some("fc2".parse().unwrap());
     let r = run(&cfg, &part);
     assert!(r.n_clusters >= 2, "{:?}", r.assignment);
     assert_eq!(r.gps_rounds, 1);
@@ -184,11 +187,11 @@ fn newcomers_join_the_cluster_of_their_task() {
     let part = partition(&spec, &data().train.labels, 20, 3).unwrap();
     for relevance in [Relevance::Client, Relevance::Server] {
         let mut cfg = config(Algorithm::MtHfl);
-        cfg.rounds = 1;
+        cfg.federation.rounds = 1;
         cfg.methods.mthfl.relevance = Some(relevance);
         let mut pool = SimPool::new(data(), &part, Backend::Flex).unwrap();
         pool.hold_out(2, 1).unwrap();
-        let r = federation::run(
+        let r = algorithms::run(
             &cfg,
             &mut pool,
             &RunContext::of_partition(&part),

@@ -5,13 +5,14 @@
 
 use std::collections::BTreeSet;
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, Job, NewcomerError,
-    Observer, PoolError, RunContext, RunResult,
+    self, Answer, ClientInfo, ClientPool, FederationConfig, Job, NewcomerError, Observer,
+    PoolError, RunContext, RunResult,
 };
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
@@ -21,18 +22,20 @@ use edgecfl_shared::train::Backend;
 const CLIENTS: usize = 12;
 const NEWCOMERS: usize = 4;
 
-fn config(algorithm: Algorithm, rounds: usize) -> FederationConfig {
-    FederationConfig {
+fn config(algorithm: Algorithm, rounds: usize) -> MethodConfig {
+    MethodConfig::new(
         algorithm,
-        rounds,
-        frac: 1.0,
-        epochs: 1,
-        warmup_epochs: 1,
-        threshold: Threshold::Auto,
-        linkage: Linkage::Average,
-        seed: 7,
-        ..FederationConfig::default()
-    }
+        FederationConfig {
+            rounds,
+            frac: 1.0,
+            epochs: 1,
+            warmup_epochs: 1,
+            threshold: Threshold::Auto,
+            linkage: Linkage::Average,
+            seed: 7,
+            ..FederationConfig::default()
+        },
+    )
 }
 
 /// A [`SimPool`] that records who it was asked to train and evaluate in each round, and can
@@ -123,9 +126,9 @@ impl Observer for Told {
     }
 }
 
-fn run(pool: &mut Recording, cfg: &FederationConfig, truth: &[usize]) -> (RunResult, Told) {
+fn run(pool: &mut Recording, cfg: &MethodConfig, truth: &[usize]) -> (RunResult, Told) {
     let mut told = Told::default();
-    let r = federation::run(
+    let r = algorithms::run(
         cfg,
         pool,
         &RunContext::with_truth(truth.to_vec()),
@@ -222,7 +225,7 @@ fn other_algorithms_place_or_drop_newcomers() {
     for algorithm in [Algorithm::FedAvg, Algorithm::Local] {
         let (mut pool, truth) = Recording::new(1, 1, 4);
         let mut cfg = config(algorithm, 1);
-        cfg.frac = 0.25;
+        cfg.federation.frac = 0.25;
         let (r, _) = run(&mut pool, &cfg, &truth);
         assert_eq!(r.newcomers.len(), 1, "{algorithm}");
         let n = &r.newcomers[0];
@@ -237,15 +240,15 @@ fn other_algorithms_place_or_drop_newcomers() {
     // Random: the smallest group (3 round-0 clients in k = 2 groups of 2 and 1).
     let (mut pool, truth) = Recording::new(1, 1, 4);
     let mut cfg = config(Algorithm::Random, 1);
-    cfg.threshold = Threshold::Clusters(2);
+    cfg.federation.threshold = Threshold::Clusters(2);
     let (r, _) = run(&mut pool, &cfg, &truth);
     let small = usize::from(r.assignment[..3].iter().filter(|&&a| a == 0).count() == 2);
     assert_eq!(r.newcomers[0].cluster, small, "{:?}", r.assignment);
     // MT-HFL places it by relevance (tests/mthfl_sim.rs checks where); the run goes on.
     let (mut pool, truth) = Recording::new(1, 1, 4);
     let mut cfg = config(Algorithm::MtHfl, 1);
-    cfg.model = edgecfl_shared::model::ModelKind::Mlp;
-    cfg.threshold = Threshold::Clusters(2);
+    cfg.federation.model = edgecfl_shared::model::ModelKind::Mlp;
+    cfg.federation.threshold = Threshold::Clusters(2);
     let (r, told) = run(&mut pool, &cfg, &truth);
     assert!(told.dropped.is_empty(), "{:?}", r.dropped_newcomers);
     assert_eq!(
@@ -266,8 +269,8 @@ fn other_algorithms_place_or_drop_newcomers() {
 fn newcomers_join_after_the_federation_and_personalise() {
     let (mut pool, truth) = Recording::new(NEWCOMERS, 3, CLIENTS);
     let mut cfg = config(Algorithm::FedClust, 2);
-    cfg.epochs = 3;
-    cfg.personalize_epochs = Some(5);
+    cfg.federation.epochs = 3;
+    cfg.federation.personalize_epochs = Some(5);
     let (r, told) = run(&mut pool, &cfg, &truth);
     let round_zero = CLIENTS - NEWCOMERS;
     let newcomers: BTreeSet<usize> = (round_zero..CLIENTS).collect();
@@ -305,12 +308,7 @@ fn newcomers_join_after_the_federation_and_personalise() {
             .all(|n| n.personalized_accuracy.is_none())
     );
     assert_eq!(r.mean_personalized_accuracy(), None);
-    assert!(
-        FederationConfig {
-            personalize_epochs: Some(0),
-            ..config(Algorithm::FedClust, 2)
-        }
-        .validate()
-        .is_err()
-    );
+    let mut cfg = config(Algorithm::FedClust, 2);
+    cfg.federation.personalize_epochs = Some(0);
+    assert!(cfg.validate().is_err());
 }

@@ -551,7 +551,7 @@ proptest! {
 /// largest integers, every label, as many IFCA losses as clusters).
 #[test]
 fn largest_messages_fit_the_broker_limits() {
-    use edgecfl_shared::algorithms::Algorithm;
+    use edgecfl_shared::algorithms::{Algorithm, MethodConfig};
     use edgecfl_shared::federation::FederationConfig;
     use edgecfl_shared::model::ParamLayout;
     use edgecfl_shared::protocol::{Eigenpairs, LpsDone, MAX_STATUS_PAYLOAD, ToGps, upload_limit};
@@ -600,12 +600,14 @@ fn largest_messages_fit_the_broker_limits() {
         (ModelKind::LeNet5, 10_000, 2, 10_000),
     ] {
         let limit = |algorithm: Algorithm| {
-            let mut cfg = FederationConfig {
+            let mut cfg = MethodConfig::new(
                 algorithm,
-                model,
-                clusters: Some(clusters),
-                ..FederationConfig::default()
-            };
+                FederationConfig {
+                    model,
+                    clusters: Some(clusters),
+                    ..FederationConfig::default()
+                },
+            );
             cfg.methods.mthfl.eigenvectors = Some(k);
             upload_limit(cfg.largest_upload_floats(clients))
         };

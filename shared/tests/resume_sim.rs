@@ -2,13 +2,14 @@
 //! from that round's checkpoint (through its JSON text) ends exactly as the uninterrupted run:
 //! same clusters, models, records, evaluations and newcomers.
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::cluster::clustering::Threshold;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    self, Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, FederationConfig, Job, Observer,
-    PoolError, RunContext, RunResult,
+    self, Answer, Checkpoint, ClientInfo, ClientPool, FederationConfig, Job, Observer, PoolError,
+    RunContext, RunResult,
 };
 use edgecfl_shared::model::ModelKind;
 use edgecfl_shared::sim::SimPool;
@@ -100,36 +101,38 @@ fn resume_after_every_round(algorithm: Algorithm, newcomers: bool) -> RunResult 
 fn resume_after_every_round_with(
     algorithm: Algorithm,
     newcomers: bool,
-    tweak: impl FnOnce(&mut FederationConfig),
+    tweak: impl FnOnce(&mut MethodConfig),
 ) -> RunResult {
     let mthfl = algorithm == Algorithm::MtHfl;
-    let mut cfg = FederationConfig {
+    let mut cfg = MethodConfig::new(
         algorithm,
-        model: if mthfl {
-            ModelKind::Mlp
-        } else {
-            ModelKind::LeNet5
+        FederationConfig {
+            model: if mthfl {
+                ModelKind::Mlp
+            } else {
+                ModelKind::LeNet5
+            },
+            rounds: ROUNDS,
+            frac: 0.5,
+            epochs: 1,
+            warmup_epochs: 1,
+            threshold: if mthfl {
+                Threshold::Clusters(4)
+            } else {
+                Threshold::Auto
+            },
+            linkage: Linkage::Average,
+            seed: 3,
+            ..FederationConfig::default()
         },
-        rounds: ROUNDS,
-        frac: 0.5,
-        epochs: 1,
-        warmup_epochs: 1,
-        threshold: if mthfl {
-            Threshold::Clusters(4)
-        } else {
-            Threshold::Auto
-        },
-        linkage: Linkage::Average,
-        seed: 3,
-        ..FederationConfig::default()
-    };
+    );
     tweak(&mut cfg);
     let (mut full_pool, truth) = pool(newcomers);
     let ctx = RunContext {
         truth: Some(truth),
         ..RunContext::default()
     };
-    let full = federation::run_resumable(&cfg, &mut full_pool, &ctx, &mut Quiet, None).unwrap();
+    let full = algorithms::run_resumable(&cfg, &mut full_pool, &ctx, &mut Quiet, None).unwrap();
     // After round 0 and after every training round.
     assert_eq!(full_pool.saved.len(), ROUNDS + 1);
     for (k, text) in full_pool.saved.iter().enumerate() {
@@ -138,7 +141,7 @@ fn resume_after_every_round_with(
         // The pool of a resumed run knows the clients placed before the checkpoint already.
         let (mut again, _) = pool(newcomers && k < JOIN_ROUND);
         let resumed =
-            federation::run_resumable(&cfg, &mut again, &ctx, &mut Quiet, Some(checkpoint))
+            algorithms::run_resumable(&cfg, &mut again, &ctx, &mut Quiet, Some(checkpoint))
                 .unwrap();
         same(&full, &resumed);
         // It goes on checkpointing from there.
@@ -164,7 +167,7 @@ fn fedavg_resumes_after_any_round_to_the_same_result() {
 
 #[test]
 fn fedprox_resumes_after_any_round_to_the_same_result() {
-    resume_after_every_round_with(Algorithm::FedProx, false, |c| c.mu = Some(0.1));
+    resume_after_every_round_with(Algorithm::FedProx, false, |c| c.federation.mu = Some(0.1));
 }
 
 #[test]
@@ -176,7 +179,7 @@ fn local_resumes_after_any_round_to_the_same_result() {
 #[test]
 fn random_resumes_after_any_round_to_the_same_result() {
     let full = resume_after_every_round_with(Algorithm::Random, false, |c| {
-        c.threshold = Threshold::Clusters(3);
+        c.federation.threshold = Threshold::Clusters(3);
     });
     assert_eq!(full.models.len(), 3);
 }
@@ -184,14 +187,16 @@ fn random_resumes_after_any_round_to_the_same_result() {
 /// IFCA's clients pick among the K models every round: the K models and the picks must survive.
 #[test]
 fn ifca_resumes_after_any_round_to_the_same_result() {
-    let full = resume_after_every_round_with(Algorithm::Ifca, false, |c| c.clusters = Some(3));
+    let full =
+        resume_after_every_round_with(Algorithm::Ifca, false, |c| c.federation.clusters = Some(3));
     assert_eq!(full.models.len(), 3);
 }
 
 /// FeSEM re-assigns every client by distance to the K centres every round.
 #[test]
 fn fesem_resumes_after_any_round_to_the_same_result() {
-    let full = resume_after_every_round_with(Algorithm::FeSem, false, |c| c.clusters = Some(3));
+    let full =
+        resume_after_every_round_with(Algorithm::FeSem, false, |c| c.federation.clusters = Some(3));
     assert_eq!(full.models.len(), 3);
 }
 
@@ -240,21 +245,23 @@ fn adacfl_with_founding_newcomers_resumes_after_any_round_to_the_same_result() {
 }
 
 /// A one-round run of `algorithm` (no newcomers): its configuration, context and checkpoints.
-fn one_round(algorithm: Algorithm) -> (FederationConfig, RunContext, Vec<String>) {
+fn one_round(algorithm: Algorithm) -> (MethodConfig, RunContext, Vec<String>) {
     let (mut p, truth) = pool(false);
-    let cfg = FederationConfig {
+    let cfg = MethodConfig::new(
         algorithm,
-        rounds: 1,
-        epochs: 1,
-        warmup_epochs: 1,
-        seed: 3,
-        ..FederationConfig::default()
-    };
+        FederationConfig {
+            rounds: 1,
+            epochs: 1,
+            warmup_epochs: 1,
+            seed: 3,
+            ..FederationConfig::default()
+        },
+    );
     let ctx = RunContext {
         truth: Some(truth),
         ..RunContext::default()
     };
-    federation::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
+    algorithms::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
     (cfg, ctx, p.saved)
 }
 
@@ -277,7 +284,7 @@ fn a_bad_method_state_is_refused() {
             v["strategy"] = bad.clone();
             let c = Checkpoint::from_json(&v.to_string()).unwrap();
             let (mut q, _) = pool(false);
-            let r = federation::run_resumable(&cfg, &mut q, &ctx, &mut Quiet, Some(c));
+            let r = algorithms::run_resumable(&cfg, &mut q, &ctx, &mut Quiet, Some(c));
             assert!(
                 matches!(r, Err(federation::FederationError::Config(_))),
                 "{algorithm:?} {bad}"
@@ -292,13 +299,11 @@ fn a_bad_method_state_is_refused() {
 fn a_bad_checkpoint_is_refused() {
     let (cfg, ctx, saved) = one_round(Algorithm::FedClust);
     let text = saved[0].clone();
-    let other = FederationConfig {
-        seed: 4,
-        ..cfg.clone()
-    };
+    let mut other = cfg.clone();
+    other.federation.seed = 4;
     let c = Checkpoint::from_json(&text).unwrap();
     let (mut q, _) = pool(false);
-    assert!(federation::run_resumable(&other, &mut q, &ctx, &mut Quiet, Some(c)).is_err());
+    assert!(algorithms::run_resumable(&other, &mut q, &ctx, &mut Quiet, Some(c)).is_err());
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     v["assignment"][0] = serde_json::json!(99);
     assert!(Checkpoint::from_json(&v.to_string()).is_err());

@@ -4,13 +4,14 @@
 //! copes with a missing Ψ, and training beats chance.
 
 use edgecfl_shared::algorithms::stocfl::{cosine, cosine_histogram};
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::client::EVAL_BATCH;
 use edgecfl_shared::cluster::metrics::adjusted_rand_index;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    self, Algorithm, Answer, ClientInfo, ClientPool, FederationConfig, Job, Observer, PoolError,
-    Quiet, RunContext, RunResult,
+    self, Answer, ClientInfo, ClientPool, FederationConfig, Job, Observer, PoolError, Quiet,
+    RunContext, RunResult,
 };
 use edgecfl_shared::jobs::GradientJob;
 use edgecfl_shared::model::Params;
@@ -18,15 +19,17 @@ use edgecfl_shared::protocol::ModelKind;
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
-fn config(rounds: usize, frac: f64) -> FederationConfig {
-    FederationConfig {
-        algorithm: Algorithm::StoCfl,
-        rounds,
-        frac,
-        epochs: 1,
-        seed: 7,
-        ..FederationConfig::default()
-    }
+fn config(rounds: usize, frac: f64) -> MethodConfig {
+    MethodConfig::new(
+        Algorithm::StoCfl,
+        FederationConfig {
+            rounds,
+            frac,
+            epochs: 1,
+            seed: 7,
+            ..FederationConfig::default()
+        },
+    )
 }
 
 fn pool(spec: &str, clients: usize) -> (SimPool, Vec<usize>) {
@@ -109,9 +112,9 @@ fn recovers_label_groups_with_full_participation_and_learns() {
     let mut cfg = config(2, 1.0);
     // LeNet-5 at lr 0.01 sits on its initial plateau for the first hundred steps; the paper's
     // StoCFL runs use lr 0.1.
-    cfg.epochs = 2;
-    cfg.lr = 0.05;
-    let r = federation::run(
+    cfg.federation.epochs = 2;
+    cfg.federation.lr = 0.05;
+    let r = algorithms::run(
         &cfg,
         &mut pool,
         &RunContext::with_truth(truth.clone()),
@@ -145,9 +148,9 @@ fn recovers_label_groups_with_full_participation_and_learns() {
 fn recovers_shifted_labels_with_the_mlp_anchor() {
     let (mut pool, truth) = pool("shift:4", 12);
     let mut cfg = config(2, 1.0);
-    cfg.model = ModelKind::Mlp;
-    cfg.lr = 0.05;
-    let r = federation::run(
+    cfg.federation.model = ModelKind::Mlp;
+    cfg.federation.lr = 0.05;
+    let r = algorithms::run(
         &cfg,
         &mut pool,
         &RunContext::with_truth(truth.clone()),
@@ -169,7 +172,7 @@ fn recovers_shifted_labels_with_the_mlp_anchor() {
 fn partial_participation_merges_only_within_groups() {
     let (mut pool, truth) = pool("groups:012-34-56-789", 16);
     let cfg = config(3, 0.5);
-    let r = federation::run(
+    let r = algorithms::run(
         &cfg,
         &mut pool,
         &RunContext::with_truth(truth.clone()),
@@ -212,7 +215,7 @@ fn newcomers_join_their_groups_cluster() {
     pool.hold_out(4, 2).unwrap();
     let cfg = config(2, 1.0);
     let mut told = Told::default();
-    let r = federation::run(
+    let r = algorithms::run(
         &cfg,
         &mut pool,
         &RunContext::with_truth(truth.clone()),
@@ -258,7 +261,7 @@ fn a_missing_gradient_is_asked_again() {
     let (inner, truth) = pool("groups:012-34-56-789", 12);
     let mut pool = Silent { inner };
     // One round: client 0 stays alone (its Ψ is unknown), trained in its singleton.
-    let r: RunResult = federation::run(
+    let r: RunResult = algorithms::run(
         &config(1, 1.0),
         &mut pool,
         &RunContext::default(),
@@ -268,7 +271,7 @@ fn a_missing_gradient_is_asked_again() {
     assert_eq!(r.n_clusters, 5, "{:?}", r.assignment);
     assert!(r.assignment[1..].iter().all(|&c| c != r.assignment[0]));
     // Two rounds: asked again in round 2, it joins its group.
-    let r = federation::run(
+    let r = algorithms::run(
         &config(2, 1.0),
         &mut pool,
         &RunContext::default(),

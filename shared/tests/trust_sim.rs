@@ -8,11 +8,12 @@
 //! - an update whose change from the model it was sent is above `max_update_norm` is dropped and
 //!   recorded with its norm.
 
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    self, Algorithm, Answer, ClientInfo, ClientPool, DroppedUpdate, FederationConfig, Job,
-    Observer, PoolError, RunContext, RunResult, UpdateRejection, Weighting,
+    Answer, ClientInfo, ClientPool, DroppedUpdate, FederationConfig, Job, Observer, PoolError,
+    RunContext, RunResult, UpdateRejection, Weighting,
 };
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::sim::SimPool;
@@ -106,21 +107,23 @@ impl Observer for Told {
     }
 }
 
-fn config(rounds: usize) -> FederationConfig {
-    FederationConfig {
-        algorithm: Algorithm::FedAvg,
-        model: ModelKind::Mlp,
-        rounds,
-        frac: 1.0,
-        epochs: 1,
-        seed: 5,
-        ..FederationConfig::default()
-    }
+fn config(rounds: usize) -> MethodConfig {
+    MethodConfig::new(
+        Algorithm::FedAvg,
+        FederationConfig {
+            model: ModelKind::Mlp,
+            rounds,
+            frac: 1.0,
+            epochs: 1,
+            seed: 5,
+            ..FederationConfig::default()
+        },
+    )
 }
 
-fn run(cfg: &FederationConfig, pool: &mut Liar) -> (RunResult, Vec<DroppedUpdate>) {
+fn run(cfg: &MethodConfig, pool: &mut Liar) -> (RunResult, Vec<DroppedUpdate>) {
     let mut told = Told::default();
-    let r = federation::run(cfg, pool, &RunContext::default(), &mut told).unwrap();
+    let r = algorithms::run(cfg, pool, &RunContext::default(), &mut told).unwrap();
     (r, told.0)
 }
 
@@ -181,10 +184,8 @@ fn equal_weighting_is_the_plain_mean_of_the_updates() {
     let spec = "dir:0.3";
     let mut expected = Vec::new();
     for weighting in [Weighting::Samples, Weighting::Equal] {
-        let cfg = FederationConfig {
-            weighting,
-            ..config(1)
-        };
+        let mut cfg = config(1);
+        cfg.federation.weighting = weighting;
         let mut pool = Liar::new(spec, Attack::None);
         let sizes: Vec<u64> = pool.clients().iter().map(|c| c.samples).collect();
         assert!(sizes.iter().any(|&s| s != sizes[0]), "{sizes:?}");
@@ -216,10 +217,8 @@ fn updates_beyond_the_norm_bound_are_dropped_with_their_norm() {
     let n = Params::init(ModelKind::Mlp, 0).values.len();
     // Every parameter moved by 1: the change's norm is √n, far above honest one-epoch changes.
     let bound = (n as f64).sqrt() / 4.0;
-    let cfg = FederationConfig {
-        max_update_norm: Some(bound),
-        ..config(2)
-    };
+    let mut cfg = config(2);
+    cfg.federation.max_update_norm = Some(bound);
     let (without, _) = run(&config(2), &mut Liar::new("iid", Attack::Silent));
     let (honest, _) = run(&cfg, &mut Liar::new("iid", Attack::None));
     assert!(
@@ -244,10 +243,8 @@ fn updates_beyond_the_norm_bound_are_dropped_with_their_norm() {
     }
     assert_eq!(values(&r), values(&without));
     // A bound below every honest change drops every update: the model stays θ⁰.
-    let cfg = FederationConfig {
-        max_update_norm: Some(1e-9),
-        ..config(1)
-    };
+    let mut cfg = config(1);
+    cfg.federation.max_update_norm = Some(1e-9);
     let (r, _) = run(&cfg, &mut Liar::new("iid", Attack::None));
     assert_eq!(r.dropped_updates.len(), CLIENTS);
     assert_eq!(r.rounds[0].received, 0);

@@ -234,7 +234,7 @@ fn spawn_fleet(
         cmd.args(["run", "--broker", &broker.to_string(), "--id", id.as_str()])
             .args(["--prefix", prefix])
             .args(["--partition", &cfg.partition.to_string()])
-            .args(["--seed", &cfg.federation.seed.to_string()])
+            .args(["--seed", &cfg.method.federation.seed.to_string()])
             .args(["--index", &i.to_string(), "--of", &cfg.clients.to_string()])
             .args(["--device", &cfg.backend.to_string()])
             .arg("--model-out")
@@ -295,7 +295,7 @@ fn print_models(served: &Served, cfg: &RunConfig, ids: &[String]) {
             "try: edge-client predict --model {} --partition {} --seed {} --index {index} --of {}{data}",
             path.display(),
             cfg.partition,
-            cfg.federation.seed,
+            cfg.method.federation.seed,
             cfg.clients
         );
     }

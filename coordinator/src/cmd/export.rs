@@ -120,7 +120,7 @@ pub fn cluster_models(
 /// The cluster models at the end of a run.
 pub fn of_result(result: &RunResult, run_id: Option<&str>) -> Vec<ClusterModel> {
     cluster_models(
-        &result.config.algorithm.to_string(),
+        result.method,
         run_id,
         result.rounds.len(),
         &result.clients,
@@ -133,7 +133,7 @@ pub fn of_result(result: &RunResult, run_id: Option<&str>) -> Vec<ClusterModel> 
 /// The cluster models of a checkpoint (after its round `checkpoint.round`).
 pub fn of_checkpoint(c: &federation::Checkpoint, run_id: Option<&str>) -> Vec<ClusterModel> {
     cluster_models(
-        &c.config.algorithm.to_string(),
+        c.config["algorithm"].as_str().unwrap_or("?"),
         run_id,
         c.round,
         &c.clients,

@@ -34,8 +34,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::federation::{
-    self, Algorithm, FederationConfig, FederationError, GpsLink, RunContext, RunResult, Weighting,
+    FederationConfig, FederationError, GpsLink, RunContext, RunResult, Weighting,
 };
 use edgecfl_shared::hierarchy::CommonLayers;
 use edgecfl_shared::model::{LayerSet, Params};
@@ -358,34 +359,36 @@ fn await_assignment(
 }
 
 /// The round loop's settings from an assignment, and θ⁰.
-fn settings(a: &LpsAssignment) -> Result<(FederationConfig, Params, CommonLayers), LpsError> {
+fn settings(a: &LpsAssignment) -> Result<(MethodConfig, Params, CommonLayers), LpsError> {
     let bad = |e: &dyn std::fmt::Display| LpsError::Assignment(e.to_string());
     let initial = a.validate().map_err(|e| bad(&e))?;
     let initial = Params::new(a.model, initial).map_err(|e| bad(&e))?;
     let set: LayerSet = a.common_layers.parse().map_err(|e| bad(&e))?;
     let common = CommonLayers::new(a.model, Some(&set)).map_err(|e| bad(&e))?;
-    let cfg = FederationConfig {
-        algorithm: Algorithm::FedAvg,
-        model: a.model,
-        rounds: a.rounds as usize,
-        frac: a.frac,
-        epochs: a.epochs as usize,
-        batch_size: a.batch_size as usize,
-        lr: a.lr,
-        momentum: a.momentum,
-        eval_every: a.eval_every as usize,
-        seed: a.seed,
-        hierarchy: true,
-        lps_rounds: a.lps_rounds as usize,
-        common_layers: Some(set),
-        weighting: if a.equal_weights {
-            Weighting::Equal
-        } else {
-            Weighting::Samples
+    let cfg = MethodConfig::new(
+        Algorithm::FedAvg,
+        FederationConfig {
+            model: a.model,
+            rounds: a.rounds as usize,
+            frac: a.frac,
+            epochs: a.epochs as usize,
+            batch_size: a.batch_size as usize,
+            lr: a.lr,
+            momentum: a.momentum,
+            eval_every: a.eval_every as usize,
+            seed: a.seed,
+            hierarchy: true,
+            lps_rounds: a.lps_rounds as usize,
+            common_layers: Some(set),
+            weighting: if a.equal_weights {
+                Weighting::Equal
+            } else {
+                Weighting::Samples
+            },
+            max_update_norm: a.max_update_norm,
+            ..FederationConfig::default()
         },
-        max_update_norm: a.max_update_norm,
-        ..FederationConfig::default()
-    };
+    );
     cfg.validate().map_err(|e| bad(&e))?;
     Ok((cfg, initial, common))
 }
@@ -527,7 +530,7 @@ fn serve_cluster(
     let mut cfg = RunConfig::load(None)?;
     cfg.clients = a.members.len();
     cfg.out = out.to_path_buf();
-    cfg.federation = fed;
+    cfg.method = fed;
     let data = match pool.partition() {
         Some((spec, seed)) => {
             cfg.partition = spec;
@@ -540,15 +543,8 @@ fn serve_cluster(
         task_labels: pool.partition().and_then(|(spec, _)| spec.task_labels()),
         backend: cfg.backend,
     };
-    let mut progress = Progress::new(cfg.federation.rounds);
-    let result = federation::run_lps(
-        &cfg.federation,
-        &mut pool,
-        &ctx,
-        &mut progress,
-        initial,
-        gps,
-    )?;
+    let mut progress = Progress::new(cfg.method.federation.rounds);
+    let result = algorithms::run_lps(&cfg.method, &mut pool, &ctx, &mut progress, initial, gps)?;
     progress.finish();
     let model = result
         .models

@@ -1,9 +1,10 @@
 //! `coordinator simulate`: the whole federation in this process (clients are [`SimPool`]s).
 
 use anyhow::Context;
+use edgecfl_shared::algorithms;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::partition;
-use edgecfl_shared::federation::{self, RunContext, RunResult};
+use edgecfl_shared::federation::{RunContext, RunResult};
 use edgecfl_shared::sim::SimPool;
 use tracing::info;
 
@@ -33,12 +34,12 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
         &cfg.partition,
         &data.train.labels,
         cfg.clients,
-        cfg.federation.seed,
+        cfg.method.federation.seed,
     )
     .with_context(|| format!("partition {}", cfg.partition))?;
     let cohort = cfg
         .cohort
-        .unwrap_or_else(|| crate::config::default_cohort(cfg.backend, cfg.federation.model));
+        .unwrap_or_else(|| crate::config::default_cohort(cfg.backend, cfg.method.federation.model));
     let mut pool = SimPool::new(&data, &part, cfg.backend)?.with_cohort(cohort);
     if cohort > 1 {
         info!(
@@ -53,11 +54,11 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
     pool.hold_out(cfg.newcomers, cfg.join_round)?;
     info!(
         "{}: {} clients, partition {}, model {}, {} rounds",
-        cfg.federation.algorithm,
+        cfg.method.algorithm,
         cfg.clients,
         cfg.partition,
-        cfg.federation.model,
-        cfg.federation.rounds
+        cfg.method.federation.model,
+        cfg.method.federation.rounds
     );
     if cfg.newcomers > 0 {
         info!(
@@ -67,7 +68,7 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
             cfg.join_round
         );
     }
-    let mut progress = Progress::new(cfg.federation.rounds);
+    let mut progress = Progress::new(cfg.method.federation.rounds);
     let ctx = RunContext {
         backend: cfg.backend,
         ..RunContext::of_partition(&part)
@@ -75,8 +76,8 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
     // Every client is in every round of the in-process runner: the live view shows whole rounds.
     live.fleet(&edgecfl_shared::federation::ClientPool::clients(&pool));
     live.in_process_round(0);
-    let result = federation::run(
-        &cfg.federation,
+    let result = algorithms::run(
+        &cfg.method,
         &mut pool,
         &ctx,
         &mut live.observer(&mut progress),

@@ -470,8 +470,8 @@ pub fn start_served(
         args,
         access,
         runtime,
-        &cfg.federation.algorithm.to_string(),
-        cfg.federation.rounds,
+        &cfg.method.algorithm.to_string(),
+        cfg.method.federation.rounds,
     )
 }
 

@@ -57,6 +57,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::MethodConfig;
 use crate::cluster::clustering::{
     Clustering, ClusteringError, Threshold, centroids, guarded_cut, nearest_centroid,
 };
@@ -126,8 +127,8 @@ const GAP_SLACK: f64 = 1e-9;
 static SMALLEST_FC: LayerSet = LayerSet::SmallestFc;
 
 /// Checks AdaCFL's settings: round 0 needs a warm-up.
-pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
-    if cfg.warmup_epochs == 0 {
+pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
+    if cfg.federation.warmup_epochs == 0 {
         return Err(FederationError::Config(
             "warmup-epochs must be ≥ 1 for adacfl".into(),
         ));
@@ -368,7 +369,7 @@ pub struct AdaCfl {
 
 impl AdaCfl {
     /// The method for a run with `cfg` (ε and pre-clustering from its [`Settings`], or the paper's).
-    pub fn new(cfg: &FederationConfig) -> Self {
+    pub fn new(cfg: &MethodConfig) -> Self {
         AdaCfl {
             epsilon: cfg.methods.adacfl.epsilon(),
             pre_cluster: cfg.methods.adacfl.pre_cluster(),
@@ -761,14 +762,15 @@ mod tests {
         assert_eq!(*signature_layers(&cfg), LayerSet::SmallestFc);
         cfg.signature_layers = LayerSet::All;
         assert_eq!(*signature_layers(&cfg), LayerSet::All);
-        cfg.warmup_epochs = 0;
+        let mut cfg = MethodConfig::new(crate::algorithms::Algorithm::AdaCfl, cfg);
+        cfg.federation.warmup_epochs = 0;
         assert!(check(&cfg).is_err());
     }
 
     /// A saved state comes back; one of the wrong shape is a configuration error.
     #[test]
     fn restore_checks_the_state() {
-        let cfg = FederationConfig::default();
+        let cfg = MethodConfig::default();
         let sigs = vec![vec![0.0f32, 0.0], vec![5.0, 0.0], vec![0.1, 0.0]];
         let c = adaptive_clustering(
             &sigs,

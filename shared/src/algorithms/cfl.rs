@@ -51,12 +51,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::MethodConfig;
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Linkage, linkage};
 use crate::federation::{
-    ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, Training, Update, bad_state, check_model,
-    non_negative, strategy_state, updates_of,
+    ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement, RoundStats,
+    Strategy, Target, Training, Update, bad_state, check_model, non_negative, strategy_state,
+    updates_of,
 };
 use crate::model::Params;
 
@@ -224,7 +225,7 @@ type Descent = Result<(usize, Option<f64>), NewcomerError>;
 
 impl Cfl {
     /// The method for a run with `cfg` (ε₁, ε₂ from its [`Settings`] or the defaults).
-    pub fn new(cfg: &FederationConfig) -> Self {
+    pub fn new(cfg: &MethodConfig) -> Self {
         Cfl {
             eps1: cfg.methods.cfl.eps1(),
             eps2: cfg.methods.cfl.eps2(),
@@ -581,7 +582,7 @@ mod tests {
     #[test]
     fn restore_checks_the_state() {
         use crate::model::ModelKind;
-        let cfg = FederationConfig::default();
+        let cfg = MethodConfig::default();
         let model = Params::init(ModelKind::Mlp, 1);
         let split = |cluster, new_cluster, round, dir_len| Split {
             round,

@@ -21,13 +21,14 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::MethodConfig;
 use crate::aggregate::weighted_average;
 use crate::cluster::clustering::{
     Clustering, ClusteringError, cluster_signatures, nearest_centroid,
 };
 use crate::federation::{
-    Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, Strategy, Target, Training, Weighting, client_seed, round0_uploads,
+    Answer, ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement,
+    Strategy, Target, Training, Weighting, client_seed, round0_uploads,
 };
 use crate::jobs::SignatureJob;
 use crate::model::{LayerSet, ParamLayout, Params};
@@ -91,8 +92,8 @@ pub fn assign_newcomer(
 }
 
 /// Checks FedClust's settings: round 0 needs a warm-up.
-pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
-    if cfg.warmup_epochs == 0 {
+pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
+    if cfg.federation.warmup_epochs == 0 {
         return Err(FederationError::Config(
             "warmup-epochs must be ≥ 1 for fedclust".into(),
         ));
@@ -105,13 +106,17 @@ pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
 /// newcomers come in does not matter).
 #[derive(Debug, Clone, Default)]
 pub struct FedClust {
+    settings: Settings,
     clustering: Option<Clustering>,
 }
 
 impl FedClust {
     /// The method for a run with `cfg`.
-    pub fn new(_cfg: &FederationConfig) -> Self {
-        FedClust::default()
+    pub fn new(cfg: &MethodConfig) -> Self {
+        FedClust {
+            settings: cfg.methods.fedclust.clone(),
+            clustering: None,
+        }
     }
 }
 
@@ -162,7 +167,7 @@ impl Strategy for FedClust {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let n = env.clients.len();
         let cfg = env.cfg;
-        let members = cfg.methods.fedclust.cluster_start == Some(ClusterStart::Members);
+        let members = self.settings.cluster_start == Some(ClusterStart::Members);
         let layers = if members {
             &ALL_LAYERS
         } else {

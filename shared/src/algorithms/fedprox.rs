@@ -7,16 +7,17 @@
 //! FedAvg does; μ defaults to 0.01 (`--mu`; the paper's grid is {0.001, 0.01, 0.1, 1}, and the
 //! StoCFL and FeSEM papers compare against μ = 0.1 and 0.01). A newcomer joins the one cluster.
 
+use super::MethodConfig;
 use crate::federation::{
-    ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, Prox, RoundStats, Strategy, Training, updates_of,
+    ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement, Prox,
+    RoundStats, Strategy, Training, updates_of,
 };
 
 /// μ when `--mu` is not given.
 pub const DEFAULT_MU: f64 = 0.01;
 
 /// FedProx has no settings beyond μ (checked with every config).
-pub(crate) fn check(_cfg: &FederationConfig) -> Result<(), FederationError> {
+pub(crate) fn check(_cfg: &MethodConfig) -> Result<(), FederationError> {
     Ok(())
 }
 
@@ -28,9 +29,9 @@ pub struct FedProx {
 
 impl FedProx {
     /// The method for a run with `cfg`.
-    pub fn new(cfg: &FederationConfig) -> Self {
+    pub fn new(cfg: &MethodConfig) -> Self {
         FedProx {
-            mu: cfg.mu.unwrap_or(DEFAULT_MU),
+            mu: cfg.federation.mu.unwrap_or(DEFAULT_MU),
         }
     }
 }

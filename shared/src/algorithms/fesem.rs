@@ -29,11 +29,11 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
+use super::MethodConfig;
 use crate::aggregate::{Aggregate, AggregateError, aggregate_models, weighted_average};
 use crate::federation::{
-    Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, Prox, RoundStats, Strategy, Target, Training, Update, client_seed, round0_uploads,
-    updates_of,
+    Answer, ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement, Prox,
+    RoundStats, Strategy, Target, Training, Update, client_seed, round0_uploads, updates_of,
 };
 use crate::model::{LayerSet, ParamLayout, Params, Selection};
 use serde::{Deserialize, Serialize};
@@ -48,13 +48,13 @@ pub const RESTARTS: usize = 20;
 pub const MAX_ITERATIONS: usize = 100;
 
 /// Checks FeSEM's settings: its layers exist and the warm-up is at least one epoch.
-pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
-    if cfg.warmup_epochs == 0 {
+pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
+    if cfg.federation.warmup_epochs == 0 {
         return Err(FederationError::Config(
             "warmup-epochs must be ≥ 1 for fesem".into(),
         ));
     }
-    ParamLayout::of(cfg.model).select(&layers(cfg))?;
+    ParamLayout::of(cfg.federation.model).select(&layers(cfg))?;
     Ok(())
 }
 
@@ -70,7 +70,7 @@ pub struct Settings {
     pub fesem_layers: Option<LayerSet>,
 }
 
-fn layers(cfg: &FederationConfig) -> LayerSet {
+fn layers(cfg: &MethodConfig) -> LayerSet {
     cfg.methods
         .fesem
         .fesem_layers
@@ -92,11 +92,11 @@ impl FeSem {
     /// # Errors
     ///
     /// [`FederationError::Model`] for layers the model does not have.
-    pub fn new(cfg: &FederationConfig) -> Result<Self, FederationError> {
+    pub fn new(cfg: &MethodConfig) -> Result<Self, FederationError> {
         Ok(FeSem {
-            k: cfg.clusters.unwrap_or(DEFAULT_CLUSTERS),
-            mu: cfg.mu.unwrap_or(DEFAULT_MU),
-            selection: ParamLayout::of(cfg.model).select(&layers(cfg))?,
+            k: cfg.federation.clusters.unwrap_or(DEFAULT_CLUSTERS),
+            mu: cfg.federation.mu.unwrap_or(DEFAULT_MU),
+            selection: ParamLayout::of(cfg.federation.model).select(&layers(cfg))?,
         })
     }
 

@@ -40,27 +40,29 @@
 //!
 //! Setting: K = `cfg.clusters` (`--clusters K`), required.
 
+use super::MethodConfig;
 use crate::aggregate::{Aggregate, AggregateError, aggregate_models};
 use crate::federation::{
-    Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, RoundStats, Strategy, Target, Training, Update, client_seed,
+    Answer, ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement,
+    RoundStats, Strategy, Target, Training, Update, client_seed,
 };
 use crate::jobs::PickJob;
 use crate::model::{ModelKind, Params};
 
 /// IFCA's largest upload: the trained pick and the 8-byte loss of each of the K models (counted
 /// as 2 values each).
-pub(crate) fn largest_upload_floats(cfg: &FederationConfig) -> usize {
-    crate::model::ParamLayout::of(cfg.model).len() + 2 * cfg.clusters.unwrap_or(0)
+pub(crate) fn largest_upload_floats(cfg: &MethodConfig) -> usize {
+    crate::model::ParamLayout::of(cfg.federation.model).len()
+        + 2 * cfg.federation.clusters.unwrap_or(0)
 }
 
 /// Checks IFCA's settings: K must be given.
-pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
+pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
     clusters(cfg).map(|_| ())
 }
 
-fn clusters(cfg: &FederationConfig) -> Result<usize, FederationError> {
-    match cfg.clusters {
+fn clusters(cfg: &MethodConfig) -> Result<usize, FederationError> {
+    match cfg.federation.clusters {
         Some(k) if k >= 1 => Ok(k),
         _ => Err(FederationError::Config(
             "ifca needs the number of clusters K (--clusters K)".into(),
@@ -125,7 +127,7 @@ impl Ifca {
     /// # Errors
     ///
     /// [`FederationError::Config`] without `clusters`.
-    pub fn new(cfg: &FederationConfig) -> Result<Self, FederationError> {
+    pub fn new(cfg: &MethodConfig) -> Result<Self, FederationError> {
         Ok(Ifca { k: clusters(cfg)? })
     }
 }
@@ -212,6 +214,7 @@ impl Strategy for Ifca {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::federation::FederationConfig;
 
     fn p(v: &[f32]) -> Params {
         Params {
@@ -293,12 +296,12 @@ mod tests {
 
     #[test]
     fn k_is_required() {
-        let mut cfg = FederationConfig {
-            algorithm: crate::algorithms::Algorithm::Ifca,
-            ..FederationConfig::default()
-        };
+        let mut cfg = MethodConfig::new(
+            crate::algorithms::Algorithm::Ifca,
+            FederationConfig::default(),
+        );
         assert!(check(&cfg).is_err());
-        cfg.clusters = Some(4);
+        cfg.federation.clusters = Some(4);
         check(&cfg).unwrap();
         assert_eq!(Ifca::new(&cfg).unwrap().k, 4);
     }

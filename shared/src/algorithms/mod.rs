@@ -30,7 +30,10 @@ use std::str::FromStr;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::federation::{FederationConfig, FederationError, Strategy};
+use crate::federation::{FederationError, Strategy};
+
+mod config;
+pub use config::{MethodConfig, run, run_lps, run_resumable};
 
 pub mod adacfl;
 pub mod cfl;
@@ -80,7 +83,7 @@ pub enum Algorithm {
     Cfl,
 }
 
-/// Every method's own settings ([`FederationConfig::methods`]), each declared in its method's
+/// Every method's own settings ([`MethodConfig::methods`]), each declared in its method's
 /// file. In TOML they are keys of `[federation]` beside the shared ones, and on the command line
 /// flags of the same names (with the `cli` feature), each documented once (the doc comment is
 /// the flag's help). Every field is optional: unset is the method's default, given by the
@@ -176,7 +179,7 @@ impl Algorithm {
     /// # Errors
     ///
     /// [`FederationError::Config`] for settings the method cannot run with.
-    pub fn strategy(self, cfg: &FederationConfig) -> Result<Box<dyn Strategy>, FederationError> {
+    pub fn strategy(self, cfg: &MethodConfig) -> Result<Box<dyn Strategy>, FederationError> {
         self.check(cfg)?;
         Ok(match self {
             Algorithm::FedClust => Box::new(fedclust::FedClust::new(cfg)),
@@ -198,7 +201,7 @@ impl Algorithm {
     /// # Errors
     ///
     /// [`FederationError::Config`] naming the bad setting.
-    pub fn check(self, cfg: &FederationConfig) -> Result<(), FederationError> {
+    pub fn check(self, cfg: &MethodConfig) -> Result<(), FederationError> {
         match self {
             Algorithm::FedClust => fedclust::check(cfg),
             Algorithm::MtHfl => mthfl::check(cfg),
@@ -215,7 +218,7 @@ impl Algorithm {
     /// The most floats one upload of the method carries beyond one model, with `clients`
     /// clients (0: never more than one model): StoCFL's pair of models, IFCA's pick, MT-HFL's
     /// eigenpairs and relevance row (each method's `largest_upload_floats`).
-    pub fn largest_upload_floats(self, cfg: &FederationConfig, clients: usize) -> usize {
+    pub fn largest_upload_floats(self, cfg: &MethodConfig, clients: usize) -> usize {
         match self {
             Algorithm::StoCfl => stocfl::largest_upload_floats(cfg),
             Algorithm::Ifca => ifca::largest_upload_floats(cfg),
@@ -236,7 +239,7 @@ impl Algorithm {
     /// ([`Algorithm::summary_keys`]), null where they are not the run's method's.
     pub fn summary_fields(
         self,
-        cfg: &FederationConfig,
+        cfg: &MethodConfig,
         clients: usize,
         signature_bytes: usize,
     ) -> Vec<(&'static str, serde_json::Value)> {
@@ -252,7 +255,7 @@ impl Algorithm {
     }
 
     /// Whether the method cuts a tree once (FedClust, AdaCFL, MT-HFL, random groups): where to cut
-    /// is `lambda` or `clusters` ([`FederationConfig::cut`]); for the others `clusters` is their
+    /// is `lambda` or `clusters` ([`crate::federation::FederationConfig::cut`]); for the others `clusters` is their
     /// own K, if any, and `lambda` means nothing.
     pub fn cuts_a_tree(self) -> bool {
         matches!(
@@ -303,44 +306,42 @@ impl FromStr for Algorithm {
 mod tests {
     use super::*;
     use crate::cluster::clustering::Threshold;
+    use crate::federation::FederationConfig;
 
     #[test]
     fn algorithms_parse_and_random_needs_k() {
         assert_eq!("mthfl".parse::<Algorithm>().unwrap(), Algorithm::MtHfl);
         assert_eq!(Algorithm::MtHfl.to_string(), "mthfl");
         assert_eq!("random".parse::<Algorithm>().unwrap(), Algorithm::Random);
-        let mut cfg = FederationConfig {
-            algorithm: Algorithm::Random,
-            ..FederationConfig::default()
-        };
+        let mut cfg = MethodConfig::new(Algorithm::Random, FederationConfig::default());
         assert!(cfg.validate().is_err());
-        cfg.threshold = Threshold::Clusters(3);
+        cfg.federation.threshold = Threshold::Clusters(3);
         cfg.validate().unwrap();
         // `clusters` says the same as `k=K`; with another cut beside it, the run is refused.
-        cfg.clusters = Some(3);
+        cfg.federation.clusters = Some(3);
         cfg.validate().unwrap();
-        cfg.threshold = Threshold::Auto;
+        cfg.federation.threshold = Threshold::Auto;
         cfg.validate().unwrap();
-        assert_eq!(cfg.cut(), Threshold::Clusters(3));
-        cfg.threshold = Threshold::Distance(1.0);
+        assert_eq!(cfg.federation.cut(), Threshold::Clusters(3));
+        cfg.federation.threshold = Threshold::Distance(1.0);
         let e = cfg.validate().unwrap_err().to_string();
         assert!(
             e.contains("clusters = 3") && e.contains("lambda = 1"),
             "{e}"
         );
-        cfg.threshold = Threshold::Clusters(4);
+        cfg.federation.threshold = Threshold::Clusters(4);
         assert!(cfg.validate().is_err());
         // A method that cuts no tree: its K, and lambda means nothing to it.
         cfg.algorithm = Algorithm::Ifca;
         cfg.validate().unwrap();
         cfg.algorithm = Algorithm::Random;
-        cfg.threshold = Threshold::Clusters(3);
-        cfg.clusters = None;
+        cfg.federation.threshold = Threshold::Clusters(3);
+        cfg.federation.clusters = None;
         cfg.algorithm = Algorithm::MtHfl;
         cfg.methods.mthfl.eigenvectors = Some(0);
         assert!(cfg.validate().is_err());
         cfg.methods.mthfl.eigenvectors = Some(5);
-        cfg.common_layers = Some("fc9".parse().unwrap());
+        cfg.federation.common_layers = Some("fc9".parse().unwrap());
         let e = cfg.validate().unwrap_err().to_string();
         assert!(e.contains("fc9"), "{e}");
     }

@@ -52,6 +52,7 @@
 //! [`Gram::signature`]: crate::cluster::spectral::Gram::signature
 //! [`client_row`]: crate::cluster::spectral::client_row
 
+use super::MethodConfig;
 use crate::cluster::clustering::{Clustering, Threshold, cluster_distances};
 use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::Linkage;
@@ -61,8 +62,8 @@ use crate::cluster::spectral::{
     symmetrise,
 };
 use crate::federation::{
-    Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, Strategy, Target, round0_uploads,
+    Answer, ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement,
+    Strategy, Target, round0_uploads,
 };
 use crate::jobs::{GramJob, RelevanceJob};
 use crate::protocol::Encoding;
@@ -184,7 +185,7 @@ pub fn assign_newcomer(relevance: &[f64], clustering: &Clustering) -> Result<usi
 
 /// MT-HFL's largest upload: the k eigenpairs (k × (d + 1)) or a relevance row (one value per
 /// client), whichever is longer.
-pub(crate) fn largest_upload_floats(cfg: &FederationConfig, clients: usize) -> usize {
+pub(crate) fn largest_upload_floats(cfg: &MethodConfig, clients: usize) -> usize {
     (cfg.methods.mthfl.eigenvectors() * (PIXELS + 1)).max(clients)
 }
 
@@ -202,7 +203,7 @@ pub(crate) const SUMMARY_KEYS: [&str; 5] = [
 /// and with relevance on the clients, what the paper's way costs each of them (the relay of every
 /// signature down, one row up).
 pub(crate) fn summary_fields(
-    cfg: &FederationConfig,
+    cfg: &MethodConfig,
     clients: usize,
     signature_bytes: usize,
 ) -> Vec<(&'static str, serde_json::Value)> {
@@ -219,7 +220,7 @@ pub(crate) fn summary_fields(
 }
 
 /// Checks MT-HFL's settings: 1 ≤ k ≤ 784 eigenpairs.
-pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
+pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
     let k = cfg.methods.mthfl.eigenvectors();
     if !(1..=PIXELS).contains(&k) {
         return Err(FederationError::Config(format!(
@@ -264,6 +265,8 @@ pub fn newcomer_relevance(
 /// The reported distance is `1 −` that mean. The round-0 clustering does not change.
 #[derive(Debug, Clone, Default)]
 pub struct MtHfl {
+    /// Its settings.
+    settings: Settings,
     /// The round-0 clients' signatures, by position.
     signatures: Vec<Signature>,
     /// The round-0 clustering.
@@ -272,16 +275,19 @@ pub struct MtHfl {
 
 impl MtHfl {
     /// The method for a run with `cfg`.
-    pub fn new(_cfg: &FederationConfig) -> Self {
-        MtHfl::default()
+    pub fn new(cfg: &MethodConfig) -> Self {
+        MtHfl {
+            settings: cfg.methods.mthfl.clone(),
+            ..MtHfl::default()
+        }
     }
 }
 
 /// The signature job of round 0 (and of a newcomer).
-fn signature_job<'a>(cfg: &FederationConfig) -> Job<'a> {
+fn signature_job<'a>(settings: &Settings) -> Job<'a> {
     Job::GramSignature(GramJob {
-        k: cfg.methods.mthfl.eigenvectors(),
-        encoding: cfg.methods.mthfl.signature_encoding(),
+        k: settings.eigenvectors(),
+        encoding: settings.signature_encoding(),
     })
 }
 
@@ -328,16 +334,16 @@ impl Strategy for MtHfl {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let cfg = env.cfg;
         let n = env.clients.len();
-        let jobs = (0..n).map(|p| (p, signature_job(cfg))).collect();
+        let jobs = (0..n).map(|p| (p, signature_job(&self.settings))).collect();
         let (mut sigs, mut absent) = round0_uploads(n, signatures_of(env.run(0, jobs)?))?;
-        let rows = match cfg.methods.mthfl.relevance() {
+        let rows = match self.settings.relevance() {
             Relevance::Server => {
                 let device = env
                     .ctx
                     .backend
                     .device()
                     .map_err(|e| FederationError::Config(e.to_string()))?;
-                server_rows(&sigs, cfg.methods.mthfl.estimate(), &device)?
+                server_rows(&sigs, self.settings.estimate(), &device)?
             }
             Relevance::Client => {
                 // Signature `j` is that of the j-th present client.
@@ -349,7 +355,7 @@ impl Strategy for MtHfl {
                             p,
                             Job::Relevance(RelevanceJob {
                                 all: &sigs,
-                                estimate: cfg.methods.mthfl.estimate(),
+                                estimate: self.settings.estimate(),
                             }),
                         )
                     })
@@ -395,7 +401,7 @@ impl Strategy for MtHfl {
         init.distances = Some(distances);
         init.relevance = Some(relevance);
         init.signature_len = floats;
-        init.signature_bytes = floats * cfg.methods.mthfl.signature_encoding().width();
+        init.signature_bytes = floats * self.settings.signature_encoding().width();
         self.signatures = sigs;
         self.clustering = Some(clustering);
         Ok(init)
@@ -410,7 +416,7 @@ impl Strategy for MtHfl {
     ) -> Result<Vec<Result<Placement, NewcomerError>>, FederationError> {
         let base = state.assignment().len();
         let jobs = (base..base + fresh.len())
-            .map(|p| (p, signature_job(env.cfg)))
+            .map(|p| (p, signature_job(&self.settings)))
             .collect();
         let mut sigs: std::collections::HashMap<usize, Signature> =
             signatures_of(env.run(0, jobs)?).into_iter().collect();
@@ -428,19 +434,15 @@ impl Strategy for MtHfl {
         Ok((base..base + fresh.len())
             .map(|p| {
                 let sig = sigs.remove(&p).ok_or(NewcomerError::NoSignature)?;
-                let placed = newcomer_relevance(
-                    &self.signatures,
-                    &sig,
-                    env.cfg.methods.mthfl.estimate(),
-                    &device,
-                )
-                .and_then(|row| {
-                    let c = assign_newcomer(&row, clustering)?;
-                    let members = clustering.members(c);
-                    let mean =
-                        members.iter().map(|&j| row[j]).sum::<f64>() / members.len().max(1) as f64;
-                    Ok((c, 1.0 - mean))
-                });
+                let placed =
+                    newcomer_relevance(&self.signatures, &sig, self.settings.estimate(), &device)
+                        .and_then(|row| {
+                            let c = assign_newcomer(&row, clustering)?;
+                            let members = clustering.members(c);
+                            let mean = members.iter().map(|&j| row[j]).sum::<f64>()
+                                / members.len().max(1) as f64;
+                            Ok((c, 1.0 - mean))
+                        });
                 placed
                     .map(|(c, d)| Placement {
                         target: Target::Cluster(c),

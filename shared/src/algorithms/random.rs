@@ -7,19 +7,20 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
+use super::MethodConfig;
 use crate::cluster::clustering::Threshold;
 use crate::federation::{
-    ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, NewcomerError, Placement,
-    Strategy, Target, client_seed,
+    ClientInfo, Clusters, Env, FederationError, Init, NewcomerError, Placement, Strategy, Target,
+    client_seed,
 };
 
 /// Checks that the number of groups is given.
-pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
+pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
     groups(cfg).map(|_| ())
 }
 
-fn groups(cfg: &FederationConfig) -> Result<usize, FederationError> {
-    match cfg.cut() {
+fn groups(cfg: &MethodConfig) -> Result<usize, FederationError> {
+    match cfg.federation.cut() {
         Threshold::Clusters(k) => Ok(k),
         cut => Err(FederationError::Config(format!(
             "random clustering needs the number of groups: --clusters K (or --lambda k=K), got \
@@ -40,7 +41,7 @@ impl Random {
     /// # Errors
     ///
     /// [`FederationError::Config`] without a K.
-    pub fn new(cfg: &FederationConfig) -> Result<Self, FederationError> {
+    pub fn new(cfg: &MethodConfig) -> Result<Self, FederationError> {
         Ok(Random { k: groups(cfg)? })
     }
 }

@@ -90,12 +90,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::MethodConfig;
 use crate::aggregate::{AggregateError, fedavg};
 use crate::client::EVAL_BATCH;
 use crate::federation::{
-    Answer, ClientInfo, Clusters, Env, FederationConfig, FederationError, Init, Job, NewcomerError,
-    Placement, Prox, RoundStats, Strategy, Target, Training, Update, bad_state, check_model,
-    non_negative, strategy_state,
+    Answer, ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement, Prox,
+    RoundStats, Strategy, Target, Training, Update, bad_state, check_model, non_negative,
+    strategy_state,
 };
 use crate::jobs::{GradientJob, PairJob};
 use crate::model::Params;
@@ -131,19 +132,19 @@ impl Settings {
 }
 
 /// StoCFL's largest upload: the pair of trained models (global ω and cluster θ).
-pub(crate) fn largest_upload_floats(cfg: &FederationConfig) -> usize {
-    2 * crate::model::ParamLayout::of(cfg.model).len()
+pub(crate) fn largest_upload_floats(cfg: &MethodConfig) -> usize {
+    2 * crate::model::ParamLayout::of(cfg.federation.model).len()
 }
 
 /// Checks StoCFL's settings: τ is a cosine, so at most 1.
-pub(crate) fn check(cfg: &FederationConfig) -> Result<(), FederationError> {
+pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
     let tau = cfg.methods.stocfl.tau();
     if !(tau.is_finite() && (-1.0..=1.0).contains(&tau)) {
         return Err(FederationError::Config(format!(
             "tau must be a cosine in [-1, 1] for stocfl, got {tau}"
         )));
     }
-    let mu = cfg.mu.unwrap_or(DEFAULT_MU);
+    let mu = cfg.federation.mu.unwrap_or(DEFAULT_MU);
     if !(mu.is_finite() && mu >= 0.0) {
         return Err(FederationError::Config(format!(
             "mu (λ) must be a finite number ≥ 0 for stocfl, got {mu}"
@@ -336,10 +337,10 @@ pub struct StoCfl {
 
 impl StoCfl {
     /// The method for a run with `cfg` (τ = [`Settings::tau`], λ = `cfg.mu`, or the defaults).
-    pub fn new(cfg: &FederationConfig) -> Self {
+    pub fn new(cfg: &MethodConfig) -> Self {
         StoCfl {
             tau: cfg.methods.stocfl.tau(),
-            mu: cfg.mu.unwrap_or(DEFAULT_MU),
+            mu: cfg.federation.mu.unwrap_or(DEFAULT_MU),
             omega: None,
             psi: HashMap::new(),
             trained: Vec::new(),
@@ -700,6 +701,7 @@ fn add_to(rep: &mut Option<(Vec<f64>, usize)>, v: &[f64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::federation::FederationConfig;
     use crate::model::ModelKind;
 
     fn rep(v: &[f64]) -> Option<(Vec<f64>, usize)> {
@@ -816,22 +818,22 @@ mod tests {
 
     #[test]
     fn settings_are_checked() {
-        let mut cfg = FederationConfig {
-            algorithm: crate::algorithms::Algorithm::StoCfl,
-            ..FederationConfig::default()
-        };
+        let mut cfg = MethodConfig::new(
+            crate::algorithms::Algorithm::StoCfl,
+            FederationConfig::default(),
+        );
         check(&cfg).unwrap();
         cfg.methods.stocfl.tau = Some(1.5);
         assert!(check(&cfg).is_err());
         cfg.methods.stocfl.tau = Some(0.6);
-        cfg.mu = Some(f64::NAN);
+        cfg.federation.mu = Some(f64::NAN);
         assert!(check(&cfg).is_err());
     }
 
     /// A saved state comes back; one of the wrong shape is a configuration error.
     #[test]
     fn restore_checks_the_state() {
-        let cfg = FederationConfig::default();
+        let cfg = MethodConfig::default();
         let omega = Params::init(ModelKind::Mlp, 1);
         let n = omega.values.len();
         let state = |omega: Option<&Params>, psi: Vec<f32>, bins: usize| {

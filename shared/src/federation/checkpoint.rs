@@ -30,8 +30,9 @@ pub const CHECKPOINT_VERSION: u32 = 1;
 pub struct Checkpoint {
     /// [`CHECKPOINT_VERSION`].
     pub version: u32,
-    /// The run's configuration (a resumed run must have the same).
-    pub config: FederationConfig,
+    /// The run's whole configuration as written, method and method settings included
+    /// ([`super::Plan::config`]): a resumed run must bring the same.
+    pub config: serde_json::Value,
     /// Rounds completed.
     pub round: usize,
     /// The run's clients (round 0's, then placed newcomers), by position.
@@ -117,6 +118,16 @@ impl Checkpoint {
         Ok(c)
     }
 
+    /// The round loop's settings in [`Checkpoint::config`] (the method's keys left out).
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Config`] when `config` does not hold them.
+    pub fn federation(&self) -> Result<FederationConfig, FederationError> {
+        FederationConfig::deserialize(&self.config)
+            .map_err(|e| FederationError::Config(format!("checkpoint: configuration: {e}")))
+    }
+
     /// Checks that the parts fit together (a resumed run must never panic on a bad file).
     ///
     /// # Errors
@@ -141,10 +152,11 @@ impl Checkpoint {
         if self.model_versions.len() != k || self.assignment.iter().any(|&c| c >= k) {
             return bad("the assignment names a cluster without a model");
         }
-        if self.models.iter().any(|m| m.model != self.config.model) {
+        let cfg = self.federation()?;
+        if self.models.iter().any(|m| m.model != cfg.model) {
             return bad("a cluster model of another architecture");
         }
-        if self.rounds.len() != self.round || self.round > self.config.rounds {
+        if self.rounds.len() != self.round || self.round > cfg.rounds {
             return bad("the round records do not match the round");
         }
         if let Some(d) = &self.distances

@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 
 use super::FederationError;
 use crate::aggregate::Aggregate;
-use crate::algorithms::{Algorithm, MethodSettings};
 use crate::cluster::clustering::Threshold;
 use crate::cluster::hc::Linkage;
 use crate::cluster::robust::Guard;
@@ -12,13 +11,11 @@ use crate::hierarchy::CommonLayers;
 use crate::model::{LayerSet, ModelKind};
 use crate::train::{LocalTest, TrainConfig};
 
-/// Everything the round loop needs to know.
-///
-/// A key that is neither one of these nor a method's ([`MethodSettings`]) fails to parse.
+/// Everything the round loop needs to know, and the settings several methods share. Which method
+/// runs, and each method's own settings, are the registry's
+/// ([`crate::algorithms::MethodConfig`], whose `[federation]` table flattens this one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FederationConfig {
-    /// Which algorithm.
-    pub algorithm: Algorithm,
     /// Which model.
     pub model: ModelKind,
     /// Training rounds after the clustering round.
@@ -98,10 +95,6 @@ pub struct FederationConfig {
     /// Unset: no bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_update_norm: Option<f64>,
-    /// Every method's own settings, each declared in its method's file; in TOML keys of
-    /// `[federation]` like the ones above.
-    #[serde(flatten)]
-    pub methods: MethodSettings,
 }
 
 /// How an average (cluster FedAvg, the GPS's average of common layers) weighs its members.
@@ -204,7 +197,6 @@ impl Default for FederationConfig {
     /// FedClust's FMNIST settings (GUIDE §2), with 50 rounds.
     fn default() -> Self {
         FederationConfig {
-            algorithm: Algorithm::FedClust,
             model: ModelKind::LeNet5,
             rounds: 50,
             frac: 0.1,
@@ -230,23 +222,13 @@ impl Default for FederationConfig {
             sampling: Sampling::Uniform,
             personalize_epochs: None,
             max_update_norm: None,
-            methods: MethodSettings::default(),
         }
     }
 }
 
 impl FederationConfig {
-    /// The most values one upload of this run's method can carry, with `clients` clients
-    /// (newcomers included): one model (an update, an LPS's common layers, a signature, a
-    /// gradient), or more where the method's file says so ([`Algorithm::largest_upload_floats`]).
-    /// [`crate::protocol::upload_limit`] turns it into bytes.
-    pub fn largest_upload_floats(&self, clients: usize) -> usize {
-        let params = crate::model::ParamLayout::of(self.model).len();
-        params.max(self.algorithm.largest_upload_floats(self, clients))
-    }
-
-    /// Checks ranges; the error says which field is wrong. Method-specific settings are checked
-    /// by the method's own file ([`Algorithm::check`]).
+    /// Checks ranges; the error says which field is wrong. Which method runs and its own settings
+    /// are checked by the registry ([`crate::algorithms::MethodConfig::validate`]).
     pub fn validate(&self) -> Result<(), FederationError> {
         let bad = |m: String| Err(FederationError::Config(m));
         if !(self.frac > 0.0 && self.frac <= 1.0) {
@@ -265,7 +247,6 @@ impl FederationConfig {
             return bad("lps-rounds must be ≥ 1".into());
         }
         non_negative("mu", self.mu)?;
-        self.methods.check()?;
         if let Some(b) = self.max_update_norm
             && !(b.is_finite() && b > 0.0)
         {
@@ -276,18 +257,7 @@ impl FederationConfig {
         if self.clusters == Some(0) {
             return bad("clusters must be ≥ 1".into());
         }
-        if let Some(k) = self.clusters
-            && self.algorithm.cuts_a_tree()
-            && !matches!(self.threshold, Threshold::Auto)
-            && self.threshold != Threshold::Clusters(k)
-        {
-            return bad(format!(
-                "clusters = {k} and lambda = {} both say where to cut; give one",
-                self.threshold
-            ));
-        }
-        self.algorithm.check(self)?;
-        if self.hierarchical() {
+        if self.hierarchy {
             self.common()?;
         }
         self.train_config(0)
@@ -301,12 +271,6 @@ impl FederationConfig {
     /// [`threshold`](Self::threshold) (`--lambda`).
     pub fn cut(&self) -> Threshold {
         self.clusters.map_or(self.threshold, Threshold::Clusters)
-    }
-
-    /// True when clusters train as LPSs under a GPS (`hierarchy`, or a method that always does:
-    /// [`Algorithm::always_hierarchical`]).
-    pub fn hierarchical(&self) -> bool {
-        self.hierarchy || self.algorithm.always_hierarchical()
     }
 
     /// The common layers of a hierarchical run.

@@ -11,10 +11,10 @@ use rand_chacha::ChaCha8Rng;
 
 use super::result::{mean_of, task_accuracy};
 use super::{
-    Algorithm, Answer, Checkpoint, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env,
-    FederationConfig, FederationError, GpsLink, Init, Job, Newcomer, NewcomerError, Observer,
-    RoundRecord, RoundStats, RunContext, RunResult, Sampling, Strategy, Target, Traffic, Training,
-    Weighting, client_seed, updates_of,
+    Answer, Checkpoint, ClientInfo, ClientPool, Clusters, DroppedNewcomer, Env, FederationConfig,
+    FederationError, GpsLink, Init, Job, Newcomer, NewcomerError, Observer, Plan, RoundRecord,
+    RoundStats, RunContext, RunResult, Sampling, Strategy, Target, Traffic, Training, Weighting,
+    client_seed, updates_of,
 };
 use crate::cluster::metrics::adjusted_rand_index;
 use crate::hierarchy::{self, CommonLayers};
@@ -22,19 +22,19 @@ use crate::jobs::EvaluateJob;
 use crate::model::Params;
 use crate::train::{EvalReport, LocalTest};
 
-/// Runs the federation over `pool`. `ctx.truth` is only used to score the clustering and to
-/// report per-task accuracy.
+/// Runs the federation of `plan` over `pool`. `ctx.truth` is only used to score the clustering
+/// and to report per-task accuracy.
 ///
 /// # Errors
 ///
 /// A bad configuration, a pool failure, or a method's step that cannot be done.
 pub fn run(
-    cfg: &FederationConfig,
+    plan: Plan<'_>,
     pool: &mut dyn ClientPool,
     ctx: &RunContext,
     observer: &mut dyn Observer,
 ) -> Result<RunResult, FederationError> {
-    Run::start(cfg, pool, ctx, observer, None, None)?.run()
+    Run::start(plan, pool, ctx, observer, None, None)?.run()
 }
 
 /// [`run`], handing a [`Checkpoint`] to the pool ([`ClientPool::checkpoint`]) after every
@@ -49,36 +49,38 @@ pub fn run(
 /// As [`run`]; and [`FederationError::Config`] when `resume` is of another configuration or
 /// the method cannot be resumed.
 pub fn run_resumable(
-    cfg: &FederationConfig,
+    plan: Plan<'_>,
     pool: &mut dyn ClientPool,
     ctx: &RunContext,
     observer: &mut dyn Observer,
     resume: Option<Checkpoint>,
 ) -> Result<RunResult, FederationError> {
-    Run::start(cfg, pool, ctx, observer, None, resume)?.run()
+    Run::start(plan, pool, ctx, observer, None, resume)?.run()
 }
 
 /// Runs one LPS of a hierarchy whose GPS is another process: FedAvg of the pool's clients (one
 /// cluster) from `initial`, and every `cfg.lps_rounds` rounds the common layers go through `gps`
 /// (sent, averaged there with the other LPSs', inserted back) before the round's evaluation, as
-/// the in-process GPS step does. `cfg` must be FedAvg with `hierarchy` on.
+/// the in-process GPS step does. `plan` must be hierarchical (the registry's
+/// [`crate::algorithms::MethodConfig::plan_lps`] makes FedAvg's).
 ///
 /// # Errors
 ///
-/// [`FederationError::Config`] for another algorithm, no hierarchy, or an `initial` model of
+/// [`FederationError::Config`] for a plan that is not hierarchical, or an `initial` model of
 /// another architecture; and as [`run`] and [`GpsLink::exchange`].
 pub fn run_lps(
-    cfg: &FederationConfig,
+    plan: Plan<'_>,
     pool: &mut dyn ClientPool,
     ctx: &RunContext,
     observer: &mut dyn Observer,
     initial: Params,
     gps: &mut dyn GpsLink,
 ) -> Result<RunResult, FederationError> {
-    if cfg.algorithm != Algorithm::FedAvg || !cfg.hierarchy {
+    let cfg = plan.cfg;
+    if !plan.hierarchical {
         return Err(FederationError::Config(format!(
-            "an LPS runs fedavg with hierarchy on, got {} (hierarchy {})",
-            cfg.algorithm, cfg.hierarchy
+            "an LPS trains under a GPS: {} without a hierarchy cannot",
+            plan.method
         )));
     }
     if initial.model != cfg.model {
@@ -87,7 +89,7 @@ pub fn run_lps(
             initial.model, cfg.model
         )));
     }
-    Run::start(cfg, pool, ctx, observer, Some((initial, gps)), None)?.run()
+    Run::start(plan, pool, ctx, observer, Some((initial, gps)), None)?.run()
 }
 
 /// The [`Env`] of `run` (a [`Run`]), borrowing its fields one by one so that the strategy and
@@ -96,6 +98,7 @@ macro_rules! env {
     ($run:expr) => {
         Env {
             cfg: $run.cfg,
+            method: $run.method,
             ctx: $run.ctx,
             clients: &$run.clients,
             initial: &$run.initial,
@@ -111,6 +114,10 @@ macro_rules! env {
 /// evaluation, the round's record, checkpoint), and [`Run::finish`] makes the result.
 struct Run<'a> {
     cfg: &'a FederationConfig,
+    /// The method's name ([`Plan::method`]).
+    method: &'static str,
+    /// The run's whole configuration ([`Plan::config`]), for checkpoints.
+    config: serde_json::Value,
     ctx: &'a RunContext,
     pool: &'a mut dyn ClientPool,
     observer: &'a mut dyn Observer,
@@ -158,18 +165,25 @@ type Evaluation = (Option<[Option<f64>; 2]>, Option<Vec<f64>>, Option<Vec<f64>>)
 impl<'a> Run<'a> {
     /// Round 0 by the method, or the state of `resume`'s checkpoint.
     fn start(
-        cfg: &'a FederationConfig,
+        plan: Plan<'a>,
         pool: &'a mut dyn ClientPool,
         ctx: &'a RunContext,
         observer: &'a mut dyn Observer,
         lps: Option<(Params, &'a mut dyn GpsLink)>,
         resume: Option<Checkpoint>,
     ) -> Result<Self, FederationError> {
+        let Plan {
+            cfg,
+            method,
+            strategy,
+            hierarchical,
+            config,
+        } = plan;
         cfg.validate()?;
         let start = Instant::now();
         let clients = match &resume {
             Some(c) => {
-                if c.config != *cfg {
+                if c.config != config {
                     return Err(FederationError::Config(
                         "the checkpoint is of another configuration (same flags and seed needed)"
                             .into(),
@@ -186,15 +200,16 @@ impl<'a> Run<'a> {
             Some((initial, link)) => (initial, Some(link)),
             None => (Params::init(cfg.model, cfg.seed), None),
         };
-        let common = if cfg.hierarchical() {
+        let common = if hierarchical {
             Some(cfg.common()?)
         } else {
             None
         };
-        let strategy = cfg.algorithm.strategy(cfg)?;
         let init = Init::plain(Vec::new(), &initial, false);
         let mut run = Run {
             cfg,
+            method,
+            config,
             ctx,
             pool,
             observer,
@@ -273,7 +288,7 @@ impl<'a> Run<'a> {
         if init.assignment.len() != self.clients.len() {
             return Err(FederationError::Config(format!(
                 "{} assigned {} of {} clients in round 0",
-                self.cfg.algorithm,
+                self.method,
                 init.assignment.len(),
                 self.clients.len()
             )));
@@ -405,7 +420,7 @@ impl<'a> Run<'a> {
                 Target::Cluster(c) => {
                     return Err(FederationError::Config(format!(
                         "{} placed a newcomer in cluster {c} of {}",
-                        self.cfg.algorithm,
+                        self.method,
                         self.state.len()
                     )));
                 }
@@ -580,7 +595,7 @@ impl<'a> Run<'a> {
         let init = &self.init;
         self.pool.checkpoint(&Checkpoint {
             version: super::CHECKPOINT_VERSION,
-            config: self.cfg.clone(),
+            config: self.config.clone(),
             round,
             clients: self.clients.clone(),
             assignment: self.state.assignment().to_vec(),
@@ -639,7 +654,7 @@ impl<'a> Run<'a> {
         }
         let common = self.common.as_ref();
         let mut result = RunResult {
-            config: cfg.clone(),
+            method: self.method,
             assignment: self.state.assignment().to_vec(),
             n_clusters: self.state.len(),
             clients: self.clients,

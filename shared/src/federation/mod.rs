@@ -33,7 +33,8 @@
 //! A trait object keeps each method's state private to its file and lets a round be any sequence
 //! of exchanges, while the driver keeps what every method shares: sampling, newcomer
 //! bookkeeping, the GPS step, evaluation, records and byte counts. Adding a method is one file
-//! and one line in [`crate::algorithms::Algorithm`].
+//! and one line in [`crate::algorithms::Algorithm`]: this module knows no method by name, and
+//! the registry hands the loop a [`Plan`] (the loop's settings and a [`Strategy`]).
 //!
 //! Seeds: the initial model comes from `seed`, the client sample of round t from `(seed, t)`,
 //! and client i's sample order in round t from [`client_seed`]`(seed, t, i)`, so a distributed
@@ -49,7 +50,6 @@ mod driver;
 mod pool;
 mod result;
 
-pub use crate::algorithms::Algorithm;
 pub use crate::jobs::{Answer, Job, LabelStats, Prox, Training, Update};
 pub use crate::train::LocalTest;
 pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, from_exact_json, to_exact_json};
@@ -156,6 +156,34 @@ impl RunContext {
     }
 }
 
+/// A run as the round loop takes it: the loop's settings and the method that runs in it. The
+/// method registry builds one ([`crate::algorithms::MethodConfig::plan`]); this module knows no
+/// method by name.
+pub struct Plan<'a> {
+    /// The round loop's settings.
+    pub cfg: &'a FederationConfig,
+    /// The method's command-line name (records, messages).
+    pub method: &'static str,
+    /// The method.
+    pub strategy: Box<dyn Strategy>,
+    /// Whether the clusters train as LPSs under a GPS (`cfg.hierarchy`, or a method that always
+    /// does).
+    pub hierarchical: bool,
+    /// The run's whole configuration as written (the loop's settings, the method and its own
+    /// settings): every [`Checkpoint`] carries it, and a resumed run must bring the same.
+    pub config: serde_json::Value,
+}
+
+impl std::fmt::Debug for Plan<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("method", &self.method)
+            .field("hierarchical", &self.hierarchical)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
 /// An LPS's link to a GPS in another process (`coordinator lps`): [`run_lps`] calls it every
 /// `lps_rounds` rounds instead of averaging the cluster models in process.
 ///
@@ -227,7 +255,7 @@ pub trait Strategy {
         let _ = (round, state);
         Ok(fresh
             .iter()
-            .map(|_| Err(NewcomerError::Unsupported(env.cfg.algorithm)))
+            .map(|_| Err(NewcomerError::Unsupported(env.method.to_string())))
             .collect())
     }
 
@@ -589,6 +617,8 @@ impl Clusters {
 pub struct Env<'a> {
     /// The configuration.
     pub cfg: &'a FederationConfig,
+    /// The method's name ([`Plan::method`]).
+    pub method: &'static str,
     /// Ground truth (scoring only) and the coordinator's backend.
     pub ctx: &'a RunContext,
     /// The run's clients, by position.

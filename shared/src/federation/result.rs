@@ -2,8 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ClientInfo, FederationConfig, RunContext};
-use crate::algorithms::Algorithm;
+use super::{ClientInfo, RunContext};
 use crate::cluster::clustering::{Clustering, ClusteringError};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::robust::Reported;
@@ -134,7 +133,7 @@ pub enum NewcomerError {
     DuplicateIndex(usize),
     /// The algorithm cannot place newcomers.
     #[error("{0} cannot place newcomers")]
-    Unsupported(Algorithm),
+    Unsupported(String),
 }
 
 impl From<ClusteringError> for NewcomerError {
@@ -211,8 +210,8 @@ pub struct RoundRecord {
 /// The result of a run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
-    /// The configuration.
-    pub config: FederationConfig,
+    /// The method that ran (its command-line name).
+    pub method: &'static str,
     /// Clients.
     pub clients: Vec<ClientInfo>,
     /// Final cluster of each client, by position in `clients` (`clients[p].index` is the pool's
@@ -279,6 +278,11 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// Whether the clusters trained as LPSs under a GPS.
+    pub fn hierarchical(&self) -> bool {
+        self.common_layers.is_some()
+    }
+
     /// Number of ground-truth tasks with a per-task accuracy (0 without a ground truth).
     pub fn n_tasks(&self) -> usize {
         self.rounds

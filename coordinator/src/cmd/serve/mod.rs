@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
+use edgecfl_shared::algorithms::{self};
 use edgecfl_shared::federation::{self, Observer, RunContext, RunResult};
 use edgecfl_shared::mqtt::{Link, LinkOptions, Security, SecurityArgs, fleet_backlog};
 use edgecfl_shared::protocol::{self, BrokerAddr, Encoding, Topics, upload_limit};
@@ -221,7 +222,7 @@ pub fn broker_for(net: &NetFlags, cfg: &RunConfig) -> anyhow::Result<BrokerAddr>
                 BrokerAddr::MQTT_PORT
             });
             let clients = cfg.clients + cfg.newcomers;
-            let upload = upload_limit(cfg.federation.largest_upload_floats(clients));
+            let upload = upload_limit(cfg.method.largest_upload_floats(clients));
             let limits = broker::Limits::fleet(&Topics::new(&net.prefix)?, clients, upload);
             let addr = broker::start(net.listen, port, &security, &limits)?;
             info!(
@@ -311,15 +312,15 @@ fn run_inner(
         LpsMode::Local => None,
         LpsMode::Remote => {
             anyhow::ensure!(
-                cfg.federation.hierarchical(),
+                cfg.method.hierarchical(),
                 "--lps remote needs a hierarchical run (--hierarchy, or --algorithm mthfl)"
             );
             // The LPS processes score their clients in the labels view (their assignment does
             // not carry a view).
             anyhow::ensure!(
-                cfg.federation.local_test.is_labels(),
+                cfg.method.federation.local_test.is_labels(),
                 "--lps remote reports the labels view only (drop --local-test {})",
-                cfg.federation.local_test
+                cfg.method.federation.local_test
             );
             let link = Link::start(LinkOptions {
                 subscribe: Gps::subscriptions(&topics),
@@ -373,18 +374,18 @@ fn run_inner(
         }
         None => "edge clients' own data".to_string(),
     };
-    let mut progress = Progress::new(cfg.federation.rounds);
+    let mut progress = Progress::new(cfg.method.federation.rounds);
     let ctx = RunContext {
         truth: truth.clone(),
         task_labels: pool.partition().and_then(|(spec, _)| spec.task_labels()),
         backend: cfg.backend,
     };
     // Remote LPSs: this round loop does round 0 only; the LPS processes do the rest.
-    let mut federation_cfg = cfg.federation.clone();
+    let mut federation_cfg = cfg.method.clone();
     if gps_link.is_some() {
-        federation_cfg.rounds = 0;
+        federation_cfg.federation.rounds = 0;
     }
-    let mut result = match federation::run_resumable(
+    let mut result = match algorithms::run_resumable(
         &federation_cfg,
         &mut pool,
         &ctx,
@@ -434,7 +435,7 @@ fn run_inner(
             let plan = GpsPlan {
                 topics,
                 run: run.clone(),
-                federation: cfg.federation.clone(),
+                federation: cfg.method.federation.clone(),
                 assignment: result.assignment.clone(),
                 clients: {
                     let ids = pool.client_ids();
