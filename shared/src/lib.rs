@@ -15,13 +15,13 @@
 //! | [`train`] | local SGD training and evaluation |
 //! | [`cohort`] | many clients' local trainings as one batched model (a cohort step: grouped convolutions, batched matrix products over the client axis) |
 //! | [`cluster`] | agglomerative hierarchical clustering equal to scipy, distances, adjusted Rand index; the one-shot clustering the methods share ([`cluster::clustering`]) and MT-HFL's Gram signature and relevance ([`cluster::spectral`]) |
-//! | [`algorithms`] | one file per method: [`algorithms::fedclust`] (one-shot HC on final-layer weights, newcomers), [`algorithms::mthfl`] (HAC on 1 − R of the clients' data relevance; LPS/GPS), ... |
+//! | [`algorithms`] | one file per method: [`algorithms::fedclust`] (one-shot HC on final-layer weights, newcomers), [`algorithms::mthfl`] (HAC on 1 − R of the clients' data relevance; LPS/GPS), ...; the registry and a run's whole configuration ([`algorithms::MethodConfig`], run by [`algorithms::run`]) |
 //! | [`malloc`] | glibc's allocator settings for training, set by the binaries at start-up |
 //! | [`jobs`] | one file per kind of client job ([`jobs::JobKind`]: messages, the server's judgement, the client's work) and the registry ([`jobs::Job`], [`jobs::Answer`]) |
 //! | [`client`] | a client's data and the error of a job |
 //! | [`aggregate`] | sample-weighted FedAvg |
 //! | [`hierarchy`] | MT-HFL's LPS/GPS step: sample-weighted average of the common layers only |
-//! | [`federation`] | the method interface ([`federation::Strategy`]), client pools, and the generic round driver |
+//! | [`federation`] | the method interface ([`federation::Strategy`]), client pools, and the generic round driver, which takes a [`federation::Plan`] and knows no method by name |
 //! | [`sim`] | the in-process client pool used by `coordinator simulate` |
 //! | [`protocol`] | the wire protocol: postcard messages, tensors, MQTT topic scheme (`no_std`) |
 //!

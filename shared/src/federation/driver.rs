@@ -61,8 +61,8 @@ pub fn run_resumable(
 /// Runs one LPS of a hierarchy whose GPS is another process: FedAvg of the pool's clients (one
 /// cluster) from `initial`, and every `cfg.lps_rounds` rounds the common layers go through `gps`
 /// (sent, averaged there with the other LPSs', inserted back) before the round's evaluation, as
-/// the in-process GPS step does. `plan` must be hierarchical (the registry's
-/// [`crate::algorithms::MethodConfig::plan_lps`] makes FedAvg's).
+/// the in-process GPS step does. `plan` must be hierarchical ([`crate::algorithms::run_lps`]
+/// runs FedAvg's).
 ///
 /// # Errors
 ///
