@@ -36,7 +36,7 @@ pub struct Random {
 }
 
 impl Random {
-    /// The method for `cfg` (whose cut must be `k=K`: [`FederationConfig::cut`]).
+    /// The method for `cfg` (whose cut must be `k=K`: [`crate::federation::FederationConfig::cut`]).
     ///
     /// # Errors
     ///

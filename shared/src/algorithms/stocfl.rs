@@ -108,7 +108,7 @@ pub const DEFAULT_TAU: f64 = 0.5;
 pub const DEFAULT_MU: f64 = 0.05;
 
 /// StoCFL's own settings: `[federation]` keys and run flags of the same names (λ is the shared
-/// proximal strength, [`FederationConfig::mu`]).
+/// proximal strength, [`crate::federation::FederationConfig::mu`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[cfg_attr(feature = "cli", group(skip))]

@@ -41,7 +41,7 @@ pub enum UpdateRejection {
         /// The count the client declared.
         declared: u64,
     },
-    /// Its change ‖θ_client − θ_sent‖₂ is above [`FederationConfig::max_update_norm`].
+    /// Its change ‖θ_client − θ_sent‖₂ is above [`super::FederationConfig::max_update_norm`].
     #[error("update norm {norm:.4} is above the bound {bound}")]
     NormAbove {
         /// ‖θ_client − θ_sent‖₂.
