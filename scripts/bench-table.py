@@ -15,7 +15,8 @@ for path in sorted(glob.glob("bench-results/fedclust/*/summary.json")):
     if len(acc) < s["config"]["federation"]["rounds"]:
         continue  # an unfinished run
     alg = s["algorithm"]
-    lam = s["config"]["federation"]["threshold"]
+    fed = s["config"]["federation"]
+    lam = fed.get("lambda", fed.get("threshold"))  # `threshold` before issue 26's rename
     if alg == "fedclust" and lam != "auto":
         alg = f"fedclust λ={lam}"
     rows.setdefault(s["partition"], {})[alg] = (s, acc)

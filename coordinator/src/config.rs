@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::aggregate::Aggregate;
 use edgecfl_shared::algorithms::{Algorithm, MethodConfig, MethodSettings};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::data::partition::PartitionSpec;
@@ -88,7 +88,18 @@ impl RunConfig {
 
     /// Parses TOML text (`name` is for the error message).
     pub fn parse(text: &str, name: &str) -> anyhow::Result<Self> {
-        toml::from_str(text).with_context(|| format!("invalid config file {name}"))
+        let c = toml::from_str(text).with_context(|| format!("invalid config file {name}"))?;
+        if let Ok(raw) = text.parse::<toml::Table>()
+            && raw
+                .get("federation")
+                .and_then(|f| f.get("threshold"))
+                .is_some()
+        {
+            tracing::warn!(
+                "{name}: `threshold` is the old name of `lambda` in [federation], kept for one release"
+            );
+        }
+        Ok(c)
     }
 
     /// Checks every field; the error names the bad one.
@@ -157,7 +168,7 @@ pub struct RunFlags {
     /// HC cut: a distance λ, `auto` (best mean silhouette over the candidate cuts), `gap` (largest
     /// gap between merge heights) or `k=N` clusters (the same as `--clusters N`).
     #[arg(long = "lambda")]
-    pub lambda: Option<Threshold>,
+    pub lambda: Option<Lambda>,
     /// single | complete | average | weighted | ward
     #[arg(long)]
     pub linkage: Option<Linkage>,
@@ -290,7 +301,7 @@ impl RunFlags {
         set!(batch => f.batch_size);
         set!(lr => f.lr);
         set!(momentum => f.momentum);
-        set!(lambda => f.threshold);
+        set!(lambda => f.lambda);
         set!(linkage => f.linkage);
         set!(model => f.model);
         set!(signature_layers => f.signature_layers);
@@ -523,6 +534,14 @@ taux = 0.3",
             RunFlags::default().resolve_from(&nan, "t").unwrap_err()
         );
         assert!(err.contains("tau must be"), "{err}");
+        // The cut's key before it was named as its flag is: read as `lambda`, not both at once.
+        let old = DEFAULT_CONFIG.replace("lambda = \"auto\"", "threshold = \"k=3\"");
+        assert_ne!(old, DEFAULT_CONFIG);
+        let c = RunConfig::parse(&old, "t").unwrap();
+        assert_eq!(c.method.federation.lambda, Lambda::Clusters(3));
+        let both = DEFAULT_CONFIG.replace("lambda = \"auto\"", "lambda = \"auto\"\nthreshold = 2");
+        let err = format!("{:#}", RunConfig::parse(&both, "t").unwrap_err());
+        assert!(err.contains("lambda"), "{err}");
         for (name, value) in [("tau", "NaN"), ("eps2", "-1"), ("epsilon", "inf")] {
             let cli = Cli::try_parse_from(["coordinator", &format!("--{name}={value}")]).unwrap();
             let err = format!("{:#}", cli.run.resolve().unwrap_err());

@@ -153,7 +153,7 @@ fn bad_flags_and_missing_data_fail_cleanly() {
             "join-round",
         ),
         (&["simulate", "--partition", "label:0"], "label"),
-        (&["simulate", "--lambda=-3"], "threshold"),
+        (&["simulate", "--lambda=-3"], "lambda"),
         (
             &["simulate", "--data", "/nonexistent/fmnist", "--rounds", "1"],
             "/nonexistent/fmnist",

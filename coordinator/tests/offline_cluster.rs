@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use coordinator::cmd::cluster::{ClusterArgs, Metric, run};
-use edgecfl_shared::cluster::{Linkage, Threshold};
+use edgecfl_shared::cluster::{Lambda, Linkage};
 use serde_json::Value;
 
 /// Points on a line: three tight groups {0, 1, 2}, {3, 4}, {5}.
@@ -92,7 +92,7 @@ fn labels(v: &Value) -> Vec<u64> {
 fn npy_gap_auto_and_k() {
     let file = TempFile::new("npy", &f4_npy());
     let mut a = args(&file, Linkage::Single);
-    a.lambda = Some(Threshold::Gap);
+    a.lambda = Some(Lambda::Gap);
     let out = run(&a).expect("run");
     assert_eq!(out["n"], 6);
     assert_eq!(out["dim"], 2);
@@ -140,7 +140,7 @@ fn npy_gap_auto_and_k() {
     // 3 clusters {0,1,2} {3,4} {5} score (3 · ~0.93 + 2 · ~0.93 + 0) / 6 ≈ 0.78; 2 clusters
     // {0..4} {5}: points 0-2 have a ≈ 7.4 against b ≈ 30 (0.75), points 3, 4 a ≈ 10.5 against
     // b ≈ 22.4 (0.53), so ≈ 0.55; more clusters split a tight group. So 3 clusters again.
-    a.lambda = Some(Threshold::Auto);
+    a.lambda = Some(Lambda::Auto);
     let out = run(&a).expect("run auto");
     assert_eq!(out["cut"], "auto");
     assert_eq!(labels(&out), vec![0, 0, 0, 1, 1, 2]);
@@ -158,7 +158,7 @@ fn npy_gap_auto_and_k() {
     // The reported threshold reproduces the k-cut as a distance cut.
     let t = out["threshold"].as_f64().expect("threshold for k");
     let mut b = args(&file, Linkage::Ward);
-    b.lambda = Some(Threshold::Distance(t));
+    b.lambda = Some(Lambda::Distance(t));
     assert_eq!(labels(&run(&b).unwrap()), vec![0, 0, 0, 0, 0, 1]);
 }
 
@@ -172,10 +172,10 @@ fn csv_with_header_matches_npy() {
     let npy = TempFile::new("npy", &f4_npy());
     for linkage in Linkage::ALL {
         let mut a = args(&csv, linkage);
-        a.lambda = Some(Threshold::Distance(5.0));
+        a.lambda = Some(Lambda::Distance(5.0));
         let from_csv = run(&a).expect("csv");
         let mut b = args(&npy, linkage);
-        b.lambda = Some(Threshold::Distance(5.0));
+        b.lambda = Some(Lambda::Distance(5.0));
         let from_npy = run(&b).expect("npy");
         assert_eq!(from_csv["merges"], from_npy["merges"], "{linkage}");
         assert_eq!(labels(&from_csv), vec![0, 0, 0, 1, 1, 2], "{linkage}");
@@ -240,7 +240,7 @@ fn errors_name_the_file() {
     ] {
         let f = TempFile::new("csv", text.as_bytes());
         let mut a = args(&f, Linkage::Complete);
-        a.lambda = Some(Threshold::Auto);
+        a.lambda = Some(Lambda::Auto);
         let e = error_of(&a);
         assert!(
             e.contains(&*f.0.display().to_string()) && e.contains(what),
@@ -263,7 +263,7 @@ fn errors_name_the_file() {
     a.clusters = None;
     assert!(error_of(&a).contains("--lambda"));
     a.clusters = Some(2);
-    a.lambda = Some(Threshold::Auto);
+    a.lambda = Some(Lambda::Auto);
     assert!(error_of(&a).contains("not both"));
 
     // Ward needs Euclidean distances (as in scipy).
@@ -293,7 +293,7 @@ fn cli_parsing() {
     ])
     .expect("parse");
     assert_eq!(cli.args.linkage, Linkage::Ward);
-    assert_eq!(cli.args.lambda, Some(Threshold::Auto));
+    assert_eq!(cli.args.lambda, Some(Lambda::Auto));
     assert_eq!(cli.args.metric, Metric::Euclidean);
     for cut in ["gap", "k=3", "2.5"] {
         let cli = Cli::try_parse_from(["cluster", "--input", "x.npy", "--lambda", cut]).unwrap();
@@ -316,7 +316,7 @@ fn cli_parsing() {
     assert_eq!(cli.args.linkage, Linkage::Average);
     // The old names, kept for one release.
     let cli = Cli::try_parse_from(["cluster", "--input", "x.npy", "--threshold", "gap"]).unwrap();
-    assert_eq!(cli.args.lambda, Some(Threshold::Gap));
+    assert_eq!(cli.args.lambda, Some(Lambda::Gap));
     let cli = Cli::try_parse_from(["cluster", "--input", "x.npy", "--k", "2"]).unwrap();
     assert_eq!(cli.args.clusters, Some(2));
     // Exactly one of --lambda / --clusters.

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use edgecfl_shared::cluster::Linkage;
-use edgecfl_shared::cluster::clustering::{Threshold, cluster_signatures};
+use edgecfl_shared::cluster::clustering::{Lambda, cluster_signatures};
 use edgecfl_shared::cluster::metrics::adjusted_rand_index;
 use edgecfl_shared::cluster::robust::Guard;
 
@@ -48,13 +48,8 @@ fn signatures_from_separate_processes_cluster_by_group() {
         .collect();
     assert_eq!(rows.len(), 4);
     assert!(rows.iter().all(|r| r.len() == 850));
-    let (c, _) = cluster_signatures(
-        &rows,
-        Linkage::Average,
-        Threshold::Clusters(2),
-        Guard::Paper,
-    )
-    .unwrap();
+    let (c, _) =
+        cluster_signatures(&rows, Linkage::Average, Lambda::Clusters(2), Guard::Paper).unwrap();
     // groups:… puts client i in group i % 2.
     assert_eq!(adjusted_rand_index(&c.assignment, &[0, 1, 0, 1]), 1.0);
     let _ = std::fs::remove_file(&csv);

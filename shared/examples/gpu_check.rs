@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE};
 use edgecfl_shared::cluster::adjusted_rand_index;
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::cluster::spectral::{Estimate, Signature};
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
@@ -161,7 +161,7 @@ fn run_device(
     let (clustering, _) = mthfl::cluster(
         &relevance,
         DEFAULT_LINKAGE,
-        Threshold::Clusters(3),
+        Lambda::Clusters(3),
         Guard::Paper,
     )?;
 

@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE};
 use edgecfl_shared::cluster::adjusted_rand_index;
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::cluster::spectral::{Estimate, Gram, Signature};
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
@@ -123,7 +123,7 @@ struct Seed {
 }
 
 fn ari(r: &[Vec<f64>], truth: &[usize]) -> Result<f64, BoxError> {
-    let (c, _) = mthfl::cluster(r, DEFAULT_LINKAGE, Threshold::Clusters(3), Guard::Paper)?;
+    let (c, _) = mthfl::cluster(r, DEFAULT_LINKAGE, Lambda::Clusters(3), Guard::Paper)?;
     Ok(adjusted_rand_index(&c.assignment, truth))
 }
 
@@ -436,7 +436,7 @@ fn main() -> Result<(), BoxError> {
                     let t = Instant::now();
                     let r = server_r(&sigs, Estimate::Norm, &dev)?;
                     let (c, _) =
-                        mthfl::cluster(&r, DEFAULT_LINKAGE, Threshold::Clusters(3), Guard::Paper)?;
+                        mthfl::cluster(&r, DEFAULT_LINKAGE, Lambda::Clusters(3), Guard::Paper)?;
                     std::hint::black_box(c);
                     Ok(t.elapsed().as_secs_f64())
                 })

@@ -3,7 +3,7 @@
 //! cluster or, farther than ε from every cluster, found a new one.
 
 use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{Partition, PartitionSpec, partition};
@@ -11,7 +11,7 @@ use edgecfl_shared::federation::{FederationConfig, Quiet, RunContext};
 use edgecfl_shared::sim::SimPool;
 use edgecfl_shared::train::Backend;
 
-fn config(threshold: Threshold) -> MethodConfig {
+fn config(lambda: Lambda) -> MethodConfig {
     MethodConfig::new(
         Algorithm::AdaCfl,
         FederationConfig {
@@ -19,7 +19,7 @@ fn config(threshold: Threshold) -> MethodConfig {
             frac: 0.5,
             epochs: 2,
             warmup_epochs: 1,
-            threshold,
+            lambda,
             linkage: Linkage::Average,
             seed: 7,
             ..FederationConfig::default()
@@ -41,7 +41,7 @@ fn label_groups_pre_clustered_then_split_by_hc() {
     let (data, part) = parts("groups:012-34-56-789", 12);
     let truth = part.truth.clone().unwrap();
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
-    let mut cfg = config(Threshold::Distance(0.2));
+    let mut cfg = config(Lambda::Distance(0.2));
     cfg.federation.epochs = 5;
     let r = algorithms::run(&cfg, &mut pool, &RunContext::with_truth(truth), &mut Quiet).unwrap();
     assert_eq!(r.n_clusters, 4, "{:?}", r.assignment);
@@ -65,7 +65,7 @@ fn pairs_form_one_pre_cluster_and_ten_clusters() {
     let (data, part) = parts("pairs", 20);
     let truth = part.truth.clone().unwrap();
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
-    let mut cfg = config(Threshold::Auto);
+    let mut cfg = config(Lambda::Auto);
     cfg.federation.rounds = 1;
     cfg.federation.frac = 0.25;
     cfg.federation.epochs = 1;
@@ -104,7 +104,7 @@ fn newcomers_join_or_found_clusters_by_epsilon() {
     let run = |epsilon: Option<f64>| {
         let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
         pool.hold_out(4, 1).unwrap();
-        let mut cfg = config(Threshold::Distance(0.2));
+        let mut cfg = config(Lambda::Distance(0.2));
         cfg.federation.rounds = 1;
         cfg.federation.epochs = 1;
         cfg.methods.adacfl.epsilon = epsilon;

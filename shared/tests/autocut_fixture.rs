@@ -6,7 +6,7 @@
 //! rest, so the `gap` rule merges shoes and bags, while the silhouette rule finds the three.
 
 use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::cluster::{CutRule, adjusted_rand_index};
 
@@ -24,13 +24,8 @@ fn fixture() -> Fixture {
 #[test]
 fn silhouette_finds_the_three_tasks_where_the_gap_rule_merges_two() {
     let f = fixture();
-    let (auto, _) = mthfl::cluster(
-        &f.relevance,
-        DEFAULT_LINKAGE,
-        Threshold::Auto,
-        Guard::Robust,
-    )
-    .unwrap();
+    let (auto, _) =
+        mthfl::cluster(&f.relevance, DEFAULT_LINKAGE, Lambda::Auto, Guard::Robust).unwrap();
     assert_eq!(auto.n_clusters, 3);
     assert_eq!(adjusted_rand_index(&auto.assignment, &f.truth), 1.0);
     let cut = auto.cut.as_ref().unwrap();
@@ -45,7 +40,7 @@ fn silhouette_finds_the_three_tasks_where_the_gap_rule_merges_two() {
     assert_eq!(cut.chosen().unwrap().score, Some(best));
 
     let (gap, _) =
-        mthfl::cluster(&f.relevance, DEFAULT_LINKAGE, Threshold::Gap, Guard::Robust).unwrap();
+        mthfl::cluster(&f.relevance, DEFAULT_LINKAGE, Lambda::Gap, Guard::Robust).unwrap();
     assert_eq!(gap.n_clusters, 2);
     assert!(adjusted_rand_index(&gap.assignment, &f.truth) < 1.0);
 }
@@ -77,7 +72,7 @@ fn near_tie_goes_to_the_widest_gap() {
                 .collect()
         })
         .collect();
-    let (auto, _) = mthfl::cluster(&r, DEFAULT_LINKAGE, Threshold::Auto, Guard::Robust).unwrap();
+    let (auto, _) = mthfl::cluster(&r, DEFAULT_LINKAGE, Lambda::Auto, Guard::Robust).unwrap();
     assert_eq!(auto.n_clusters, 3);
     assert_eq!(adjusted_rand_index(&auto.assignment, &f.truth), 1.0);
     let cut = auto.cut.as_ref().unwrap();
@@ -90,6 +85,6 @@ fn near_tie_goes_to_the_widest_gap() {
     assert_eq!(best.n_clusters, 4, "the best score alone splits the bags");
     let chosen = cut.chosen().unwrap().score.unwrap();
     assert!(best.score.unwrap() - chosen < edgecfl_shared::cluster::SILHOUETTE_TIE);
-    let (gap, _) = mthfl::cluster(&r, DEFAULT_LINKAGE, Threshold::Gap, Guard::Robust).unwrap();
+    let (gap, _) = mthfl::cluster(&r, DEFAULT_LINKAGE, Lambda::Gap, Guard::Robust).unwrap();
     assert_eq!(gap.n_clusters, 2);
 }

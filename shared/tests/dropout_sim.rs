@@ -4,7 +4,7 @@
 //! again. Checked against the known groups and against the full run's relevance matrix.
 
 use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
@@ -180,7 +180,7 @@ fn mthfl_client_without_its_relevance_row_is_left_out() {
     let mut cfg = config(Algorithm::MtHfl);
     cfg.federation = FederationConfig {
         model: ModelKind::Mlp,
-        threshold: Threshold::Clusters(3),
+        lambda: Lambda::Clusters(3),
         batch_size: 10,
         lr: 0.05,
         rounds: 1,

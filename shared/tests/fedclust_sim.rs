@@ -2,7 +2,7 @@
 //! must recover a known label-group structure exactly, and training must beat chance.
 
 use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
@@ -18,7 +18,7 @@ fn config(algorithm: Algorithm) -> MethodConfig {
             frac: 0.5,
             epochs: 1,
             warmup_epochs: 1,
-            threshold: Threshold::Auto,
+            lambda: Lambda::Auto,
             linkage: Linkage::Average,
             seed: 7,
             ..FederationConfig::default()
@@ -118,7 +118,7 @@ fn cluster_start_members_starts_each_cluster_from_its_members_mean() {
     let paper = run(&cfg);
     let mut every_layer = cfg.clone();
     every_layer.federation.signature_layers = LayerSet::All;
-    every_layer.federation.threshold = Threshold::Clusters(paper.n_clusters);
+    every_layer.federation.lambda = Lambda::Clusters(paper.n_clusters);
     let every_layer = run(&every_layer);
     cfg.methods.fedclust.cluster_start = Some(ClusterStart::Members);
     let members = run(&cfg);

@@ -8,7 +8,7 @@ use edgecfl_shared::cluster::spectral;
 use std::sync::OnceLock;
 
 use edgecfl_shared::algorithms::mthfl::{self, DEFAULT_LINKAGE};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::cluster::spectral::{
     DEFAULT_EIGENVECTORS, Estimate, Gram, Signature, SpectralError,
@@ -281,7 +281,7 @@ fn input_errors() {
         Err(SpectralError::BadRows(_))
     ));
     assert!(matches!(
-        mthfl::cluster(&[], DEFAULT_LINKAGE, Threshold::Clusters(2), Guard::Robust),
+        mthfl::cluster(&[], DEFAULT_LINKAGE, Lambda::Clusters(2), Guard::Robust),
         Err(SpectralError::Empty)
     ));
     assert!(
@@ -321,13 +321,13 @@ fn clustering_cuts_at_t_or_a_threshold_and_places_newcomers() {
         vec![0.32, 0.32, 0.98, 0.98, 1.0],
     ];
     for l in [Linkage::Single, Linkage::Complete, Linkage::Average] {
-        let (c, d) = mthfl::cluster(&r, l, Threshold::Clusters(2), Guard::Robust).unwrap();
+        let (c, d) = mthfl::cluster(&r, l, Lambda::Clusters(2), Guard::Robust).unwrap();
         assert_eq!(c.assignment, vec![0, 0, 1, 1, 1], "{l}");
         assert!(c.centroids.is_empty());
         assert!((d.get(0, 2).unwrap() - 0.69).abs() < 1e-12);
-        let (c, _) = mthfl::cluster(&r, l, Threshold::Distance(0.5), Guard::Robust).unwrap();
+        let (c, _) = mthfl::cluster(&r, l, Lambda::Distance(0.5), Guard::Robust).unwrap();
         assert_eq!(c.assignment, vec![0, 0, 1, 1, 1], "{l}");
-        let (c, _) = mthfl::cluster(&r, l, Threshold::Auto, Guard::Robust).unwrap();
+        let (c, _) = mthfl::cluster(&r, l, Lambda::Auto, Guard::Robust).unwrap();
         assert_eq!(c.n_clusters, 2, "{l}");
         // HAC as described under Table I: 4-5 merge first (0.02), then 1-2 (0.03), then 3.
         let m = c.dendrogram.merges();
@@ -390,20 +390,10 @@ fn server_side_is_exact_at_k_equals_d_and_close_below() {
     let server =
         spectral::symmetrise(&spectral::server_rows(&sigs, Estimate::Norm, &dev).unwrap()).unwrap();
     assert_close(&server, &paper, 0.1, "k = 3");
-    let (a, _) = mthfl::cluster(
-        &paper,
-        DEFAULT_LINKAGE,
-        Threshold::Clusters(2),
-        Guard::Robust,
-    )
-    .unwrap();
-    let (b, _) = mthfl::cluster(
-        &server,
-        DEFAULT_LINKAGE,
-        Threshold::Clusters(2),
-        Guard::Robust,
-    )
-    .unwrap();
+    let (a, _) =
+        mthfl::cluster(&paper, DEFAULT_LINKAGE, Lambda::Clusters(2), Guard::Robust).unwrap();
+    let (b, _) =
+        mthfl::cluster(&server, DEFAULT_LINKAGE, Lambda::Clusters(2), Guard::Robust).unwrap();
     let truth: Vec<usize> = (0..6).map(|c| c % 2).collect();
     assert_eq!(adjusted_rand_index(&a.assignment, &truth), 1.0);
     assert_eq!(adjusted_rand_index(&b.assignment, &truth), 1.0);
@@ -448,7 +438,7 @@ fn tasks_fmnist3_users_of_a_task_cluster_together() {
         );
         for (name, r) in [("paper", &paper), ("server", &server)] {
             let (c, _) =
-                mthfl::cluster(r, DEFAULT_LINKAGE, Threshold::Clusters(3), Guard::Robust).unwrap();
+                mthfl::cluster(r, DEFAULT_LINKAGE, Lambda::Clusters(3), Guard::Robust).unwrap();
             assert_eq!(
                 adjusted_rand_index(&c.assignment, &truth),
                 1.0,

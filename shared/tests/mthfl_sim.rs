@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::spectral::Relevance;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{Partition, PartitionSpec, partition};
@@ -38,7 +38,7 @@ fn config(algorithm: Algorithm) -> MethodConfig {
             epochs: 1,
             batch_size: 10,
             lr: 0.05,
-            threshold: Threshold::Clusters(3),
+            lambda: Lambda::Clusters(3),
             seed: 3,
             ..FederationConfig::default()
         },

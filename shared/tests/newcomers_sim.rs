@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
@@ -30,7 +30,7 @@ fn config(algorithm: Algorithm, rounds: usize) -> MethodConfig {
             frac: 1.0,
             epochs: 1,
             warmup_epochs: 1,
-            threshold: Threshold::Auto,
+            lambda: Lambda::Auto,
             linkage: Linkage::Average,
             seed: 7,
             ..FederationConfig::default()
@@ -240,7 +240,7 @@ fn other_algorithms_place_or_drop_newcomers() {
     // Random: the smallest group (3 round-0 clients in k = 2 groups of 2 and 1).
     let (mut pool, truth) = Recording::new(1, 1, 4);
     let mut cfg = config(Algorithm::Random, 1);
-    cfg.federation.threshold = Threshold::Clusters(2);
+    cfg.federation.lambda = Lambda::Clusters(2);
     let (r, _) = run(&mut pool, &cfg, &truth);
     let small = usize::from(r.assignment[..3].iter().filter(|&&a| a == 0).count() == 2);
     assert_eq!(r.newcomers[0].cluster, small, "{:?}", r.assignment);
@@ -248,7 +248,7 @@ fn other_algorithms_place_or_drop_newcomers() {
     let (mut pool, truth) = Recording::new(1, 1, 4);
     let mut cfg = config(Algorithm::MtHfl, 1);
     cfg.federation.model = edgecfl_shared::model::ModelKind::Mlp;
-    cfg.federation.threshold = Threshold::Clusters(2);
+    cfg.federation.lambda = Lambda::Clusters(2);
     let (r, told) = run(&mut pool, &cfg, &truth);
     assert!(told.dropped.is_empty(), "{:?}", r.dropped_newcomers);
     assert_eq!(

@@ -3,7 +3,7 @@
 //! same clusters, models, records, evaluations and newcomers.
 
 use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
-use edgecfl_shared::cluster::clustering::Threshold;
+use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
@@ -116,10 +116,10 @@ fn resume_after_every_round_with(
             frac: 0.5,
             epochs: 1,
             warmup_epochs: 1,
-            threshold: if mthfl {
-                Threshold::Clusters(4)
+            lambda: if mthfl {
+                Lambda::Clusters(4)
             } else {
-                Threshold::Auto
+                Lambda::Auto
             },
             linkage: Linkage::Average,
             seed: 3,
@@ -179,7 +179,7 @@ fn local_resumes_after_any_round_to_the_same_result() {
 #[test]
 fn random_resumes_after_any_round_to_the_same_result() {
     let full = resume_after_every_round_with(Algorithm::Random, false, |c| {
-        c.federation.threshold = Threshold::Clusters(3);
+        c.federation.lambda = Lambda::Clusters(3);
     });
     assert_eq!(full.models.len(), 3);
 }
@@ -311,4 +311,22 @@ fn a_bad_checkpoint_is_refused() {
     assert!(Checkpoint::from_json(&v.to_string()).is_err());
     assert!(Checkpoint::from_json("{").is_err());
     assert!(Checkpoint::from_json(&text[..text.len() / 2]).is_err());
+}
+
+/// A checkpoint written before the cut's key was renamed (`threshold`, now `lambda`) resumes the
+/// run it was written by, and finishes it as the run without the interruption.
+#[test]
+fn a_checkpoint_with_the_old_key_resumes() {
+    let (cfg, ctx, saved) = one_round(Algorithm::FedClust);
+    let mut v: serde_json::Value = serde_json::from_str(&saved[0]).unwrap();
+    let config = v["config"].as_object_mut().unwrap();
+    let lambda = config.remove("lambda").expect("the key is lambda now");
+    config.insert("threshold".into(), lambda);
+    let c = Checkpoint::from_json(&v.to_string()).unwrap();
+    let (mut q, _) = pool(false);
+    let resumed = algorithms::run_resumable(&cfg, &mut q, &ctx, &mut Quiet, Some(c)).unwrap();
+    let (mut p, _) = pool(false);
+    let whole = algorithms::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
+    assert_eq!(resumed.assignment, whole.assignment);
+    assert_eq!(resumed.models, whole.models);
 }

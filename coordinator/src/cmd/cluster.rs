@@ -9,7 +9,7 @@
 //! Each row of the input is one observation (for FedClust: one client's flattened final layer).
 //! The tool computes the pairwise distances ([`CondensedMatrix`]), runs [`linkage`] (equal to
 //! `scipy.cluster.hierarchy.linkage`) and cuts the dendrogram as a run does (the same
-//! [`Threshold`] and [`cut_tree`], the same flags): at a distance (`--lambda X`, like
+//! [`Lambda`] and [`cut_tree`], the same flags): at a distance (`--lambda X`, like
 //! `fcluster(Z, X, "distance")`), at the best mean silhouette (`--lambda auto`), at the largest
 //! gap between merge heights (`--lambda gap`, [`Dendrogram::auto_threshold`]) or into exactly `K`
 //! clusters (`--clusters K` or `--lambda k=K`, [`Dendrogram::cut_k`]). [`run`] returns the result
@@ -32,7 +32,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail, ensure};
-use edgecfl_shared::cluster::{CondensedMatrix, Dendrogram, Linkage, Threshold, cut_tree, linkage};
+use edgecfl_shared::cluster::{CondensedMatrix, Dendrogram, Lambda, Linkage, cut_tree, linkage};
 use serde_json::{Value, json};
 
 /// Arguments of `coordinator cluster`.
@@ -49,7 +49,7 @@ pub struct ClusterArgs {
     /// (best mean silhouette over the candidate cuts), `gap` (the midpoint of the largest gap
     /// between merge heights) or `k=N` clusters. (`--threshold`: its old name.)
     #[arg(long, alias = "threshold")]
-    pub lambda: Option<Threshold>,
+    pub lambda: Option<Lambda>,
     /// Cut into exactly K clusters (`--lambda k=K`). (`--k`: its old name.)
     #[arg(long, alias = "k")]
     pub clusters: Option<usize>,
@@ -118,10 +118,10 @@ pub fn run(args: &ClusterArgs) -> anyhow::Result<Value> {
         (Some(_), Some(_)) => bail!("give either --lambda or --clusters, not both (input {shown})"),
         (None, None) => bail!("give --lambda X|auto|gap|k=K or --clusters K (input {shown})"),
         (Some(t), None) => t,
-        (None, Some(k)) => Threshold::Clusters(k),
+        (None, Some(k)) => Lambda::Clusters(k),
     };
     let (name, threshold, labels, scores) = match cut {
-        Threshold::Clusters(k) => {
+        Lambda::Clusters(k) => {
             ensure!(
                 (1..=n).contains(&k),
                 "{k} clusters is out of range: {shown} has {n} observations, so K must be in \
@@ -132,8 +132,8 @@ pub fn run(args: &ClusterArgs) -> anyhow::Result<Value> {
         t => {
             let (labels, height, scores) = cut_tree(&tree, &d, t);
             let name = match t {
-                Threshold::Auto => "auto",
-                Threshold::Gap => "gap",
+                Lambda::Auto => "auto",
+                Lambda::Gap => "gap",
                 _ => "distance",
             };
             (name, Some(height), labels, scores)
@@ -444,13 +444,10 @@ mod tests {
 
     #[test]
     fn threshold_parsing() {
-        assert_eq!("auto".parse::<Threshold>().unwrap(), Threshold::Auto);
-        assert_eq!(
-            "1.5".parse::<Threshold>().unwrap(),
-            Threshold::Distance(1.5)
-        );
-        assert!("-1".parse::<Threshold>().is_err());
-        assert!("nan".parse::<Threshold>().is_err());
-        assert!("x".parse::<Threshold>().is_err());
+        assert_eq!("auto".parse::<Lambda>().unwrap(), Lambda::Auto);
+        assert_eq!("1.5".parse::<Lambda>().unwrap(), Lambda::Distance(1.5));
+        assert!("-1".parse::<Lambda>().is_err());
+        assert!("nan".parse::<Lambda>().is_err());
+        assert!("x".parse::<Lambda>().is_err());
     }
 }

@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 
 use super::MethodConfig;
 use crate::cluster::clustering::{
-    Clustering, ClusteringError, Threshold, centroids, guarded_cut, nearest_centroid,
+    Clustering, ClusteringError, Lambda, centroids, guarded_cut, nearest_centroid,
 };
 use crate::cluster::cut::CutScores;
 use crate::cluster::distance::CondensedMatrix;
@@ -228,7 +228,7 @@ pub fn adaptive_clustering(
     signatures: &[Vec<f32>],
     pre: &[usize],
     method: Linkage,
-    threshold: Threshold,
+    threshold: Lambda,
     guard: Guard,
 ) -> Result<AdaClustering, ClusteringError> {
     let n = signatures.len();
@@ -275,14 +275,14 @@ pub fn adaptive_clustering(
         .collect::<Result<_, ClusteringError>>()?;
     let mut cut = None;
     let (local, height): (Vec<Vec<usize>>, f64) = match threshold {
-        Threshold::Distance(t) => (trees.iter().map(|d| d.cut_distance(t)).collect(), t),
-        Threshold::Auto | Threshold::Gap => {
+        Lambda::Distance(t) => (trees.iter().map(|d| d.cut_distance(t)).collect(), t),
+        Lambda::Auto | Lambda::Gap => {
             let (_, t, scores) =
                 guarded_cut(&dendrogram, &distances, method, threshold, &quarantined);
             cut = scores;
             (trees.iter().map(|d| d.cut_distance(t)).collect(), t)
         }
-        Threshold::Clusters(k) => {
+        Lambda::Clusters(k) => {
             // The lowest merges of all trees together (each tree's merges are in height order,
             // so every tree applies a prefix of its own).
             let mut all: Vec<(f64, usize, usize)> = trees
@@ -618,7 +618,7 @@ mod tests {
             &s,
             &pre,
             Linkage::Average,
-            Threshold::Distance(1.0),
+            Lambda::Distance(1.0),
             Guard::Paper,
         )
         .unwrap();
@@ -634,7 +634,7 @@ mod tests {
             &s,
             &pre,
             Linkage::Average,
-            Threshold::Distance(100.0),
+            Lambda::Distance(100.0),
             Guard::Paper,
         )
         .unwrap();
@@ -644,7 +644,7 @@ mod tests {
             &s,
             &[0; 6],
             Linkage::Average,
-            Threshold::Distance(1.0),
+            Lambda::Distance(1.0),
             Guard::Paper,
         )
         .unwrap();
@@ -652,7 +652,7 @@ mod tests {
         // Auto: the largest gap of the tree over all six is between ~0.1 and ~5, so the cut is
         // the same as λ = 1.
         let c =
-            adaptive_clustering(&s, &pre, Linkage::Average, Threshold::Auto, Guard::Paper).unwrap();
+            adaptive_clustering(&s, &pre, Linkage::Average, Lambda::Auto, Guard::Paper).unwrap();
         assert_eq!(c.assignment, vec![0, 0, 1, 1, 2, 3]);
         assert!(c.threshold > 0.1 && c.threshold < 5.0, "{}", c.threshold);
     }
@@ -670,7 +670,7 @@ mod tests {
             &s,
             &pre,
             Linkage::Average,
-            Threshold::Clusters(3),
+            Lambda::Clusters(3),
             Guard::Paper,
         )
         .unwrap();
@@ -681,7 +681,7 @@ mod tests {
             &s,
             &pre,
             Linkage::Average,
-            Threshold::Clusters(1),
+            Lambda::Clusters(1),
             Guard::Paper,
         )
         .unwrap();
@@ -691,7 +691,7 @@ mod tests {
             &s,
             &pre,
             Linkage::Average,
-            Threshold::Clusters(5),
+            Lambda::Clusters(5),
             Guard::Paper,
         )
         .unwrap();
@@ -702,29 +702,28 @@ mod tests {
     #[test]
     fn bad_inputs_are_errors() {
         assert!(matches!(
-            adaptive_clustering(&[], &[], Linkage::Average, Threshold::Auto, Guard::Paper),
+            adaptive_clustering(&[], &[], Linkage::Average, Lambda::Auto, Guard::Paper),
             Err(ClusteringError::Empty)
         ));
         let s = vec![vec![0.0f32, 1.0], vec![f32::NAN, 0.0]];
         assert!(matches!(
-            adaptive_clustering(&s, &[0, 0], Linkage::Average, Threshold::Auto, Guard::Paper),
+            adaptive_clustering(&s, &[0, 0], Linkage::Average, Lambda::Auto, Guard::Paper),
             Err(ClusteringError::Distance(_))
         ));
         let s = vec![vec![0.0f32, 1.0], vec![0.0]];
         assert!(
-            adaptive_clustering(&s, &[0, 0], Linkage::Average, Threshold::Auto, Guard::Paper)
-                .is_err()
+            adaptive_clustering(&s, &[0, 0], Linkage::Average, Lambda::Auto, Guard::Paper).is_err()
         );
         let s = vec![vec![0.0f32], vec![1.0]];
         assert!(
-            adaptive_clustering(&s, &[0], Linkage::Average, Threshold::Auto, Guard::Paper).is_err()
+            adaptive_clustering(&s, &[0], Linkage::Average, Lambda::Auto, Guard::Paper).is_err()
         );
         // One client: one cluster.
         let c = adaptive_clustering(
             &[vec![1.0]],
             &[0],
             Linkage::Average,
-            Threshold::Auto,
+            Lambda::Auto,
             Guard::Paper,
         )
         .unwrap();
@@ -776,7 +775,7 @@ mod tests {
             &sigs,
             &[0, 0, 0],
             Linkage::Average,
-            Threshold::Distance(1.0),
+            Lambda::Distance(1.0),
             Guard::Paper,
         )
         .unwrap();

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Algorithm, MethodSettings};
-use crate::cluster::clustering::Threshold;
+use crate::cluster::clustering::Lambda;
 use crate::federation::{
     self, Checkpoint, ClientPool, FederationConfig, FederationError, GpsLink, Observer, Plan,
     RunContext, RunResult,
@@ -58,12 +58,12 @@ impl MethodConfig {
         self.methods.check()?;
         if let Some(k) = f.clusters
             && self.algorithm.cuts_a_tree()
-            && !matches!(f.threshold, Threshold::Auto)
-            && f.threshold != Threshold::Clusters(k)
+            && !matches!(f.lambda, Lambda::Auto)
+            && f.lambda != Lambda::Clusters(k)
         {
             return Err(FederationError::Config(format!(
                 "clusters = {k} and lambda = {} both say where to cut; give one",
-                f.threshold
+                f.lambda
             )));
         }
         self.algorithm.check(self)?;

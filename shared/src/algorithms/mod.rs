@@ -62,7 +62,7 @@ pub enum Algorithm {
     #[serde(rename = "mthfl")]
     MtHfl,
     /// MT-HFL's baseline: a seeded random split of the clients into `k` near-equal groups
-    /// (`clusters = K`, or `threshold = "k=K"`).
+    /// (`clusters = K`, or `lambda = "k=K"`).
     Random,
     /// FedProx: FedAvg with a proximal local objective.
     FedProx,
@@ -305,7 +305,7 @@ impl FromStr for Algorithm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::clustering::Threshold;
+    use crate::cluster::clustering::Lambda;
     use crate::federation::FederationConfig;
 
     #[test]
@@ -315,27 +315,27 @@ mod tests {
         assert_eq!("random".parse::<Algorithm>().unwrap(), Algorithm::Random);
         let mut cfg = MethodConfig::new(Algorithm::Random, FederationConfig::default());
         assert!(cfg.validate().is_err());
-        cfg.federation.threshold = Threshold::Clusters(3);
+        cfg.federation.lambda = Lambda::Clusters(3);
         cfg.validate().unwrap();
         // `clusters` says the same as `k=K`; with another cut beside it, the run is refused.
         cfg.federation.clusters = Some(3);
         cfg.validate().unwrap();
-        cfg.federation.threshold = Threshold::Auto;
+        cfg.federation.lambda = Lambda::Auto;
         cfg.validate().unwrap();
-        assert_eq!(cfg.federation.cut(), Threshold::Clusters(3));
-        cfg.federation.threshold = Threshold::Distance(1.0);
+        assert_eq!(cfg.federation.cut(), Lambda::Clusters(3));
+        cfg.federation.lambda = Lambda::Distance(1.0);
         let e = cfg.validate().unwrap_err().to_string();
         assert!(
             e.contains("clusters = 3") && e.contains("lambda = 1"),
             "{e}"
         );
-        cfg.federation.threshold = Threshold::Clusters(4);
+        cfg.federation.lambda = Lambda::Clusters(4);
         assert!(cfg.validate().is_err());
         // A method that cuts no tree: its K, and lambda means nothing to it.
         cfg.algorithm = Algorithm::Ifca;
         cfg.validate().unwrap();
         cfg.algorithm = Algorithm::Random;
-        cfg.federation.threshold = Threshold::Clusters(3);
+        cfg.federation.lambda = Lambda::Clusters(3);
         cfg.federation.clusters = None;
         cfg.algorithm = Algorithm::MtHfl;
         cfg.methods.mthfl.eigenvectors = Some(0);

@@ -24,8 +24,8 @@
 //!    Client `i` uploads its row `r(i, ·)`.
 //! 3. **Symmetrisation** ([`symmetrise`]), eq. (5): `R(i, j) = (r(i, j) + r(j, i)) / 2`, `R(i, i) = 1`.
 //! 4. **Clustering** ([`cluster`]): agglomerative HC on the distance `1 − R` (the paper's HAC),
-//!    cut by the automatic rule ([`Threshold::Auto`]: the best mean silhouette), at the number
-//!    of tasks `T` ([`Threshold::Clusters`]) or at a height; the same
+//!    cut by the automatic rule ([`Lambda::Auto`]: the best mean silhouette), at the number
+//!    of tasks `T` ([`Lambda::Clusters`]) or at a height; the same
 //!    [`Clustering`] as FedClust's, with no centroids (newcomers: [`newcomer_relevance`],
 //!    [`assign_newcomer`]).
 //!
@@ -53,7 +53,7 @@
 //! [`client_row`]: crate::cluster::spectral::client_row
 
 use super::MethodConfig;
-use crate::cluster::clustering::{Clustering, Threshold, cluster_distances};
+use crate::cluster::clustering::{Clustering, Lambda, cluster_distances};
 use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::Linkage;
 use crate::cluster::robust::Guard;
@@ -136,7 +136,7 @@ pub const DEFAULT_LINKAGE: Linkage = Linkage::Average;
 pub fn cluster(
     relevance: &[Vec<f64>],
     method: Linkage,
-    threshold: Threshold,
+    threshold: Lambda,
     guard: Guard,
 ) -> Result<(Clustering, CondensedMatrix), SpectralError> {
     if relevance.is_empty() {

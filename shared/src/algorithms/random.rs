@@ -8,7 +8,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use super::MethodConfig;
-use crate::cluster::clustering::Threshold;
+use crate::cluster::clustering::Lambda;
 use crate::federation::{
     ClientInfo, Clusters, Env, FederationError, Init, NewcomerError, Placement, Strategy, Target,
     client_seed,
@@ -21,7 +21,7 @@ pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
 
 fn groups(cfg: &MethodConfig) -> Result<usize, FederationError> {
     match cfg.federation.cut() {
-        Threshold::Clusters(k) => Ok(k),
+        Lambda::Clusters(k) => Ok(k),
         cut => Err(FederationError::Config(format!(
             "random clustering needs the number of groups: --clusters K (or --lambda k=K), got \
              the cut {cut}"

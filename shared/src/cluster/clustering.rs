@@ -1,5 +1,5 @@
 //! The one-shot clustering of client signatures shared by the methods that cluster once
-//! (FedClust, AdaCFL, MT-HFL, random groups): where a dendrogram is cut ([`Threshold`]), the
+//! (FedClust, AdaCFL, MT-HFL, random groups): where a dendrogram is cut ([`Lambda`]), the
 //! cut itself ([`cut_tree`], [`guarded_cut`]), HC on signatures with the guards of
 //! [`robust`](crate::cluster::robust) ([`cluster_signatures`]), the clusters' centroids and the nearest one
 //! ([`nearest_centroid`]), and the outcome a run keeps and reports ([`Clustering`]).
@@ -14,10 +14,10 @@ use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::cluster::hc::{Dendrogram, Linkage, linkage};
 use crate::cluster::robust::{Guard, quarantined_cut};
 
-/// Where to cut the dendrogram.
+/// λ: where to cut the dendrogram (`--lambda`, the `[federation]` key `lambda`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
-pub enum Threshold {
+pub enum Lambda {
     /// Cut at height λ: merges at heights ≤ λ are applied (scipy `fcluster(criterion="distance")`).
     Distance(f64),
     /// The candidate cut of best mean silhouette on the clustered distances, or one cluster when
@@ -31,53 +31,53 @@ pub enum Threshold {
     Clusters(usize),
 }
 
-impl fmt::Display for Threshold {
+impl fmt::Display for Lambda {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Threshold::Distance(x) => write!(f, "{x}"),
-            Threshold::Auto => f.write_str("auto"),
-            Threshold::Gap => f.write_str("gap"),
-            Threshold::Clusters(k) => write!(f, "k={k}"),
+            Lambda::Distance(x) => write!(f, "{x}"),
+            Lambda::Auto => f.write_str("auto"),
+            Lambda::Gap => f.write_str("gap"),
+            Lambda::Clusters(k) => write!(f, "k={k}"),
         }
     }
 }
 
-/// A threshold that does not parse.
+/// A λ that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid threshold {0:?}: expected a distance ≥ 0, `auto`, `gap`, or `k=N` (N ≥ 1)")]
-pub struct ThresholdParseError(pub String);
+#[error("invalid lambda {0:?}: expected a distance ≥ 0, `auto`, `gap`, or `k=N` (N ≥ 1)")]
+pub struct LambdaParseError(pub String);
 
-impl FromStr for Threshold {
-    type Err = ThresholdParseError;
+impl FromStr for Lambda {
+    type Err = LambdaParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ThresholdParseError(s.to_string());
+        let err = || LambdaParseError(s.to_string());
         if s == "auto" {
-            return Ok(Threshold::Auto);
+            return Ok(Lambda::Auto);
         }
         if s == "gap" {
-            return Ok(Threshold::Gap);
+            return Ok(Lambda::Gap);
         }
         if let Some(k) = s.strip_prefix("k=") {
             return match k.parse::<usize>() {
-                Ok(k) if k >= 1 => Ok(Threshold::Clusters(k)),
+                Ok(k) if k >= 1 => Ok(Lambda::Clusters(k)),
                 _ => Err(err()),
             };
         }
         match s.parse::<f64>() {
-            Ok(x) if x.is_finite() && x >= 0.0 => Ok(Threshold::Distance(x)),
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(Lambda::Distance(x)),
             _ => Err(err()),
         }
     }
 }
 
-impl From<Threshold> for String {
-    fn from(t: Threshold) -> String {
+impl From<Lambda> for String {
+    fn from(t: Lambda) -> String {
         t.to_string()
     }
 }
 
-impl TryFrom<String> for Threshold {
-    type Error = ThresholdParseError;
+impl TryFrom<String> for Lambda {
+    type Error = LambdaParseError;
     fn try_from(s: String) -> Result<Self, Self::Error> {
         s.parse()
     }
@@ -161,7 +161,7 @@ impl Clustering {
 pub fn cluster_signatures(
     signatures: &[Vec<f32>],
     method: Linkage,
-    threshold: Threshold,
+    threshold: Lambda,
     guard: Guard,
 ) -> Result<(Clustering, CondensedMatrix), ClusteringError> {
     if signatures.is_empty() {
@@ -181,7 +181,7 @@ pub fn cluster_signatures(
 pub fn cluster_distances(
     distances: &CondensedMatrix,
     method: Linkage,
-    threshold: Threshold,
+    threshold: Lambda,
     guard: Guard,
 ) -> Clustering {
     let dendrogram = linkage(distances, method);
@@ -213,23 +213,23 @@ pub fn cluster_distances(
 pub fn cut_tree(
     dendrogram: &Dendrogram,
     distances: &CondensedMatrix,
-    threshold: Threshold,
+    threshold: Lambda,
 ) -> (Vec<usize>, f64, Option<CutScores>) {
     let n = dendrogram.n();
     match threshold {
-        Threshold::Distance(t) => (dendrogram.cut_distance(t), t, None),
-        Threshold::Gap => {
+        Lambda::Distance(t) => (dendrogram.cut_distance(t), t, None),
+        Lambda::Gap => {
             let t = dendrogram.auto_threshold();
             (dendrogram.cut_distance(t), t, gap_cut(dendrogram).ok())
         }
-        Threshold::Auto => match silhouette_cut(dendrogram, distances) {
+        Lambda::Auto => match silhouette_cut(dendrogram, distances) {
             Ok(scores) => {
                 let t = scores.threshold();
                 (dendrogram.cut_distance(t), t, Some(scores))
             }
-            Err(_) => cut_tree(dendrogram, distances, Threshold::Gap),
+            Err(_) => cut_tree(dendrogram, distances, Lambda::Gap),
         },
-        Threshold::Clusters(k) => {
+        Lambda::Clusters(k) => {
             let k = k.clamp(1, n.max(1));
             let h = (n - k)
                 .checked_sub(1)
@@ -247,7 +247,7 @@ pub fn guarded_cut(
     dendrogram: &Dendrogram,
     distances: &CondensedMatrix,
     method: Linkage,
-    threshold: Threshold,
+    threshold: Lambda,
     quarantined: &[usize],
 ) -> (Vec<usize>, f64, Option<CutScores>) {
     let (labels, (height, cut)) =
@@ -324,18 +324,15 @@ mod tests {
 
     #[test]
     fn threshold_parse() {
-        assert_eq!("auto".parse::<Threshold>().unwrap(), Threshold::Auto);
-        assert_eq!("gap".parse::<Threshold>().unwrap(), Threshold::Gap);
+        assert_eq!("auto".parse::<Lambda>().unwrap(), Lambda::Auto);
+        assert_eq!("gap".parse::<Lambda>().unwrap(), Lambda::Gap);
         for t in ["auto", "gap", "k=3", "1.5"] {
-            assert_eq!(t.parse::<Threshold>().unwrap().to_string(), t);
+            assert_eq!(t.parse::<Lambda>().unwrap().to_string(), t);
         }
-        assert_eq!(
-            "1.5".parse::<Threshold>().unwrap(),
-            Threshold::Distance(1.5)
-        );
-        assert_eq!("k=3".parse::<Threshold>().unwrap(), Threshold::Clusters(3));
+        assert_eq!("1.5".parse::<Lambda>().unwrap(), Lambda::Distance(1.5));
+        assert_eq!("k=3".parse::<Lambda>().unwrap(), Lambda::Clusters(3));
         for bad in ["-1", "k=0", "nan", "x", ""] {
-            assert!(bad.parse::<Threshold>().is_err(), "{bad}");
+            assert!(bad.parse::<Lambda>().is_err(), "{bad}");
         }
     }
 
@@ -352,18 +349,18 @@ mod tests {
             Linkage::Average,
             Linkage::Ward,
         ] {
-            let (c, _) = cluster_signatures(&s, l, Threshold::Distance(1.0), Guard::Paper).unwrap();
+            let (c, _) = cluster_signatures(&s, l, Lambda::Distance(1.0), Guard::Paper).unwrap();
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l}");
-            let (c, _) = cluster_signatures(&s, l, Threshold::Auto, Guard::Paper).unwrap();
+            let (c, _) = cluster_signatures(&s, l, Lambda::Auto, Guard::Paper).unwrap();
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l} auto");
             let cut = c.cut.as_ref().unwrap();
             assert_eq!(cut.chosen().unwrap().n_clusters, 2);
             assert_eq!(cut.heights, c.dendrogram.heights());
-            let (c, _) = cluster_signatures(&s, l, Threshold::Gap, Guard::Paper).unwrap();
+            let (c, _) = cluster_signatures(&s, l, Lambda::Gap, Guard::Paper).unwrap();
             assert_eq!(c.assignment, vec![0, 1, 0, 1, 0], "{l} gap");
         }
         let (c, _) =
-            cluster_signatures(&s, Linkage::Single, Threshold::Clusters(2), Guard::Paper).unwrap();
+            cluster_signatures(&s, Linkage::Single, Lambda::Clusters(2), Guard::Paper).unwrap();
         assert_eq!(c.n_clusters, 2);
         // Centroids by hand: mean(0, 0.1, 0.2) = 0.1, mean(10, 10.1) = 10.05.
         assert!((c.centroids[0][0] - 0.1).abs() < 1e-6);

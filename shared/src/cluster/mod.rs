@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | [`distance`] | [`CondensedMatrix`] (scipy's condensed layout), Euclidean and cosine distances |
 //! | [`hc`] | [`linkage`] equal to `scipy.cluster.hierarchy.linkage` (single, complete, average, weighted, ward), [`Dendrogram`] cuts |
-//! | [`clustering`] | the one-shot clustering of signatures the methods share: [`Threshold`], the tree cut, centroids, [`Clustering`] |
+//! | [`clustering`] | the one-shot clustering of signatures the methods share: [`Lambda`], the tree cut, centroids, [`Clustering`] |
 //! | [`cut`] | the automatic cut: [`silhouette_cut`] (best mean silhouette over the candidate cuts, the default `auto`) and [`gap_cut`] (largest gap) |
 //! | [`spectral`] | MT-HFL's data signature (leading eigenpairs of the Gram matrix) and the relevance between clients |
 //! | [`metrics`] | [`adjusted_rand_index`] and [`rand_index`] equal to scikit-learn's |
@@ -34,7 +34,7 @@ pub mod robust;
 pub mod spectral;
 
 pub use clustering::{
-    Clustering, ClusteringError, Threshold, ThresholdParseError, centroids, cluster_distances,
+    Clustering, ClusteringError, Lambda, LambdaParseError, centroids, cluster_distances,
     cluster_signatures, cut_tree, guarded_cut, nearest_centroid,
 };
 pub use cut::{

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FederationError;
 use crate::aggregate::Aggregate;
-use crate::cluster::clustering::Threshold;
+use crate::cluster::clustering::Lambda;
 use crate::cluster::hc::Linkage;
 use crate::cluster::robust::Guard;
 use crate::hierarchy::CommonLayers;
@@ -32,8 +32,11 @@ pub struct FederationConfig {
     pub lr: f64,
     /// SGD momentum.
     pub momentum: f64,
-    /// HC cut (FedClust).
-    pub threshold: Threshold,
+    /// λ, where the one-shot clustering cuts its tree (FedClust, AdaCFL, MT-HFL; `--lambda`): a
+    /// distance, `auto`, `gap` or `k=K`. The key `threshold`, its name before, is read too (for one
+    /// release; `coordinator` warns).
+    #[serde(alias = "threshold")]
+    pub lambda: Lambda,
     /// HC linkage (FedClust).
     pub linkage: Linkage,
     /// The one-shot cut's guards against one client's upload (FedClust, MT-HFL): robust (norm
@@ -62,7 +65,7 @@ pub struct FederationConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mu: Option<f64>,
     /// The number of clusters K where a method is given one: FeSEM's and IFCA's K, and for the
-    /// one-shot cut (FedClust, AdaCFL, MT-HFL, random groups) the same as `threshold = "k=K"`
+    /// one-shot cut (FedClust, AdaCFL, MT-HFL, random groups) the same as `lambda = "k=K"`
     /// ([`FederationConfig::cut`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clusters: Option<usize>,
@@ -205,7 +208,7 @@ impl Default for FederationConfig {
             batch_size: 10,
             lr: 0.01,
             momentum: 0.5,
-            threshold: Threshold::Auto,
+            lambda: Lambda::Auto,
             linkage: Linkage::Average,
             signature_guard: Guard::Robust,
             signature_layers: LayerSet::Final,
@@ -268,9 +271,9 @@ impl FederationConfig {
 
     /// Where the one-shot clustering is cut: `k=K` when [`clusters`](Self::clusters) gives K
     /// (`--clusters K`, the flag every method that is given a K shares), otherwise
-    /// [`threshold`](Self::threshold) (`--lambda`).
-    pub fn cut(&self) -> Threshold {
-        self.clusters.map_or(self.threshold, Threshold::Clusters)
+    /// [`lambda`](Self::lambda) (`--lambda`).
+    pub fn cut(&self) -> Lambda {
+        self.clusters.map_or(self.lambda, Lambda::Clusters)
     }
 
     /// The common layers of a hierarchical run.
