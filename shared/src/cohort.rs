@@ -289,7 +289,7 @@ fn check_size(params: &Params) -> Result<(), TrainError> {
 fn check_architecture(kind: ModelKind, model: &mut Option<ModelKind>) -> Result<(), TrainError> {
     match model {
         Some(k) if *k != kind => Err(TrainError::InvalidConfig(format!(
-            "a cohort trains one architecture: {kind} beside {k}"
+            "a cohort holds one architecture: {kind} beside {k}"
         ))),
         Some(_) => Ok(()),
         None => {

@@ -443,7 +443,7 @@ mod tests {
     }
 
     #[test]
-    fn threshold_parsing() {
+    fn lambda_parsing() {
         assert_eq!("auto".parse::<Lambda>().unwrap(), Lambda::Auto);
         assert_eq!("1.5".parse::<Lambda>().unwrap(), Lambda::Distance(1.5));
         assert!("-1".parse::<Lambda>().is_err());

@@ -216,7 +216,7 @@ pub struct AdaClustering {
 }
 
 /// Algorithm 1 lines 7-8: HC (linkage `method`) inside each pre-cluster (`pre`, one label per
-/// signature), cut as `threshold` says (see the module docs). Under [`Guard::Robust`], norm
+/// signature), cut as `lambda` says (see the module docs). Under [`Guard::Robust`], norm
 /// outliers are rescaled and isolated clients set apart as clusters of their own before the
 /// trees are built and λ chosen (see [`crate::cluster::robust`]).
 ///
@@ -228,7 +228,7 @@ pub fn adaptive_clustering(
     signatures: &[Vec<f32>],
     pre: &[usize],
     method: Linkage,
-    threshold: Lambda,
+    lambda: Lambda,
     guard: Guard,
 ) -> Result<AdaClustering, ClusteringError> {
     let n = signatures.len();
@@ -274,11 +274,10 @@ pub fn adaptive_clustering(
         })
         .collect::<Result<_, ClusteringError>>()?;
     let mut cut = None;
-    let (local, height): (Vec<Vec<usize>>, f64) = match threshold {
+    let (local, height): (Vec<Vec<usize>>, f64) = match lambda {
         Lambda::Distance(t) => (trees.iter().map(|d| d.cut_distance(t)).collect(), t),
         Lambda::Auto | Lambda::Gap => {
-            let (_, t, scores) =
-                guarded_cut(&dendrogram, &distances, method, threshold, &quarantined);
+            let (_, t, scores) = guarded_cut(&dendrogram, &distances, method, lambda, &quarantined);
             cut = scores;
             (trees.iter().map(|d| d.cut_distance(t)).collect(), t)
         }

@@ -123,7 +123,7 @@ impl Settings {
 /// distances between points).
 pub const DEFAULT_LINKAGE: Linkage = Linkage::Average;
 
-/// HAC on `1 − R` (R from [`symmetrise`]), cut by `threshold` (`k=T` for `T` tasks). The result
+/// HAC on `1 − R` (R from [`symmetrise`]), cut by `lambda` (`k=T` for `T` tasks). The result
 /// is FedClust's [`Clustering`] with empty `centroids` (place newcomers with
 /// [`assign_newcomer`]); the distances come back too, for plots. Under [`Guard::Robust`],
 /// isolated clients (a row unlike every other, as eigenvectors unrelated to anybody's give) are
@@ -136,14 +136,14 @@ pub const DEFAULT_LINKAGE: Linkage = Linkage::Average;
 pub fn cluster(
     relevance: &[Vec<f64>],
     method: Linkage,
-    threshold: Lambda,
+    lambda: Lambda,
     guard: Guard,
 ) -> Result<(Clustering, CondensedMatrix), SpectralError> {
     if relevance.is_empty() {
         return Err(SpectralError::Empty);
     }
     let d = distances(relevance)?;
-    Ok((cluster_distances(&d, method, threshold, guard), d))
+    Ok((cluster_distances(&d, method, lambda, guard), d))
 }
 
 /// A newcomer's cluster: the one whose members have the highest mean relevance `R` to it

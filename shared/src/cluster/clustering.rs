@@ -161,7 +161,7 @@ impl Clustering {
 pub fn cluster_signatures(
     signatures: &[Vec<f32>],
     method: Linkage,
-    threshold: Lambda,
+    lambda: Lambda,
     guard: Guard,
 ) -> Result<(Clustering, CondensedMatrix), ClusteringError> {
     if signatures.is_empty() {
@@ -170,24 +170,24 @@ pub fn cluster_signatures(
     let mut points = signatures.to_vec();
     let rescaled = guard.rescale(&mut points);
     let distances = CondensedMatrix::euclidean(&points)?;
-    let mut c = cluster_distances(&distances, method, threshold, guard);
+    let mut c = cluster_distances(&distances, method, lambda, guard);
     c.centroids = centroids(&points, &c.assignment, c.n_clusters);
     c.rescaled = rescaled;
     Ok((c, distances))
 }
 
-/// HC on `distances` (linkage `method`), cut by `threshold` with [`Guard::quarantine`]'s
+/// HC on `distances` (linkage `method`), cut by `lambda` with [`Guard::quarantine`]'s
 /// isolated points set apart ([`guarded_cut`]); no centroids, nothing rescaled.
 pub fn cluster_distances(
     distances: &CondensedMatrix,
     method: Linkage,
-    threshold: Lambda,
+    lambda: Lambda,
     guard: Guard,
 ) -> Clustering {
     let dendrogram = linkage(distances, method);
     let quarantined = guard.quarantine(distances);
     let (assignment, height, cut) =
-        guarded_cut(&dendrogram, distances, method, threshold, &quarantined);
+        guarded_cut(&dendrogram, distances, method, lambda, &quarantined);
     let n_clusters = assignment.iter().max().map_or(0, |m| m + 1);
     Clustering {
         assignment,
@@ -202,7 +202,7 @@ pub fn cluster_distances(
     }
 }
 
-/// Cuts `dendrogram` (built from `distances`) by `threshold`: the flat labels, the height cut at
+/// Cuts `dendrogram` (built from `distances`) by `lambda`: the flat labels, the height cut at
 /// (for `k=N`, the height of the last applied merge) and, for the automatic cuts, the scores of
 /// every candidate. Used by FedClust and MT-HFL alike.
 ///
@@ -213,10 +213,10 @@ pub fn cluster_distances(
 pub fn cut_tree(
     dendrogram: &Dendrogram,
     distances: &CondensedMatrix,
-    threshold: Lambda,
+    lambda: Lambda,
 ) -> (Vec<usize>, f64, Option<CutScores>) {
     let n = dendrogram.n();
-    match threshold {
+    match lambda {
         Lambda::Distance(t) => (dendrogram.cut_distance(t), t, None),
         Lambda::Gap => {
             let t = dendrogram.auto_threshold();
@@ -241,18 +241,18 @@ pub fn cut_tree(
 }
 
 /// [`cut_tree`] with the `quarantined` points set apart ([`quarantined_cut`]): each is a cluster
-/// of its own, and the tree of the others (linkage `method`) is cut by `threshold`. Without
+/// of its own, and the tree of the others (linkage `method`) is cut by `lambda`. Without
 /// quarantined points, exactly [`cut_tree`] of `dendrogram`.
 pub fn guarded_cut(
     dendrogram: &Dendrogram,
     distances: &CondensedMatrix,
     method: Linkage,
-    threshold: Lambda,
+    lambda: Lambda,
     quarantined: &[usize],
 ) -> (Vec<usize>, f64, Option<CutScores>) {
     let (labels, (height, cut)) =
         quarantined_cut(dendrogram, distances, method, quarantined, |tree, d| {
-            let (labels, height, cut) = cut_tree(tree, d, threshold);
+            let (labels, height, cut) = cut_tree(tree, d, lambda);
             (labels, (height, cut))
         });
     (labels, height, cut)

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::algorithms::{self};
+use edgecfl_shared::algorithms;
 use edgecfl_shared::federation::{self, Observer, RunContext, RunResult};
 use edgecfl_shared::mqtt::{Link, LinkOptions, Security, SecurityArgs, fleet_backlog};
 use edgecfl_shared::protocol::{self, BrokerAddr, Encoding, Topics, upload_limit};
