@@ -4,12 +4,17 @@
 //! clients trained one after another on one thread and on every core (what `simulate --cohort
 //! 1` does), for each device and cohort size asked. Each setting runs once untimed (kernel
 //! compilation, autotuning, allocator), then `--repeats` times; the median is reported.
+//!
+//! With `--relevance N,…` it times the server's side of MT-HFL's one-shot clustering instead:
+//! every client's relevance row from the uploaded signatures
+//! ([`server_rows`], batched matrix products on the device) for N clients, on each device.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use edgecfl_shared::cluster::spectral::{Estimate, Signature, server_rows};
 use edgecfl_shared::cohort::{Convolution, Member, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::model::{ModelKind, Params};
@@ -46,6 +51,15 @@ pub struct BenchArgs {
     /// every core one client per core.
     #[arg(long)]
     pub alone: bool,
+    /// Instead of training: time MT-HFL's server-side relevance rows (`server_rows`, what `--relevance
+    /// server` runs in round 0) for each of these client counts (comma-separated) on each device,
+    /// from seeded random signatures of `--eigenvectors` eigenpairs over the 784 pixels (the work
+    /// depends on the count, k and the dimension only).
+    #[arg(long, value_delimiter = ',')]
+    pub relevance: Vec<usize>,
+    /// Eigenpairs per signature for `--relevance`.
+    #[arg(long, default_value_t = 5)]
+    pub eigenvectors: usize,
     /// Timed repetitions per setting; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
@@ -78,8 +92,120 @@ pub struct Throughput {
     pub runs: Vec<f64>,
 }
 
+/// One timing of `--relevance`: the server-side relevance rows of `clients` signatures.
+#[derive(Debug, Clone, Serialize)]
+pub struct RelevanceTime {
+    /// `relevance`.
+    pub mode: &'static str,
+    /// The device of the batched products.
+    pub device: Backend,
+    /// Clients (signatures).
+    pub clients: usize,
+    /// Eigenpairs per signature.
+    pub k: usize,
+    /// Median seconds for all rows.
+    pub seconds: f64,
+    /// Every repeat's seconds.
+    pub runs: Vec<f64>,
+    /// The mean of every r(i, j): the same on every device up to float rounding.
+    pub mean_relevance: f64,
+}
+
+/// One measured setting of either kind.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Measurement {
+    /// Training throughput.
+    Training(Throughput),
+    /// `--relevance`.
+    Relevance(RelevanceTime),
+}
+
 /// Runs the measurements.
-pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
+pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Measurement>> {
+    if args.relevance.is_empty() {
+        Ok(training(args)?
+            .into_iter()
+            .map(Measurement::Training)
+            .collect())
+    } else {
+        Ok(relevance(args)?
+            .into_iter()
+            .map(Measurement::Relevance)
+            .collect())
+    }
+}
+
+/// `--relevance`: each client count on each device, once untimed, then `--repeats` times.
+fn relevance(args: &BenchArgs) -> anyhow::Result<Vec<RelevanceTime>> {
+    anyhow::ensure!(
+        args.relevance.iter().all(|&n| n >= 1) && args.eigenvectors >= 1,
+        "--relevance client counts and --eigenvectors must be ≥ 1"
+    );
+    let most = args.relevance.iter().copied().max().unwrap_or(0);
+    let signatures = random_signatures(most, args.eigenvectors, 784);
+    let mut out = Vec::new();
+    for &device_kind in &args.devices {
+        let device = device_kind.device()?;
+        for &n in &args.relevance {
+            let rows = || server_rows(&signatures[..n], Estimate::Norm, &device);
+            let first = rows()?;
+            let mut runs = Vec::with_capacity(args.repeats);
+            for _ in 0..args.repeats.max(1) {
+                let start = Instant::now();
+                rows()?;
+                runs.push(start.elapsed().as_secs_f64());
+            }
+            let mut sorted = runs.clone();
+            sorted.sort_by(f64::total_cmp);
+            let sum: f64 = first.iter().flatten().sum();
+            let t = RelevanceTime {
+                mode: "relevance",
+                device: device_kind,
+                clients: n,
+                k: args.eigenvectors,
+                seconds: sorted[sorted.len() / 2],
+                runs,
+                mean_relevance: sum / (n * n) as f64,
+            };
+            info!(
+                "{device_kind} relevance: {n} clients, k = {}: {:.3} s",
+                t.k, t.seconds
+            );
+            out.push(t);
+        }
+    }
+    Ok(out)
+}
+
+/// `n` signatures of `k` eigenpairs over `d` dimensions from a fixed seed: Gaussian vectors
+/// (splitmix64 and Box-Muller) and eigenvalues k, k − 1, …, 1.
+fn random_signatures(n: usize, k: usize, d: usize) -> Vec<Signature> {
+    let mut state = 0x5EED_u64;
+    let mut uniform = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|_| Signature {
+            k,
+            d,
+            vectors: (0..k * d)
+                .map(|_| {
+                    let (u, v) = (uniform().max(f64::MIN_POSITIVE), uniform());
+                    ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+                })
+                .collect(),
+            values: (0..k).map(|m| (k - m) as f32).collect(),
+        })
+        .collect()
+}
+
+/// The training measurements.
+fn training(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
     anyhow::ensure!(
         args.batch >= 1 && args.samples >= 1,
         "--batch and --samples must be ≥ 1"
@@ -227,4 +353,42 @@ fn push(out: &mut Vec<Throughput>, args: &BenchArgs, t: Throughput) {
         t.samples_per_second
     );
     out.push(t);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    /// `--relevance` times each client count on each device and reports the mean relevance, in
+    /// (0, 1]; the signatures are valid uploads and the same at every count.
+    #[test]
+    fn relevance_times_each_count_on_each_device() {
+        let cli = Cli::try_parse_from(["b", "--relevance", "3,20", "--repeats", "1"]).unwrap();
+        let out = relevance(&cli.bench).unwrap();
+        assert_eq!(out.len(), 2);
+        for (t, n) in out.iter().zip([3, 20]) {
+            assert_eq!(
+                (t.mode, t.clients, t.k, t.runs.len()),
+                ("relevance", n, 5, 1)
+            );
+            assert!(t.seconds > 0.0);
+            assert!(
+                t.mean_relevance > 0.0 && t.mean_relevance <= 1.0,
+                "{}",
+                t.mean_relevance
+            );
+        }
+        let s = random_signatures(20, 5, 784);
+        assert!(s.iter().all(|s| s.validate().is_ok()));
+        assert_eq!(random_signatures(3, 5, 784), s[..3]);
+        let err = Cli::try_parse_from(["b", "--relevance", "0"]).unwrap();
+        assert!(relevance(&err.bench).is_err());
+    }
 }
