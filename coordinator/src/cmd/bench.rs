@@ -123,6 +123,11 @@ pub enum Measurement {
 
 /// Runs the measurements.
 pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Measurement>> {
+    // Every device before the first measurement: a missing one ends the run before any time is
+    // spent, not after.
+    for d in &args.devices {
+        d.check_compiled()?;
+    }
     if args.relevance.is_empty() {
         Ok(training(args)?
             .into_iter()
