@@ -11,8 +11,9 @@
 #                  one on a GPU (`cohort::evaluate_cohort`), one model at a time on the CPU, so
 #                  the final lines compare the two; then stocfl rotate:4, 100 clients, 100 %,
 #                  E = 10, up to 50 rounds within 120 s (BENCHMARKS §9's StoCFL run) on $DEV
-#   relevance.json MT-HFL's server-side relevance rows (`coordinator bench --relevance`, k = 5):
-#                  1 000 clients on the host's CPU, 1 000, 3 000 and 10 000 on $DEV
+#   relevance-cpu.json, relevance-$DEV.json
+#                  MT-HFL's server-side relevance rows (`coordinator bench --relevance`, k = 5):
+#                  1 000 clients on the host's CPU; 1 000, 3 000 and 10 000 on $DEV
 #   log.txt        everything the commands logged (each round's time, each shape tuned)
 set -uo pipefail
 source scripts/gpu-env.sh bench-results/gpu-cohort/local
@@ -22,9 +23,9 @@ fedavg=(--algorithm fedavg --partition label:2 --clients 100 --frac 1 --rounds 3
 stocfl=(--algorithm stocfl --tau 0.5 --mu 0.05 --partition rotate:4 --clients 100 --frac 1
     --rounds 50 --epochs 10 --batch 10 --lr 0.01 --momentum 0.5)
 run timeout 30 "$BIN" bench --devices cpu --relevance 1000 --repeats 1 \
-    >"$OUT/relevance.json" 2>>"$log"
+    >"$OUT/relevance-cpu.json" 2>>"$log"
 run timeout 60 "$BIN" bench --devices "$DEV" --relevance 1000,3000,10000 --repeats 3 \
-    >>"$OUT/relevance.json" 2>>"$log"
+    >"$OUT/relevance-$DEV.json" 2>>"$log"
 rm -rf target/environment
 sim fedavg-default "$DEV" 130 "${fedavg[@]}"
 rm -rf target/environment
