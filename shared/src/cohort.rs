@@ -141,7 +141,7 @@ const EVAL_SAMPLES_PER_STEP: usize = 4096;
 
 /// Evaluates each `(model, data)` pair as [`crate::train::evaluate`] would, the models stacked
 /// into batched forward passes on `device`: each model sees its own samples only, `batch` of them
-/// a step, beside as many other models as [`EVAL_SAMPLES_PER_STEP`] allows. One report per pair,
+/// a step, beside as many other models as `EVAL_SAMPLES_PER_STEP` (4 096 samples) allows. One report per pair,
 /// in order: the same counts, the same predictions but for exact ties, the losses up to float
 /// rounding. Two reads from the device per step, against two per model and batch one by one.
 ///

@@ -24,9 +24,8 @@
 //! | [`federation`] | the method interface ([`federation::Strategy`]), client pools, and the generic round driver, which takes a [`federation::Plan`] and knows no method by name |
 //! | [`sim`] | the in-process client pool used by `coordinator simulate` |
 //! | [`protocol`] | the wire protocol: postcard messages, tensors, MQTT topic scheme (`no_std`) |
-//!
-//! | [`mqtt`] | (feature `mqtt`) the MQTT link of the runtimes: an event loop task and a channel |
-//! | [`logging`] | (feature `logging`) `--log`/`--log-format` of the binaries and their `tracing` subscriber |
+//! | `mqtt` | (feature `mqtt`) the MQTT link of the runtimes: an event loop task and a channel |
+//! | `logging` | (feature `logging`) `--log`/`--log-format` of the binaries and their `tracing` subscriber |
 //!
 //! Without the default `std` feature only [`protocol`] is built, with `no_std` + `alloc`.
 

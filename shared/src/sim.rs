@@ -34,7 +34,8 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
     par_map_on(cores, items, f)
 }
 
-/// [`par_map`] on at most `threads` threads, each taking the next item when it is free.
+/// `par_map` (one item per thread) on at most `threads` threads, each taking the next item when
+/// it is free.
 ///
 /// # Panics
 ///

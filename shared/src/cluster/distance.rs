@@ -326,8 +326,8 @@ where
     data
 }
 
-/// From this many observations on (and at least [`PRODUCT_MIN_DIM`] coordinates), the dot products
-/// of all pairs come from blocked matrix products ([`fill_by_products`]) instead of one loop per
+/// From this many observations on (and at least `PRODUCT_MIN_DIM` coordinates), the dot products
+/// of all pairs come from blocked matrix products (`fill_by_products`) instead of one loop per
 /// pair. Below it the pair loop is as fast and the distances are the direct ones bit for bit.
 pub const PRODUCT_MIN_N: usize = 256;
 

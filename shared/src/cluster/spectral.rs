@@ -332,8 +332,8 @@ impl Gram {
 
     /// The `k` eigenpairs of largest eigenvalue, in decreasing order, unit eigenvectors with
     /// their largest-magnitude component positive (as [`Gram::eigen`]), computed without the
-    /// full decomposition when `k` is small (see [`top_eigen`]); small matrices (`d ≤ 64`) and
-    /// large `k` (`4k > d`) go to [`Gram::eigen`].
+    /// full decomposition when `k` is small (block Krylov, by the module's private `top_eigen`);
+    /// small matrices (`d ≤ 64`) and large `k` (`4k > d`) go to [`Gram::eigen`].
     ///
     /// # Errors
     ///
@@ -382,7 +382,7 @@ impl Gram {
     }
 }
 
-/// Relative residual below which a Ritz pair counts as converged in [`top_eigen`]:
+/// Relative residual below which a Ritz pair counts as converged in [`Gram::top_eigen`]:
 /// `‖G v − θ v‖ ≤ TOP_EIGEN_TOL · θ₁`.
 pub const TOP_EIGEN_TOL: f64 = 1e-10;
 
