@@ -153,23 +153,17 @@ fn relevance(args: &BenchArgs) -> anyhow::Result<Vec<RelevanceTime>> {
     for &device_kind in &args.devices {
         let device = device_kind.device()?;
         for &n in &args.relevance {
-            let rows = || server_rows(&signatures[..n], Estimate::Norm, &device);
-            let first = rows()?;
-            let mut runs = Vec::with_capacity(args.repeats);
-            for _ in 0..args.repeats.max(1) {
-                let start = Instant::now();
-                rows()?;
-                runs.push(start.elapsed().as_secs_f64());
-            }
-            let mut sorted = runs.clone();
-            sorted.sort_by(f64::total_cmp);
+            let first = server_rows(&signatures[..n], Estimate::Norm, &device)?;
+            let runs = timed(args.repeats, || {
+                server_rows(&signatures[..n], Estimate::Norm, &device).map(drop)
+            })?;
             let sum: f64 = first.iter().flatten().sum();
             let t = RelevanceTime {
                 mode: "relevance",
                 device: device_kind,
                 clients: n,
                 k: args.eigenvectors,
-                seconds: sorted[sorted.len() / 2],
+                seconds: median(&runs),
                 runs,
                 mean_relevance: sum / (n * n) as f64,
             };
@@ -320,14 +314,10 @@ fn measure(
     f: impl Fn() -> anyhow::Result<()>,
 ) -> anyhow::Result<Throughput> {
     f()?;
-    let mut runs = Vec::with_capacity(args.repeats);
-    for _ in 0..args.repeats.max(1) {
-        let start = Instant::now();
-        f()?;
-        runs.push(samples / start.elapsed().as_secs_f64());
-    }
-    let mut sorted = runs.clone();
-    sorted.sort_by(f64::total_cmp);
+    let runs: Vec<f64> = timed(args.repeats, f)?
+        .into_iter()
+        .map(|s| samples / s)
+        .collect();
     let t = Throughput {
         mode,
         device,
@@ -335,10 +325,27 @@ fn measure(
         clients,
         threads,
         batch: args.batch,
-        samples_per_second: sorted[sorted.len() / 2],
+        samples_per_second: median(&runs),
         runs,
     };
     Ok(t)
+}
+
+/// Seconds of each of `repeats` (at least one) calls of `f`.
+fn timed<E>(repeats: usize, f: impl Fn() -> Result<(), E>) -> Result<Vec<f64>, E> {
+    (0..repeats.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f().map(|()| start.elapsed().as_secs_f64())
+        })
+        .collect()
+}
+
+/// The median of `runs` (the upper one of an even count).
+fn median(runs: &[f64]) -> f64 {
+    let mut sorted = runs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
 }
 
 /// Logs a measured setting and adds it to `out`.

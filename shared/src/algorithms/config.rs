@@ -121,6 +121,9 @@ pub fn run(
 }
 
 /// [`run`] with checkpoints, continuing from `resume` when given ([`federation::run_resumable`]).
+/// The checkpoint's configuration is read as a [`MethodConfig`] and written back before it is
+/// compared with `cfg`'s, so a key it has under an older name (serde's aliases: `threshold` for
+/// `lambda`) is the same configuration.
 ///
 /// # Errors
 ///
@@ -133,6 +136,15 @@ pub fn run_resumable(
     observer: &mut dyn Observer,
     resume: Option<Checkpoint>,
 ) -> Result<RunResult, FederationError> {
+    let resume = match resume {
+        Some(mut c) => {
+            c.config = MethodConfig::deserialize(&c.config)
+                .and_then(serde_json::to_value)
+                .map_err(|e| FederationError::Config(format!("checkpoint: configuration: {e}")))?;
+            Some(c)
+        }
+        None => None,
+    };
     federation::run_resumable(cfg.plan()?, pool, ctx, observer, resume)
 }
 

@@ -112,15 +112,8 @@ impl Checkpoint {
     /// [`FederationError::Config`] for bad JSON, another version, or parts that do not fit
     /// together.
     pub fn from_json(text: &str) -> Result<Self, FederationError> {
-        let mut c: Checkpoint = from_exact_json(text)
+        let c: Checkpoint = from_exact_json(text)
             .map_err(|e| FederationError::Config(format!("checkpoint: {e}")))?;
-        // Written before the cut's key was named `lambda` (as the flag is): the same value.
-        if let Some(cfg) = c.config.as_object_mut()
-            && !cfg.contains_key("lambda")
-            && let Some(v) = cfg.remove("threshold")
-        {
-            cfg.insert("lambda".into(), v);
-        }
         c.check()?;
         Ok(c)
     }
