@@ -21,6 +21,10 @@ both sides, as the edge client does. Writes OUT/throughput.json (raw) and OUT/th
 table of BENCHMARKS.md §3 with the ratio edgecfl / PyTorch). Time it on an idle machine: the load
 average is printed before and after.
 
+PyTorch picks its CPU kernels by the CPU (AVX-512 where there is one); `ATEN_CPU_CAPABILITY=avx2
+DNNL_MAX_CPU_ISA=AVX2` in the environment caps it at AVX2 (the JSON records the `torch_isa` it
+ran with, and the CPU).
+
 PyTorch is a benchmark tool here, not a dependency: install it into a throwaway venv
 (`python3 -m venv target/torch-venv && target/torch-venv/bin/pip install torch==2.9.0`) and point TORCH_PY
 (or --torch-python) at that interpreter.
@@ -108,8 +112,19 @@ for batch in batches:
         epoch(net, opt, loss_fn, batch)
         runs.append(samples / (time.perf_counter() - t))
     out.append({"batch": batch, "samples_per_second": statistics.median(runs), "runs": runs})
-print(json.dumps({"torch": torch.__version__, "results": out}))
+print(json.dumps({"torch": torch.__version__, "isa": torch.backends.cpu.get_cpu_capability(),
+                  "results": out}))
 """
+
+
+def cpu_model() -> str:
+    """The CPU's model name and whether it has AVX-512 (Linux's /proc/cpuinfo; '' elsewhere)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    name = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "")
+    return f"{name}, {'with' if ' avx512f' in info else 'without'} AVX-512"
 
 
 def load() -> str:
@@ -179,7 +194,7 @@ def main():
         sys.exit(f"no edge client at {args.client}: cargo build --release -p edge-client")
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"load average before: {load()}", flush=True)
-    raw = {"host": platform.machine(), "cpu_count": os.cpu_count(),
+    raw = {"host": platform.machine(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
            "load_before": load(), "args": {k: rel(v) for k, v in vars(args).items()}}
     # The interpreter by name only: its absolute path names the measuring machine (and means
     # nothing with --no-torch); tests/committed_files.rs refuses machine paths in results.
@@ -190,7 +205,7 @@ def main():
     # median over the rounds and, as the ratio, the median over the rounds of that round's ratio
     # (the two runs taken one right after the other).
     runs = {}  # (threads, model, batch, side) -> [samples/s of each round]
-    torch_version = None
+    torch_version = torch_isa = None
     for rnd in range(args.rounds):
         for threads in [int(t) for t in args.threads.split(",")]:
             for model in args.models.split(","):
@@ -201,7 +216,8 @@ def main():
                 for side, timed in sides:
                     got = timed()
                     if side == "torch":
-                        torch_version, got = got["torch"], got["results"]
+                        torch_version, torch_isa = got["torch"], got.get("isa")
+                        got = got["results"]
                     for r in got:
                         runs.setdefault((threads, model, r["batch"], side), []).append(r["samples_per_second"])
                 print(f"round {rnd + 1}/{args.rounds}, {threads} thread(s), {model}: " + ", ".join(
@@ -222,7 +238,7 @@ def main():
         if key + ("torch",) in runs:
             t = runs[key + ("torch",)]
             row.update(torch=statistics.median(t), torch_runs=t, torch_version=torch_version,
-                       ratio=paired(runs[key + ("edgecfl",)], t))
+                       torch_isa=torch_isa, ratio=paired(runs[key + ("edgecfl",)], t))
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if not k.endswith("_runs")}), flush=True)
     raw["load_after"] = load()

@@ -29,6 +29,10 @@
 //! `config.federation.lambda` (issue 26: one name, `--lambda`, for the cut on the command line, in
 //! TOML and in `summary.json`); [`RENAMED`] maps the fixtures' name to today's.
 //!
+//! The fixtures hold for the default build. Built with `--features avx512` on a CPU with AVX-512,
+//! flex's matrix products run gemm's AVX-512 kernels, whose float sums run in another order
+//! (BENCHMARKS §3), so these tests say so and skip there.
+//!
 //! The two MT-HFL runs pass `--cohort 1` since the CPU default for its MLP became cohorts of 10
 //! (the clients trained alone, as when they were pinned; `config.cohort` is a key added since).
 
@@ -214,8 +218,24 @@ fn pinned_text(path: &Path, now: &str, write: bool, failures: &mut Vec<String>) 
     }
 }
 
+/// Whether this build's flex runs AVX-512 kernels (feature `avx512` on a CPU that has them), for
+/// which the fixtures were not written.
+fn avx512_kernels() -> bool {
+    #[cfg(all(feature = "avx512", target_arch = "x86_64"))]
+    let on = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(all(feature = "avx512", target_arch = "x86_64")))]
+    let on = false;
+    if on {
+        eprintln!("skipped: the fixtures hold for the default build, not for AVX-512 kernels");
+    }
+    on
+}
+
 #[test]
 fn results_equal_those_pinned_before_the_refactor() {
+    if avx512_kernels() {
+        return;
+    }
     // EDGECFL_WRITE_PINNED=1 writes the fixtures that are missing (only with the coordinator
     // of the commit that pins them); pinned ones are compared, never rewritten.
     let write = std::env::var_os("EDGECFL_WRITE_PINNED").is_some();
@@ -289,6 +309,9 @@ fn holds(want: &Value, got: &Value) -> bool {
 /// place of the other gives the same rounds and the same models, byte for byte.
 #[test]
 fn clusters_k_cuts_as_lambda_k_does() {
+    if avx512_kernels() {
+        return;
+    }
     let (name, args) = RUNS.iter().find(|(n, _)| *n == "random-hierarchy").unwrap();
     let args = args.replace("--lambda k=3", "--clusters 3");
     let out = PathBuf::from(format!(
