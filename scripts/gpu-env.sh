@@ -27,6 +27,9 @@ log="$OUT/log.txt"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
     grep -m1 'model name' /proc/cpuinfo
     echo "cores: $(nproc)"
+    # Whether the host's CPU has AVX-512 (BENCHMARKS §3: what the edge client's margin over
+    # PyTorch on the CPU turns on).
+    echo "avx512f: $(grep -q ' avx512f' /proc/cpuinfo && echo yes || echo no)"
 } >"$OUT/gpu.txt" 2>&1
 run() { echo "+ $*" >>"$log"; "$@"; }
 sim() {
