@@ -4,7 +4,7 @@
 //! batches, other epoch counts, learning rates, momenta, seeds and batch sizes, proximal terms on
 //! some members only, and members that fail their checks.
 //!
-//! The main case runs on flex; `EDGECFL_TEST_COHORT_DEVICE` names another device for it (a
+//! The main case runs on flex (`cpu`); `EDGECFL_TEST_COHORT_DEVICE` names another device for it (a
 //! binary built with that backend's feature), e.g. on libtorch's CPU or a GPU:
 //!
 //! ```text
@@ -12,28 +12,16 @@
 //! EDGECFL_TEST_COHORT_DEVICE=vulkan cargo test -p edgecfl-shared --features vulkan --test cohort
 //! ```
 
+mod common;
+
 use burn::prelude::Device;
 use edgecfl_shared::cohort::{Convolution, Member, evaluate_cohort, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::spill::SpillFile;
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::train::{
-    Backend, LocalData, Proximal, TrainConfig, TrainError, evaluate, train_local_prox,
+    LocalData, Proximal, TrainConfig, TrainError, evaluate, train_local_prox,
 };
-
-/// flex, or the device `EDGECFL_TEST_COHORT_DEVICE` names (`tch`, `tch:cuda:0`, `vulkan`, ...).
-fn test_device() -> Device {
-    match std::env::var("EDGECFL_TEST_COHORT_DEVICE") {
-        Ok(name) => {
-            let backend: Backend = name.parse().expect("a device name");
-            eprintln!("cohort against alone on {backend}");
-            backend
-                .device()
-                .unwrap_or_else(|e| panic!("{backend} does not start: {e}"))
-        }
-        Err(_) => Device::default(),
-    }
-}
 
 fn local(n: usize, offset: usize) -> LocalData {
     let data = FashionMnist::bundled().unwrap();
@@ -109,7 +97,8 @@ fn check_against_alone_with(members: &[Member<'_>], device: &Device, conv: Convo
 
 #[test]
 fn a_cohort_trains_each_client_as_it_is_trained_alone() {
-    let device = test_device();
+    let (backend, device) = common::device_from_env("EDGECFL_TEST_COHORT_DEVICE", "cpu");
+    eprintln!("cohort against alone on {backend}");
     for model in [ModelKind::LeNet5, ModelKind::Mlp] {
         // Unequal shards, each with a short last batch (23 = 2·10 + 3, 37, 8 < one batch, 50).
         let data = [local(23, 0), local(37, 100), local(8, 200), local(50, 300)];

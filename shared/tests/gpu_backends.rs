@@ -14,20 +14,15 @@
 
 #![cfg(any(feature = "vulkan", feature = "tch"))]
 
+mod common;
+
+use common::device_from_env;
+
 use edgecfl_shared::cluster::spectral;
 use edgecfl_shared::cluster::spectral::Estimate;
 use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, evaluate, train_local};
-
-fn device_from_env(var: &str, default: &str) -> (Backend, Device) {
-    let name = std::env::var(var).unwrap_or_else(|_| default.to_string());
-    let backend: Backend = name.parse().expect("a device name");
-    let device = backend
-        .device()
-        .unwrap_or_else(|e| panic!("{backend} does not start: {e}"));
-    (backend, device)
-}
 
 /// Trains 12 steps on `device` and on the CPU from the same weights and batches.
 fn trains_close_to_cpu(backend: Backend, device: &Device) {

@@ -136,15 +136,14 @@ pub fn run_resumable(
     observer: &mut dyn Observer,
     resume: Option<Checkpoint>,
 ) -> Result<RunResult, FederationError> {
-    let resume = match resume {
-        Some(mut c) => {
+    let resume = resume
+        .map(|mut c| {
             c.config = MethodConfig::deserialize(&c.config)
                 .and_then(serde_json::to_value)
                 .map_err(|e| FederationError::Config(format!("checkpoint: configuration: {e}")))?;
-            Some(c)
-        }
-        None => None,
-    };
+            Ok::<_, FederationError>(c)
+        })
+        .transpose()?;
     federation::run_resumable(cfg.plan()?, pool, ctx, observer, resume)
 }
 
