@@ -1,9 +1,10 @@
 //! The patched burn-flex kernels (`patches/burn-flex`, `src/ops/conv2d_gemm.rs`) against direct
 //! loops written here: 2-D convolution forward, its weight, input and bias gradients through
-//! burn's autodiff, and max pooling with indices, over LeNet-5's shapes and the settings the
-//! patch also claims (stride, dilation, groups, symmetric and asymmetric padding, a batch that
-//! is not a multiple of the weight gradient's 8-sample chunks, a convolution too large for the
-//! patched forward path).
+//! burn's autodiff (the bias gradient also bit for bit against burn-backend's default formula,
+//! which the patch replaces), and max pooling with indices, over LeNet-5's shapes and the
+//! settings the patch also claims (stride, dilation, groups, symmetric and asymmetric padding, a
+//! batch that is not a multiple of the weight gradient's 8-sample chunks, a convolution too large
+//! for the patched forward path).
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -114,6 +115,13 @@ fn check(case: Case, seed: u64) {
     let wt = Tensor::<4>::from_data(TensorData::new(w, case.w), &device).require_grad();
     let bt = Tensor::<1>::from_data(TensorData::new(bias, [case.w[0]]), &device).require_grad();
     let rt = Tensor::<4>::from_data(TensorData::new(r, y_shape), &device);
+    // burn-backend's default bias gradient, which the patch replaces: the output gradient (here
+    // `r`) swapped to [O, B, H, W] and each channel's row summed.
+    let db_default = rt
+        .clone()
+        .swap_dims(0, 1)
+        .reshape([case.w[0], case.x[0] * oh * ow])
+        .sum_dim(1);
     let options = ConvOptions::new_with_padding(case.stride, case.pad, case.dilation, case.groups);
     let y = conv2d(xt.clone(), wt.clone(), Some(bt.clone()), options);
     assert_eq!(y.dims(), y_shape, "{case:?}");
@@ -125,11 +133,15 @@ fn check(case: Case, seed: u64) {
     let db = bt.grad(&grads).expect("bias gradient");
     assert_close("dx", &case, &values(dx), &dx_ref);
     assert_close("dw", &case, &values(dw), &dw_ref);
-    assert_close(
-        "db",
-        &case,
-        &db.into_data().iter::<f32>().collect::<Vec<_>>(),
-        &db_ref,
+    let db = db.into_data().iter::<f32>().collect::<Vec<_>>();
+    assert_close("db", &case, &db, &db_ref);
+    // The same additions in the same order as the default: bit for bit its result.
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let db_default = db_default.into_data().iter::<f32>().collect::<Vec<_>>();
+    assert_eq!(
+        bits(db),
+        bits(db_default),
+        "db against the default, {case:?}"
     );
 }
 
@@ -179,8 +191,18 @@ fn strided_padded_dilated_grouped_convolutions_match_direct_loops() {
         },
         5,
     );
+    // Padding only after each row: the last taps read past the row's end.
+    check(
+        Case {
+            pad: [(0, 0), (0, 2)],
+            ..base
+        },
+        9,
+    );
     // 1×1 kernel, one output pixel row.
     check(plain([9, 3, 1, 7], [2, 3, 1, 1]), 6);
+    // 11 output channels: the bias gradient sums them in blocks of 8, 2 and 1.
+    check(plain([5, 2, 6, 6], [11, 2, 3, 3]), 8);
 }
 
 #[test]

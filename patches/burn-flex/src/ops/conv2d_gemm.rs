@@ -106,27 +106,43 @@ impl Geometry {
         (n < size).then_some(n)
     }
 
+    /// Whether each output row of each kernel tap reads `out_w` consecutive inputs of one input
+    /// row (stride and dilation 1 along a row, no padding before it and the last tap inside it):
+    /// then im2col and col2im move whole rows.
+    fn whole_rows(&self) -> bool {
+        self.stride[1] == 1
+            && self.dilation[1] == 1
+            && self.pad[1] == 0
+            && self.out_w + self.kw <= self.in_w + 1
+    }
+
     /// Fills `cols` (`K × P`, row-major) with group `g` of one sample `x` (`C_in × H × W`).
     fn im2col<T: Float>(&self, x: &[T], g: usize, cols: &mut [T]) {
-        let (p, ow) = (self.p(), self.out_w);
-        let simple = self.stride[1] == 1 && self.dilation[1] == 1 && self.pad[1] == 0;
+        let (p, ow, kw, (h, w)) = (self.p(), self.out_w, self.kw, (self.in_h, self.in_w));
+        let planes = &x[g * self.cg() * h * w..][..self.cg() * h * w];
+        let whole_rows = self.whole_rows();
         for c in 0..self.cg() {
-            let plane = &x[(g * self.cg() + c) * self.in_h * self.in_w..][..self.in_h * self.in_w];
             for i in 0..self.kh {
-                for j in 0..self.kw {
-                    let row = &mut cols[((c * self.kh + i) * self.kw + j) * p..][..p];
-                    for oh in 0..self.out_h {
-                        let dst = &mut row[oh * ow..][..ow];
-                        let Some(ih) = self.source(oh, i, 0) else {
-                            dst.fill(T::zero());
-                            continue;
-                        };
-                        let src = &plane[ih * self.in_w..][..self.in_w];
-                        if simple {
-                            // Stride 1, no dilation or padding along the row: one copy.
-                            copy_short(dst, &src[j..j + ow]);
-                        } else {
-                            for (o, d) in dst.iter_mut().enumerate() {
+                // The rows of taps (c, i, 0..kw), P elements each.
+                let taps = &mut cols[(c * self.kh + i) * kw * p..][..kw * p];
+                for oh in 0..self.out_h {
+                    let Some(ih) = self.source(oh, i, 0) else {
+                        for row in taps.chunks_mut(p) {
+                            row[oh * ow..][..ow].fill(T::zero());
+                        }
+                        continue;
+                    };
+                    let src = &planes[(c * h + ih) * w..][..w];
+                    if whole_rows {
+                        // SAFETY: tap j's part of output row `oh` is taps[j·P + oh·ow..][..ow],
+                        // inside `taps` (j < kw, (oh + 1)·ow ≤ P), and it copies src[j..][..ow],
+                        // inside `src` (j + ow ≤ kw - 1 + ow ≤ w by `whole_rows`).
+                        unsafe {
+                            copy_taps(taps.as_mut_ptr().add(oh * ow), p, src.as_ptr(), kw, ow)
+                        }
+                    } else {
+                        for (j, row) in taps.chunks_mut(p).enumerate() {
+                            for (o, d) in row[oh * ow..][..ow].iter_mut().enumerate() {
                                 *d = self.source(o, j, 1).map_or(T::zero(), |iw| src[iw]);
                             }
                         }
@@ -139,21 +155,23 @@ impl Geometry {
     /// Adds `cols` (`K × P`) into group `g` of one sample's input gradient `dx` (`C_in × H × W`).
     fn col2im<T: Float>(&self, cols: &[T], g: usize, dx: &mut [T]) {
         let (p, ow) = (self.p(), self.out_w);
-        let simple = self.stride[1] == 1 && self.dilation[1] == 1 && self.pad[1] == 0;
+        let whole_rows = self.whole_rows();
         for c in 0..self.cg() {
             let plane =
                 &mut dx[(g * self.cg() + c) * self.in_h * self.in_w..][..self.in_h * self.in_w];
             for i in 0..self.kh {
                 for j in 0..self.kw {
                     let row = &cols[((c * self.kh + i) * self.kw + j) * p..][..p];
+                    // Output row after output row, so that consecutive adds touch different input
+                    // rows (taps j and j + 1 of one row overlap, and a read of what the previous
+                    // add just stored, shifted by one element, stalls).
                     for oh in 0..self.out_h {
                         let Some(ih) = self.source(oh, i, 0) else {
                             continue;
                         };
                         let dst = &mut plane[ih * self.in_w..][..self.in_w];
                         let src = &row[oh * ow..][..ow];
-                        if simple {
-                            // Stride 1, no dilation or padding along the row: one vector add.
+                        if whole_rows {
                             for (d, &v) in dst[j..j + ow].iter_mut().zip(src) {
                                 *d = *d + v;
                             }
@@ -166,6 +184,32 @@ impl Geometry {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// `dst[j·stride + t] = src[j + t]` for `j < taps`, `t < n`: the rows of im2col (8-24 elements
+/// in LeNet), in blocks of 8 the compiler keeps inline; bounds are checked once by the caller,
+/// as a `memcpy` call or a bounds check per row cost as much as the copy.
+///
+/// # Safety
+/// `dst` must be valid for writes and `src` for reads at every offset named above, and the two
+/// must not overlap.
+#[inline(always)]
+unsafe fn copy_taps<T: Copy>(dst: *mut T, stride: usize, src: *const T, taps: usize, n: usize) {
+    for j in 0..taps {
+        // SAFETY: the caller's contract, offset by offset.
+        unsafe {
+            let (d, s) = (dst.add(j * stride), src.add(j));
+            let mut t = 0;
+            while t + 8 <= n {
+                let block = s.add(t).cast::<[T; 8]>().read_unaligned();
+                d.add(t).cast::<[T; 8]>().write_unaligned(block);
+                t += 8;
+            }
+            for t in t..n {
+                *d.add(t) = *s.add(t);
             }
         }
     }
@@ -219,12 +263,13 @@ fn gemm<T: Float + 'static>(
     }
 }
 
-/// Runs `f(index, item)` over `items`, on rayon's pool when the `rayon` feature is on.
-fn for_each_sample<T: Send, F: Fn(usize, &mut [T]) + Sync + Send>(
-    items: &mut [T],
-    len: usize,
-    f: F,
-) {
+/// Runs `f(scratch, index, item)` over the `len`-element items of `items`, on rayon's pool when
+/// the `rayon` feature is on; `scratch` comes from `init`, once per worker, not once per item.
+fn for_each_sample<T: Send, S, I, F>(items: &mut [T], len: usize, init: I, f: F)
+where
+    I: Fn() -> S + Sync + Send,
+    F: Fn(&mut S, usize, &mut [T]) + Sync + Send,
+{
     if len == 0 {
         return;
     }
@@ -234,11 +279,14 @@ fn for_each_sample<T: Send, F: Fn(usize, &mut [T]) + Sync + Send>(
         items
             .par_chunks_mut(len)
             .enumerate()
-            .for_each(|(b, s)| f(b, s));
+            .for_each_init(init, |scratch, (b, s)| f(scratch, b, s));
     }
     #[cfg(not(feature = "rayon"))]
-    for (b, s) in items.chunks_mut(len).enumerate() {
-        f(b, s);
+    {
+        let mut scratch = init();
+        for (b, s) in items.chunks_mut(len).enumerate() {
+            f(&mut scratch, b, s);
+        }
     }
 }
 
@@ -250,17 +298,18 @@ fn forward_impl<T: Float + Pod + Send + Sync + 'static>(
 ) -> Vec<T> {
     let (k, p, og) = (g.k(), g.p(), g.og());
     let mut y = vec![T::zero(); g.batch * g.y_len()];
-    for_each_sample(&mut y, g.y_len(), |b, y_b| {
+    // Every element of `cols` is written before it is read, so one buffer serves all samples.
+    let cols = || vec![T::zero(); k * p];
+    for_each_sample(&mut y, g.y_len(), cols, |cols, b, y_b| {
         let x_b = &x[b * g.x_len()..][..g.x_len()];
-        let mut cols = vec![T::zero(); k * p];
         for grp in 0..g.groups {
-            g.im2col(x_b, grp, &mut cols);
+            g.im2col(x_b, grp, cols);
             // Y_gᵀ[P, og] = C[K, P]ᵀ · W_g[og, K]ᵀ: P, the long side, runs along the kernel's
             // vector lanes. Element (p, o) of Y_gᵀ sits at y[o·P + p], of Cᵀ at cols[k·P + p],
             // of W_gᵀ at w[o·K + k].
             let y_g = &mut y_b[grp * og * p..][..og * p];
             let w_g = &w[grp * og * k..][..og * k];
-            gemm(p, og, k, y_g, p, 1, false, &cols, p, 1, w_g, k, 1);
+            gemm(p, og, k, y_g, p, 1, false, cols, p, 1, w_g, k, 1);
         }
         if let Some(bias) = bias {
             for (row, &v) in y_b.chunks_mut(p).zip(bias) {
@@ -280,19 +329,19 @@ fn weight_grad_impl<T: Float + Pod + Send + Sync + 'static>(
     let w_len = g.c_out * k;
     let chunks = g.batch.div_ceil(WEIGHT_GRAD_CHUNK);
     let mut partial = vec![T::zero(); chunks.max(1) * w_len];
-    for_each_sample(&mut partial, w_len, |chunk, dw| {
-        let mut cols = vec![T::zero(); k * p];
+    let cols = || vec![T::zero(); k * p];
+    for_each_sample(&mut partial, w_len, cols, |cols, chunk, dw| {
         let first = chunk * WEIGHT_GRAD_CHUNK;
         for b in first..(first + WEIGHT_GRAD_CHUNK).min(g.batch) {
             let x_b = &x[b * g.x_len()..][..g.x_len()];
             let dy_b = &dy[b * g.y_len()..][..g.y_len()];
             for grp in 0..g.groups {
-                g.im2col(x_b, grp, &mut cols);
+                g.im2col(x_b, grp, cols);
                 // dW_gᵀ[K, og] += C[K, P] · dY_g[og, P]ᵀ: K runs along the vector lanes.
                 // Element (k, o) of dW_gᵀ sits at dw[o·K + k], (p, o) of dY_gᵀ at dy[o·P + p].
                 let dw_g = &mut dw[grp * og * k..][..og * k];
                 let dy_g = &dy_b[grp * og * p..][..og * p];
-                gemm(k, og, p, dw_g, k, 1, b > first, &cols, 1, p, dy_g, p, 1);
+                gemm(k, og, p, dw_g, k, 1, b > first, cols, 1, p, dy_g, p, 1);
             }
         }
     });
@@ -307,15 +356,15 @@ fn weight_grad_impl<T: Float + Pod + Send + Sync + 'static>(
 fn x_grad_impl<T: Float + Pod + Send + Sync + 'static>(g: Geometry, w: &[T], dy: &[T]) -> Vec<T> {
     let (k, p, og) = (g.k(), g.p(), g.og());
     let mut dx = vec![T::zero(); g.batch * g.x_len()];
-    for_each_sample(&mut dx, g.x_len(), |b, dx_b| {
+    let cols = || vec![T::zero(); k * p];
+    for_each_sample(&mut dx, g.x_len(), cols, |cols, b, dx_b| {
         let dy_b = &dy[b * g.y_len()..][..g.y_len()];
-        let mut cols = vec![T::zero(); k * p];
         for grp in 0..g.groups {
             // C[K, P] = W_g[og, K]ᵀ · dY_g[og, P]: lhs element (k, o) sits at w[o·K + k].
             let w_g = &w[grp * og * k..][..og * k];
             let dy_g = &dy_b[grp * og * p..][..og * p];
-            gemm(k, p, og, &mut cols, 1, p, false, w_g, k, 1, dy_g, 1, p);
-            g.col2im(&cols, grp, dx_b);
+            gemm(k, p, og, cols, 1, p, false, w_g, k, 1, dy_g, 1, p);
+            g.col2im(cols, grp, dx_b);
         }
     });
     dx
@@ -454,6 +503,62 @@ pub fn conv2d_x_backward(
     )
 }
 
+/// The gradient of the convolution's bias for f32, `db[o] = Σ_b Σ_p dY[b, o, p]`; `None` for
+/// other dtypes.
+///
+/// burn-backend's default swaps the output gradient to `[O, B, H, W]`, copies it contiguous and
+/// sums each channel's row front to back (flex's row sum without its `simd` feature). This adds
+/// the same numbers in the same order (each channel: sample after sample, pixel after pixel), so
+/// the result is bit-identical, but reads the output gradient where it lies and sums up to eight
+/// channels side by side, so that their additions overlap instead of waiting on one another.
+pub fn conv2d_bias_backward(output_grad: &FlexTensor) -> Option<FlexTensor> {
+    if output_grad.dtype() != DType::F32 {
+        return None;
+    }
+    let shape = output_grad.layout().shape().clone();
+    let (c_out, p) = (shape[1], shape[2] * shape[3]);
+    let dy = output_grad.to_contiguous();
+    let dy: &[f32] = dy.storage();
+    // The value an empty `Iterator::sum` starts from, as the default's row sum does.
+    let mut db = vec![core::iter::empty::<f32>().sum::<f32>(); c_out];
+    if c_out * p > 0 {
+        for dy_b in dy.chunks_exact(c_out * p) {
+            let mut o = 0;
+            while o < c_out {
+                let (acc, rows) = (&mut db[o..], &dy_b[o * p..]);
+                o += match c_out - o {
+                    8.. => add_rows::<8>(acc, rows, p),
+                    4..=7 => add_rows::<4>(acc, rows, p),
+                    2 | 3 => add_rows::<2>(acc, rows, p),
+                    _ => add_rows::<1>(acc, rows, p),
+                };
+            }
+        }
+    }
+    let bytes = Bytes::from_elems(db);
+    Some(FlexTensor::new(
+        bytes,
+        Layout::contiguous(Shape::from(vec![c_out])),
+        DType::F32,
+    ))
+}
+
+/// Adds the first `N` rows of length `p` in `rows` into `acc[..N]`, each front to back; returns
+/// `N`.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `i` indexes N rows at once
+fn add_rows<const N: usize>(acc: &mut [f32], rows: &[f32], p: usize) -> usize {
+    let mut a: [f32; N] = core::array::from_fn(|r| acc[r]);
+    let rows: [&[f32]; N] = core::array::from_fn(|r| &rows[r * p..][..p]);
+    for i in 0..p {
+        for r in 0..N {
+            a[r] += rows[r][i];
+        }
+    }
+    acc[..N].copy_from_slice(&a);
+    N
+}
+
 /// Max pooling with indices for f32 when the window equals the stride and there is no padding,
 /// dilation or ceil mode (LeNet's 2×2/2): the same values and indices (`h · W + w` in the input
 /// plane; the first maximum wins, NaN propagates with the last NaN's index) as flex's generic
@@ -573,20 +678,5 @@ fn pool_2x2(src: &[f32], in_w: usize, out_h: usize, out_w: usize, o: &mut [f32],
         for (ow, i) in ix_row.iter_mut().enumerate() {
             *i += (2 * oh * in_w + 2 * ow) as i64;
         }
-    }
-}
-
-/// `dst.copy_from_slice(src)` for the short rows of im2col (8-24 floats in LeNet), in fixed
-/// blocks of 8 the compiler keeps inline instead of a `memcpy` call per row.
-#[inline(always)]
-fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
-    let mut d = dst.chunks_exact_mut(8);
-    let mut s = src.chunks_exact(8);
-    for (d8, s8) in (&mut d).zip(&mut s) {
-        let block: [T; 8] = s8.try_into().expect("chunks of 8");
-        d8.copy_from_slice(&block);
-    }
-    for (x, y) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *x = *y;
     }
 }

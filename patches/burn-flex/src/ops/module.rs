@@ -114,6 +114,23 @@ impl ModuleOps<Flex> for Flex {
         )
     }
 
+    // edgecfl patch: the bias gradient summed straight from the output gradient (f32), without
+    // burn-backend's transposed copy; the same sums in the same order (conv2d_gemm.rs).
+    fn conv2d_bias_backward(
+        _x: FloatTensor<Flex>,
+        bias: FloatTensor<Flex>,
+        output_grad: FloatTensor<Flex>,
+    ) -> FloatTensor<Flex> {
+        if let Some(grad) = conv2d_gemm::conv2d_bias_backward(&output_grad) {
+            return grad;
+        }
+        // burn-backend's default for the other dtypes.
+        let [batch, channels, height, width] = output_grad.shape().dims();
+        let grad = Flex::float_swap_dims(output_grad, 0, 1);
+        let grad = Flex::float_reshape(grad, Shape::new([channels, batch * height * width]));
+        Flex::float_reshape(Flex::float_sum_dim(grad, 1), bias.shape())
+    }
+
     fn deform_conv2d(
         x: FloatTensor<Flex>,
         offset: FloatTensor<Flex>,
