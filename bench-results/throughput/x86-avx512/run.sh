@@ -10,6 +10,7 @@
 # Elsewhere, e.g. on a GPU host's Xeon pinned to two cores with its own PyTorch:
 #   CLIENT=.bin/edge-client-avx512 BASELINE=.bin/edge-client TORCH_PY=python3 DATA=.fmnist \
 #   PIN="taskset -c 2,3" OUT=bench-results/throughput/xeon-avx512 bench-results/throughput/x86-avx512/run.sh
+# AVX2_PASS=0 leaves out the second pass (PyTorch capped at AVX2).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-bench-results/throughput/x86-avx512}
@@ -19,9 +20,11 @@ DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 export TORCH_PY=${TORCH_PY:-target/torch-venv/bin/python3}
 # shellcheck disable=SC2206
 PIN=(${PIN:-})
-mkdir -p "$OUT/torch-native" "$OUT/torch-avx2"
+mkdir -p "$OUT/torch-native"
 common=(--client "$CLIENT" --baseline "$BASELINE" --data "$DATA" --rounds 5 --repeats 5)
 "${PIN[@]}" python3 scripts/bench-throughput.py "${common[@]}" --out "$OUT/torch-native" \
   | tee "$OUT/torch-native/run.log"
+[ "${AVX2_PASS:-1}" = 1 ] || exit 0
+mkdir -p "$OUT/torch-avx2"
 ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2 "${PIN[@]}" python3 scripts/bench-throughput.py \
   "${common[@]}" --models lenet5 --out "$OUT/torch-avx2" | tee "$OUT/torch-avx2/run.log"
