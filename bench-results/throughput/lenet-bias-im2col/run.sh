@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LeNet-5 and MLP training in the edge client after c98f063 (burn-flex patch: the convolution's
+# LeNet-5 and MLP training in the edge client after ebab830 (burn-flex patch: the convolution's
 # bias gradient summed in place, im2col with bounds checked once per input row) against the edge
 # client of the commit before it, 96f0013, beside PyTorch on the CPU, on an idle x86-64 machine:
 # first the `avx512` builds, then the default builds, then the `avx512` builds again (PyTorch's
@@ -7,10 +7,12 @@
 # bench-results/throughput/x86-avx512/run.sh (five rounds, the three sides in turn) without its
 # AVX2 pass. The four binaries:
 #   git worktree add ../edgecfl-96f0013 96f0013
-#   for c in 96f0013 c98f063; do  # c98f063 from this checkout, 96f0013 from the worktree
+#   for c in 96f0013 c98f063; do  # c98f063 (= ebab830) from this checkout, 96f0013 from the worktree
 #     cargo build --release -p edge-client && cp <target>/release/edge-client target/$c/
 #     cargo build --release -p edge-client --features avx512 && cp <target>/release/edge-client target/$c-avx512/
 #   done
+# target/c98f063*: builds of ebab830 (first committed as c98f063, a commit rewritten to drop build
+# files committed with it by mistake; the same code, and the name the raw JSON records).
 # Usage: bench-results/throughput/lenet-bias-im2col/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
