@@ -112,7 +112,7 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device, conv: Convolution) 
     let mut first = Vec::new();
     for (i, m) in members.iter().enumerate() {
         let row = pixels.len() / PIXELS;
-        match check(m, &mut model).and_then(|()| append_images(m.data, &mut pixels)) {
+        match check(m, &mut model).and_then(|()| m.data.append_unit_images(&mut pixels)) {
             Ok(()) => {
                 valid.push(i);
                 first.push(row);
@@ -174,7 +174,9 @@ pub fn evaluate_cohort(
                 .iter()
                 .map(|&t| {
                     let row = pixels.len() / PIXELS;
-                    append_images(tasks[t].1, &mut pixels)
+                    tasks[t]
+                        .1
+                        .append_unit_images(&mut pixels)
                         .map(|()| row)
                         .map_err(|e| out[t] = Some(Err(e)))
                         .ok()
@@ -299,20 +301,6 @@ fn check_architecture(kind: ModelKind, model: &mut Option<ModelKind>) -> Result<
     }
 }
 
-/// Appends every image of `data`, scaled to `[0, 1]`, to `pixels`; leaves `pixels` as it was when
-/// one cannot be read.
-fn append_images(data: &LocalData, pixels: &mut Vec<f32>) -> Result<(), TrainError> {
-    let at = pixels.len();
-    pixels.resize(at + data.len() * PIXELS, 0.0);
-    for (s, out) in pixels[at..].chunks_exact_mut(PIXELS).enumerate() {
-        if let Err(e) = data.unit_image(s, out) {
-            pixels.truncate(at);
-            return Err(TrainError::Data(e.to_string()));
-        }
-    }
-    Ok(())
-}
-
 /// A client's batches over all its epochs: the sample order of each epoch (the same shuffles as
 /// [`crate::train::train_local_prox`]) cut into batches.
 struct Schedule {
@@ -370,7 +358,7 @@ struct Cohort<'m, 'a> {
 }
 
 impl<'m, 'a> Cohort<'m, 'a> {
-    /// `pixels`: the zero image, then every member's images in order (`append_images`), member
+    /// `pixels`: the zero image, then every member's images in order (`LocalData::append_unit_images`), member
     /// i's from row `first[i]`.
     fn new(
         model: ModelKind,

@@ -641,6 +641,20 @@ impl LocalData {
         Ok(())
     }
 
+    /// Appends every image, scaled to `[0, 1]`, to `pixels`; leaves `pixels` as it was when one
+    /// cannot be read.
+    pub(crate) fn append_unit_images(&self, pixels: &mut Vec<f32>) -> Result<(), TrainError> {
+        let at = pixels.len();
+        pixels.resize(at + self.len() * PIXELS, 0.0);
+        for (s, out) in pixels[at..].chunks_exact_mut(PIXELS).enumerate() {
+            if let Err(e) = self.unit_image(s, out) {
+                pixels.truncate(at);
+                return Err(TrainError::Data(e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
     /// The batch of samples `idx`, scaled to `[0, 1]`.
     fn images(&self, idx: &[usize], device: &Device) -> Result<Tensor<4>, TrainError> {
         let mut px = vec![0.0; idx.len() * PIXELS];
@@ -755,12 +769,29 @@ fn check_len(params: &Params) -> Result<(), TrainError> {
 /// optimiser. The result is the same training up to
 /// float rounding (sums run in another order), and the same floats for the same T on any
 /// machine.
+///
+/// On a GPU the shard goes to the device once per call and each epoch's sample order once per
+/// epoch; a step sends nothing and reads nothing back (the loss is read once per epoch). The
+/// floats are those of the CPU backends' way, which sends each step's batch.
 pub fn train_local_prox(
     params: &Params,
     data: &LocalData,
     cfg: &TrainConfig,
     prox: Option<Proximal<'_>>,
     device: &Device,
+) -> Result<(Params, TrainReport), TrainError> {
+    train_local_with_shard(params, data, cfg, prox, device, shard_on_device(device))
+}
+
+/// [`train_local_prox`], the shard kept on the device ([`Shard`]) when `resident` and the batches
+/// are not split over threads.
+fn train_local_with_shard(
+    params: &Params,
+    data: &LocalData,
+    cfg: &TrainConfig,
+    prox: Option<Proximal<'_>>,
+    device: &Device,
+    resident: bool,
 ) -> Result<(Params, TrainReport), TrainError> {
     cfg.validate()?;
     check_len(params)?;
@@ -774,18 +805,21 @@ pub fn train_local_prox(
     let parts = part_count(cfg.batch_size.min(data.len()), cfg.threads, min_part);
     let step = Step::new(prox, &ad);
     let (net, steps, last_epoch_loss) = if parts == 1 {
-        train_steps(params, data, cfg, device, |net, batch| {
+        let shard = resident.then(|| Shard::upload(data, &ad)).transpose()?;
+        train_steps(params, data, cfg, device, shard.as_ref(), |net, batch| {
+            let n = batch.idx.len();
             let (grads, loss) = step.gradients(net, data, batch)?;
             Ok((
                 BatchGrads::Tracked(grads),
-                f64::from(loss) * batch.len() as f64,
+                BatchLoss::OnDevice(Box::new(loss), n),
             ))
         })?
     } else {
         std::thread::scope(|scope| {
             let helpers = Helpers::spawn(scope, parts - 1, prox, &ad, data);
-            train_steps(params, data, cfg, device, |net, batch| {
-                helpers.gradients(net, &step, data, &split_batch(batch, parts, min_part))
+            train_steps(params, data, cfg, device, None, |net, batch| {
+                let parts = split_batch(batch.idx, parts, min_part);
+                helpers.gradients(net, &step, data, &parts)
             })
         })?
     };
@@ -834,8 +868,8 @@ impl Helpers {
                     for (current, part) in job_rx {
                         let net = Net::from_params(&current, &ad);
                         let got = step
-                            .gradients(&net, data, &part)
-                            .map(|(grads, loss)| (net.flat_grads(&grads), loss));
+                            .gradients(&net, data, Batch::sent(&part))
+                            .map(|(grads, loss)| (net.flat_grads(&grads), loss.into_scalar()));
                         if done_tx.send((k, got)).is_err() {
                             break;
                         }
@@ -855,15 +889,15 @@ impl Helpers {
         step: &Step,
         data: &LocalData,
         parts: &[&[usize]],
-    ) -> Result<(BatchGrads, f64), TrainError> {
+    ) -> Result<(BatchGrads, BatchLoss), TrainError> {
         let current = Arc::new(net.to_params());
         for (job, part) in self.jobs.iter().zip(&parts[1..]) {
             job.send((current.clone(), part.to_vec()))
                 .map_err(|_| TrainError::Worker)?;
         }
         let own = step
-            .gradients(net, data, parts[0])
-            .map(|(grads, loss)| (net.flat_grads(&grads), loss));
+            .gradients(net, data, Batch::sent(parts[0]))
+            .map(|(grads, loss)| (net.flat_grads(&grads), loss.into_scalar()));
         let mut got: Vec<Option<PartGradient>> = parts.iter().map(|_| None).collect();
         got[0] = Some(own);
         for _ in 1..parts.len() {
@@ -879,7 +913,7 @@ impl Helpers {
             flat.iter_mut().zip(g).for_each(|(a, g)| *a += w * g);
             loss_sum += f64::from(loss) * part.len() as f64;
         }
-        Ok((BatchGrads::Flat(flat), loss_sum))
+        Ok((BatchGrads::Flat(flat), BatchLoss::Sum(loss_sum)))
     }
 }
 
@@ -944,17 +978,17 @@ impl Step {
         }
     }
 
-    /// The gradients of the mean cross-entropy of samples `idx` (plus the proximal term) at
-    /// `net`, and that mean cross-entropy.
+    /// The gradients of the mean cross-entropy of `batch` (plus the proximal term) at `net`,
+    /// and that mean cross-entropy, left on the device (untracked, one element).
     fn gradients(
         &self,
         net: &Net,
         data: &LocalData,
-        idx: &[usize],
-    ) -> Result<(Gradients, f32), TrainError> {
-        let logits = net.forward(data.images(idx, &self.ad)?);
-        let loss = self.loss.forward(logits, data.targets(idx, &self.ad));
-        let value = loss.clone().into_scalar::<f32>();
+        batch: Batch<'_>,
+    ) -> Result<(Gradients, Tensor<1>), TrainError> {
+        let (images, targets) = batch.tensors(data, &self.ad)?;
+        let loss = self.loss.forward(net.forward(images), targets);
+        let value = loss.clone().inner();
         let objective = match &self.anchor {
             None => loss,
             Some((anchor, half_mu)) => loss + proximal_term(net, anchor, *half_mu),
@@ -963,16 +997,128 @@ impl Step {
     }
 }
 
-/// The epochs of SGD with momentum from `params`, each batch's gradient and loss sum (Σ over its
-/// samples) from `gradients`: the trained network, the step count and the last epoch's mean loss.
+/// A training call's shard on the device: its images (`[N, 784]`, scaled to `[0, 1]`) and labels,
+/// sent once, so that each step gathers its rows there instead of sending them.
+struct Shard {
+    images: Tensor<2>,
+    labels: Tensor<1, Int>,
+}
+
+impl Shard {
+    fn upload(data: &LocalData, device: &Device) -> Result<Self, TrainError> {
+        let mut pixels = Vec::new();
+        data.append_unit_images(&mut pixels)?;
+        let labels: Vec<i64> = data.labels.iter().map(|&l| i64::from(l)).collect();
+        Ok(Shard {
+            images: Tensor::from_data(TensorData::new(pixels, [data.len(), PIXELS]), device),
+            labels: Tensor::from_data(TensorData::new(labels, [data.len()]), device),
+        })
+    }
+
+    /// The images `[n, 1, 28, 28]` and labels of the samples at `rows`.
+    fn gather(&self, rows: Tensor<1, Int>) -> (Tensor<4>, Tensor<1, Int>) {
+        let n = rows.dims()[0];
+        let images = self.images.clone().select(0, rows.clone());
+        (
+            images.reshape([n, 1, 28, 28]),
+            self.labels.clone().select(0, rows),
+        )
+    }
+}
+
+/// Whether a training call on `device` keeps its shard there ([`Shard`]): on a GPU, where
+/// sending each step's batch costs a transfer (with libtorch, a wait for the GPU), not in the
+/// CPU's memory (flex, ndarray, libtorch's CPU), where the shard would be a second, larger copy
+/// of the data.
+#[allow(deprecated)] // `Device::ndarray`: the backend is deprecated, still compiled in on request
+fn shard_on_device(device: &Device) -> bool {
+    let host = *device == Device::flex();
+    #[cfg(feature = "ndarray")]
+    let host = host || *device == Device::ndarray();
+    #[cfg(feature = "tch")]
+    let host = host || *device == Device::libtorch();
+    !host
+}
+
+/// One step's samples: their indices into the shard, and their images and labels when the shard
+/// is on the device.
+struct Batch<'a> {
+    idx: &'a [usize],
+    gathered: Option<(Tensor<4>, Tensor<1, Int>)>,
+}
+
+impl<'a> Batch<'a> {
+    /// Samples `idx`, to be sent with the step.
+    fn sent(idx: &'a [usize]) -> Self {
+        Batch {
+            idx,
+            gathered: None,
+        }
+    }
+
+    /// The images and labels on `device`: gathered there already, or sent now.
+    fn tensors(
+        self,
+        data: &LocalData,
+        device: &Device,
+    ) -> Result<(Tensor<4>, Tensor<1, Int>), TrainError> {
+        match self.gathered {
+            Some(tensors) => Ok(tensors),
+            None => Ok((
+                data.images(self.idx, device)?,
+                data.targets(self.idx, device),
+            )),
+        }
+    }
+}
+
+/// One batch's loss as its step leaves it.
+enum BatchLoss {
+    /// Σ over its samples, read already (a split batch's parts are read on their threads).
+    Sum(f64),
+    /// Its mean on the device (boxed: a tensor is large on some backends), and its sample count.
+    OnDevice(Box<Tensor<1>>, usize),
+}
+
+/// Σ over an epoch's samples of their losses, batch after batch: the values still on the device
+/// read in one transfer, so that a GPU is not waited for at every step.
+fn epoch_loss_sum(losses: Vec<BatchLoss>) -> f64 {
+    let pending: Vec<Tensor<1>> = losses
+        .iter()
+        .filter_map(|l| match l {
+            BatchLoss::OnDevice(t, _) => Some(t.as_ref().clone()),
+            BatchLoss::Sum(_) => None,
+        })
+        .collect();
+    let mut read = if pending.is_empty() {
+        Vec::new()
+    } else {
+        Tensor::cat(pending, 0).into_data().iter::<f32>().collect()
+    }
+    .into_iter();
+    losses.iter().fold(0.0, |sum, l| {
+        sum + match l {
+            BatchLoss::Sum(s) => *s,
+            BatchLoss::OnDevice(_, n) => {
+                f64::from(read.next().expect("one value per loss on the device")) * *n as f64
+            }
+        }
+    })
+}
+
+/// The epochs of SGD with momentum from `params`, each batch's gradient and loss from
+/// `gradients`: the trained network, the step count and the last epoch's mean loss. With `shard`,
+/// each epoch's sample order goes to the device once and each batch is gathered there.
 fn train_steps(
     params: &Params,
     data: &LocalData,
     cfg: &TrainConfig,
     device: &Device,
-    mut gradients: impl FnMut(&Net, &[usize]) -> Result<(BatchGrads, f64), TrainError>,
+    shard: Option<&Shard>,
+    mut gradients: impl FnMut(&Net, Batch<'_>) -> Result<(BatchGrads, BatchLoss), TrainError>,
 ) -> Result<(Net, usize, f64), TrainError> {
-    let mut net = Net::from_params(params, &device.clone().autodiff());
+    let ad = device.clone().autodiff();
+    let mut net = Net::from_params(params, &ad);
     let momentum = (cfg.momentum > 0.0).then_some(MomentumConfig {
         momentum: cfg.momentum,
         dampening: 0.0,
@@ -985,10 +1131,18 @@ fn train_steps(
     let mut last_epoch_loss = 0.0;
     for _ in 0..cfg.epochs {
         order.shuffle(&mut rng);
-        let mut loss_sum = 0.0;
-        for batch in order.chunks(cfg.batch_size) {
-            let (grads, batch_loss) = gradients(&net, batch)?;
-            loss_sum += batch_loss;
+        let rows = shard.map(|_| {
+            let rows: Vec<i64> = order.iter().map(|&i| i as i64).collect();
+            Tensor::<1, Int>::from_data(TensorData::new(rows, [order.len()]), &ad)
+        });
+        let mut losses = Vec::with_capacity(order.len().div_ceil(cfg.batch_size));
+        for (k, idx) in order.chunks(cfg.batch_size).enumerate() {
+            let start = k * cfg.batch_size;
+            let gathered = shard
+                .zip(rows.as_ref())
+                .map(|(s, rows)| s.gather(rows.clone().slice(start..start + idx.len())));
+            let (grads, loss) = gradients(&net, Batch { idx, gathered })?;
+            losses.push(loss);
             let grads = match grads {
                 BatchGrads::Tracked(g) => GradientsParams::from_grads(g, &net),
                 BatchGrads::Flat(flat) => net.grads_params(&flat, device),
@@ -996,7 +1150,7 @@ fn train_steps(
             net = optim.step(cfg.lr, net, grads);
             steps += 1;
         }
-        last_epoch_loss = loss_sum / data.len().max(1) as f64;
+        last_epoch_loss = epoch_loss_sum(losses) / data.len().max(1) as f64;
         if !last_epoch_loss.is_finite() {
             return Err(TrainError::Diverged);
         }
@@ -1258,6 +1412,89 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 23 samples of made-up images: batches of 5 leave a short last batch.
+    fn made_up_data() -> LocalData {
+        let n = 23;
+        let pixels = (0..n * PIXELS).map(|i| (i * 7919 % 251) as u8).collect();
+        LocalData::new(pixels, (0..n).map(|i| (i * 3 % 10) as u8).collect())
+    }
+
+    #[test]
+    fn a_shard_kept_on_the_device_trains_the_floats_of_batches_sent_step_by_step() {
+        let data = made_up_data();
+        let device = Device::flex();
+        for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+            let params = Params::init(model, 4);
+            let anchor = Params::init(model, 5);
+            let cfg = TrainConfig {
+                epochs: 2,
+                batch_size: 5,
+                lr: 0.05,
+                momentum: 0.9,
+                seed: 3,
+                threads: 1,
+            };
+            for prox in [
+                None,
+                Some(Proximal {
+                    anchor: &anchor,
+                    mu: 0.1,
+                }),
+            ] {
+                let train = |resident| {
+                    train_local_with_shard(&params, &data, &cfg, prox, &device, resident)
+                };
+                let (sent, sent_report) = train(false).unwrap();
+                let (kept, kept_report) = train(true).unwrap();
+                assert_ne!(sent.values, params.values, "{model:?} trained");
+                let bits = |p: &Params| p.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&sent),
+                    bits(&kept),
+                    "{model:?}, prox {}",
+                    prox.is_some()
+                );
+                assert_eq!(sent_report.steps, 10);
+                assert_eq!(kept_report.steps, 10);
+                assert_eq!(
+                    sent_report.last_epoch_loss.to_bits(),
+                    kept_report.last_epoch_loss.to_bits()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_loss_read_once_an_epoch_is_the_mean_cross_entropy_evaluate_measures() {
+        // With lr = 1e-30 (it must be > 0) the model does not move by anything a loss can show,
+        // so the epoch's loss (read at its end) is the mean cross-entropy of the untrained model
+        // over the shard, which `evaluate` computes its own way (log-softmax at the labels,
+        // summed on the host).
+        let data = made_up_data();
+        let device = Device::flex();
+        for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+            let params = Params::init(model, 6);
+            let cfg = TrainConfig {
+                epochs: 1,
+                batch_size: 5,
+                lr: 1e-30,
+                momentum: 0.0,
+                seed: 1,
+                threads: 1,
+            };
+            let want = evaluate(&params, &data, 7, &device).unwrap().loss();
+            for resident in [false, true] {
+                let (_, report) =
+                    train_local_with_shard(&params, &data, &cfg, None, &device, resident).unwrap();
+                let got = report.last_epoch_loss;
+                assert!(
+                    (got - want).abs() <= 1e-6 * want,
+                    "{model:?}: {got} vs {want}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn device_names_round_trip() {
