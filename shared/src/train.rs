@@ -1386,24 +1386,30 @@ pub fn evaluate(
 ) -> Result<EvalReport, TrainError> {
     let net = Net::from_params(params, device);
     let mut rep = EvalReport::default();
+    if data.is_empty() {
+        return Ok(rep);
+    }
+    // Every batch's predictions and log-probabilities stay on the device until the end and are
+    // read in one transfer each: a GPU is not waited for at every batch.
     let idx: Vec<usize> = (0..data.len()).collect();
+    let (mut preds, mut logps) = (Vec::new(), Vec::new());
     for chunk in idx.chunks(batch_size.max(1)) {
         let logits = net.forward(data.images(chunk, device)?);
-        let logp = burn::tensor::activation::log_softmax(logits.clone(), 1);
-        let pred = logits.argmax(1).into_data();
-        let logp = logp.into_data();
-        let logp: Vec<f32> = logp.iter::<f32>().collect();
-        for (k, (&i, p)) in chunk.iter().zip(pred.iter::<i64>()).enumerate() {
-            let label = usize::from(data.labels[i]);
-            let loss = -f64::from(logp[k * CLASSES + label]);
-            rep.loss_sum += loss;
-            rep.loss_per_label[label] += loss;
-            rep.total += 1;
-            rep.total_per_label[label] += 1;
-            if p == label as i64 {
-                rep.correct += 1;
-                rep.correct_per_label[label] += 1;
-            }
+        logps.push(burn::tensor::activation::log_softmax(logits.clone(), 1));
+        preds.push(logits.argmax(1));
+    }
+    let pred = Tensor::cat(preds, 0).into_data();
+    let logp: Vec<f32> = Tensor::cat(logps, 0).into_data().iter::<f32>().collect();
+    for (i, p) in pred.iter::<i64>().enumerate() {
+        let label = usize::from(data.labels[i]);
+        let loss = -f64::from(logp[i * CLASSES + label]);
+        rep.loss_sum += loss;
+        rep.loss_per_label[label] += loss;
+        rep.total += 1;
+        rep.total_per_label[label] += 1;
+        if p == label as i64 {
+            rep.correct += 1;
+            rep.correct_per_label[label] += 1;
         }
     }
     Ok(rep)
