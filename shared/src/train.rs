@@ -805,7 +805,10 @@ fn train_local_with_shard(
     let parts = part_count(cfg.batch_size.min(data.len()), cfg.threads, min_part);
     let step = Step::new(prox, &ad);
     let (net, steps, last_epoch_loss) = if parts == 1 {
-        let shard = resident.then(|| Shard::upload(data, &ad)).transpose()?;
+        // No shard of nothing: some backends cannot allocate an empty buffer.
+        let shard = (resident && !data.is_empty())
+            .then(|| Shard::upload(data, &ad))
+            .transpose()?;
         train_steps(params, data, cfg, device, shard.as_ref(), |net, batch| {
             let n = batch.idx.len();
             let (grads, loss) = step.gradients(net, data, batch)?;
@@ -1467,6 +1470,12 @@ mod tests {
                     sent_report.last_epoch_loss.to_bits(),
                     kept_report.last_epoch_loss.to_bits()
                 );
+            }
+            let none = LocalData::new(Vec::new(), Vec::new());
+            for resident in [false, true] {
+                let (p, report) =
+                    train_local_with_shard(&params, &none, &cfg, None, &device, resident).unwrap();
+                assert_eq!((p.values, report.steps), (params.values.clone(), 0));
             }
         }
     }
