@@ -1429,6 +1429,18 @@ mod tests {
         LocalData::new(pixels, (0..n).map(|i| (i * 3 % 10) as u8).collect())
     }
 
+    /// Batches of 5 on one thread.
+    fn batches_of_five(epochs: usize, lr: f64, momentum: f64, seed: u64) -> TrainConfig {
+        TrainConfig {
+            epochs,
+            batch_size: 5,
+            lr,
+            momentum,
+            seed,
+            threads: 1,
+        }
+    }
+
     #[test]
     fn a_shard_kept_on_the_device_trains_the_floats_of_batches_sent_step_by_step() {
         let data = made_up_data();
@@ -1436,14 +1448,7 @@ mod tests {
         for model in [ModelKind::LeNet5, ModelKind::Mlp] {
             let params = Params::init(model, 4);
             let anchor = Params::init(model, 5);
-            let cfg = TrainConfig {
-                epochs: 2,
-                batch_size: 5,
-                lr: 0.05,
-                momentum: 0.9,
-                seed: 3,
-                threads: 1,
-            };
+            let cfg = batches_of_five(2, 0.05, 0.9, 3);
             for prox in [
                 None,
                 Some(Proximal {
@@ -1490,14 +1495,7 @@ mod tests {
         let device = Device::flex();
         for model in [ModelKind::LeNet5, ModelKind::Mlp] {
             let params = Params::init(model, 6);
-            let cfg = TrainConfig {
-                epochs: 1,
-                batch_size: 5,
-                lr: 1e-30,
-                momentum: 0.0,
-                seed: 1,
-                threads: 1,
-            };
+            let cfg = batches_of_five(1, 1e-30, 0.0, 1);
             let want = evaluate(&params, &data, 7, &device).unwrap().loss();
             for resident in [false, true] {
                 let (_, report) =
