@@ -31,8 +31,9 @@
 //! uses it on a GPU, where one model at a time costs two reads from the device per batch.
 //!
 //! The members' images go to the device once, as one `[1 + Σ n_c, 784]` tensor (row 0 is the
-//! zero image that pads short batches); a step sends only the row index of each of its samples
-//! and gathers its batch on the device.
+//! zero image that pads short batches), and the steps' inputs (each sample's row and label, the
+//! masks, each member's momentum and learning rate) once per 100 steps; a step sends nothing and
+//! gathers its batch on the device.
 
 use std::time::Instant;
 
@@ -143,7 +144,8 @@ const EVAL_SAMPLES_PER_STEP: usize = 4096;
 /// into batched forward passes on `device`: each model sees its own samples only, `batch` of them
 /// a step, beside as many other models as `EVAL_SAMPLES_PER_STEP` (4 096 samples) allows. One report per pair,
 /// in order: the same counts, the same predictions but for exact ties, the losses up to float
-/// rounding. Two reads from the device per step, against two per model and batch one by one.
+/// rounding. Each group of models sends its steps' rows at once and reads its predictions and
+/// log-probabilities at once.
 ///
 /// A pair whose parameters do not fit their model gets [`TrainError::InvalidParams`], one of
 /// another architecture than the first valid one [`TrainError::InvalidConfig`], one whose images
@@ -234,26 +236,43 @@ fn evaluate_group<'p>(
     let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, PIXELS]), device);
     let len = |i: usize| first[i].map_or(0, |_| tasks[i].1.len());
     let longest = (0..c).map(len).max().unwrap_or(0);
-    let mut reports = vec![EvalReport::default(); c];
-    for start in (0..longest).step_by(b) {
-        let mut rows = vec![0i64; c * b];
+    // Every step's rows sent at once; the predictions and log-probabilities read at once.
+    let steps = longest.div_ceil(b);
+    let mut rows = vec![0i64; steps * c * b];
+    for (j, start) in (0..longest).step_by(b).enumerate() {
         for i in 0..c {
             for k in 0..b.min(len(i).saturating_sub(start)) {
-                rows[shape.slot(i, k)] = (first[i].unwrap_or(0) + start + k) as i64;
+                rows[j * c * b + shape.slot(i, k)] = (first[i].unwrap_or(0) + start + k) as i64;
             }
         }
-        let logits = shape.forward(&params, shape.gather(&images, rows, device));
-        let pred: Vec<i64> = logits.clone().argmax(2).into_data().iter::<i64>().collect();
-        let logp: Vec<f32> = log_softmax(logits, 2).into_data().iter::<f32>().collect();
+    }
+    let rows = Tensor::<2, Int>::from_data(TensorData::new(rows, [steps, c * b]), device);
+    let mut preds = Vec::with_capacity(steps);
+    let mut logps = Vec::with_capacity(steps);
+    for j in 0..steps {
+        let step_rows = rows.clone().slice([j..j + 1]).reshape([c * b]);
+        let logits = shape.forward(&params, shape.gather(&images, step_rows));
+        preds.push(logits.clone().argmax(2));
+        logps.push(log_softmax(logits, 2));
+    }
+    let mut reports = vec![EvalReport::default(); c];
+    if steps == 0 {
+        return reports;
+    }
+    // `[steps·C, B, 1]` and `[steps·C, B, 10]`: step j, model i, sample k at (j·C + i)·B + k.
+    let pred: Vec<i64> = Tensor::cat(preds, 0).into_data().iter::<i64>().collect();
+    let logp: Vec<f32> = Tensor::cat(logps, 0).into_data().iter::<f32>().collect();
+    for (j, start) in (0..longest).step_by(b).enumerate() {
         for (i, rep) in reports.iter_mut().enumerate() {
             for k in 0..b.min(len(i).saturating_sub(start)) {
+                let at = (j * c + i) * b + k;
                 let label = usize::from(tasks[i].1.labels[start + k]);
-                let loss = -f64::from(logp[(i * b + k) * CLASSES + label]);
+                let loss = -f64::from(logp[at * CLASSES + label]);
                 rep.loss_sum += loss;
                 rep.loss_per_label[label] += loss;
                 rep.total += 1;
                 rep.total_per_label[label] += 1;
-                if pred[i * b + k] == label as i64 {
+                if pred[at] == label as i64 {
                     rep.correct += 1;
                     rep.correct_per_label[label] += 1;
                 }
@@ -438,7 +457,6 @@ impl<'m, 'a> Cohort<'m, 'a> {
 
     /// Runs every step; each member's trained model and report.
     fn train(mut self, device: &Device) -> Vec<Trained> {
-        let ad = device.clone().autodiff();
         let c = self.members.len();
         let steps = self
             .schedules
@@ -447,70 +465,86 @@ impl<'m, 'a> Cohort<'m, 'a> {
             .max()
             .unwrap_or(0);
         let mut loss_sum = Tensor::<2>::zeros([c, 1], device);
-        for t in 0..steps {
-            let batch = self.step_batch(t);
-            let x = self.shape().gather(&self.images, batch.rows, &ad);
-            let logits = self.shape().forward(&self.params, x);
-            let targets =
-                Tensor::<3, Int>::from_data(TensorData::new(batch.labels, [c, self.batch, 1]), &ad);
-            let nll = log_softmax(logits, 2)
-                .gather(2, targets)
-                .neg()
-                .reshape([c, self.batch]);
-            let weights =
-                Tensor::<2>::from_data(TensorData::new(batch.weights, [c, self.batch]), &ad);
-            let mut objective = (nll.clone() * weights).sum();
-            if let Some((anchor, half_mu)) = &self.anchor {
-                let coef: Vec<f32> = half_mu
-                    .iter()
-                    .zip(&batch.active)
-                    .map(|(h, &a)| if a { *h } else { 0.0 })
-                    .collect();
-                let coef = Tensor::<2>::from_data(TensorData::new(coef, [c, 1]), &ad);
-                let term = self
-                    .params
-                    .iter()
-                    .zip(anchor)
-                    .map(|(p, a)| {
-                        let d = p.clone() - a.clone().autodiff();
-                        (d.clone() * d).sum_dim(1)
-                    })
-                    .reduce(|x, y| x + y)
-                    .expect("every model has parameters");
-                objective = objective + (term * coef).sum();
+        for block in (0..steps).step_by(STEPS_PER_UPLOAD) {
+            let inputs = self.inputs(block..steps.min(block + STEPS_PER_UPLOAD), device);
+            for k in 0..inputs.steps {
+                let step = inputs.step(k);
+                let x = self.shape().gather(&self.images, step.rows);
+                let logits = self.shape().forward(&self.params, x);
+                let nll = log_softmax(logits, 2)
+                    .gather(2, step.labels)
+                    .neg()
+                    .reshape([c, self.batch]);
+                let mut objective = (nll.clone() * step.weights).sum();
+                if let (Some((anchor, _)), Some(coef)) = (&self.anchor, step.coef) {
+                    let term = self
+                        .params
+                        .iter()
+                        .zip(anchor)
+                        .map(|(p, a)| {
+                            let d = p.clone() - a.clone().autodiff();
+                            (d.clone() * d).sum_dim(1)
+                        })
+                        .reduce(|x, y| x + y)
+                        .expect("every model has parameters");
+                    objective = objective + (term * coef).sum();
+                }
+                let grads = objective.backward();
+                loss_sum = loss_sum + (nll.inner() * step.last).sum_dim(1);
+                self.step(&grads, step.momentum, step.lr, device);
             }
-            let grads = objective.backward();
-            let last = Tensor::<2>::from_data(TensorData::new(batch.last, [c, self.batch]), device);
-            loss_sum = loss_sum + (nll.inner() * last).sum_dim(1);
-            self.step(&grads, &batch.active, device);
         }
         self.finish(loss_sum)
     }
 
-    /// The inputs of step `t`: every member's batch, padded to the cohort's batch width.
-    fn step_batch(&self, t: usize) -> StepBatch {
-        let (c, b) = (self.members.len(), self.batch);
-        let mut batch = StepBatch {
-            rows: vec![0; c * b],
-            labels: vec![0; c * b],
-            weights: vec![0.0; c * b],
-            last: vec![0.0; c * b],
-            active: vec![false; c],
-        };
-        for (i, (m, s)) in self.members.iter().zip(&self.schedules).enumerate() {
-            let Some((idx, last)) = s.batch(t) else {
-                continue;
-            };
-            batch.active[i] = true;
-            let w = 1.0 / idx.len() as f32;
-            for (k, &sample) in idx.iter().enumerate() {
-                batch.rows[self.shape().slot(i, k)] = (self.first[i] + sample) as i64;
-                batch.labels[i * b + k] = i64::from(m.data.labels[sample]);
-                batch.weights[i * b + k] = w;
-                batch.last[i * b + k] = if last { 1.0 } else { 0.0 };
+    /// The inputs of `steps`, every member's batches padded to the cohort's batch width, sent to
+    /// the device at once.
+    fn inputs(&self, steps: std::ops::Range<usize>, device: &Device) -> StepInputs {
+        let (c, b, k) = (self.members.len(), self.batch, steps.len());
+        let ad = device.clone().autodiff();
+        let mut rows = vec![0i64; k * c * b];
+        let mut labels = vec![0i64; k * c * b];
+        let mut weights = vec![0.0f32; k * c * b];
+        let mut last = vec![0.0f32; k * c * b];
+        let mut momentum = vec![1.0f32; k * c];
+        let mut lr = vec![0.0f32; k * c];
+        let mut coef = vec![0.0f32; k * c];
+        for (j, t) in steps.enumerate() {
+            let at = |i: usize, s: usize| (j * c + i) * b + s;
+            for (i, (m, s)) in self.members.iter().zip(&self.schedules).enumerate() {
+                let Some((idx, in_last_epoch)) = s.batch(t) else {
+                    continue;
+                };
+                momentum[j * c + i] = m.cfg.momentum as f32;
+                lr[j * c + i] = m.cfg.lr as f32;
+                if let Some((_, half_mu)) = &self.anchor {
+                    coef[j * c + i] = half_mu[i];
+                }
+                let w = 1.0 / idx.len() as f32;
+                for (s, &sample) in idx.iter().enumerate() {
+                    rows[j * c * b + self.shape().slot(i, s)] = (self.first[i] + sample) as i64;
+                    labels[at(i, s)] = i64::from(m.data.labels[sample]);
+                    weights[at(i, s)] = w;
+                    last[at(i, s)] = if in_last_epoch { 1.0 } else { 0.0 };
+                }
             }
         }
-        batch
+        let per_sample = [k, c * b];
+        let per_member = [k, c];
+        StepInputs {
+            steps: k,
+            shape: (c, b),
+            rows: Tensor::from_data(TensorData::new(rows, per_sample), &ad),
+            labels: Tensor::from_data(TensorData::new(labels, per_sample), &ad),
+            weights: Tensor::from_data(TensorData::new(weights, per_sample), &ad),
+            last: Tensor::from_data(TensorData::new(last, per_sample), device),
+            momentum: Tensor::from_data(TensorData::new(momentum, per_member), device),
+            lr: Tensor::from_data(TensorData::new(lr, per_member), device),
+            coef: self
+                .anchor
+                .is_some()
+                .then(|| Tensor::from_data(TensorData::new(coef, per_member), &ad)),
+        }
     }
 
     /// The shape of this cohort's batched computation.
@@ -524,35 +558,15 @@ impl<'m, 'a> Cohort<'m, 'a> {
         }
     }
 
-    /// One SGD-with-momentum step of every active member; the others keep their parameters and
-    /// velocities bit for bit (μ = 1 and lr = 0 on a zero gradient).
-    fn step(&mut self, grads: &Gradients, active: &[bool], device: &Device) {
-        let c = self.members.len();
-        let column = |f: &dyn Fn(usize) -> f32| {
-            Tensor::<2>::from_data(
-                TensorData::new((0..c).map(f).collect::<Vec<f32>>(), [c, 1]),
-                device,
-            )
-        };
-        let mu = column(&|i| {
-            if active[i] {
-                self.members[i].cfg.momentum as f32
-            } else {
-                1.0
-            }
-        });
-        let lr = column(&|i| {
-            if active[i] {
-                self.members[i].cfg.lr as f32
-            } else {
-                0.0
-            }
-        });
+    /// One SGD-with-momentum step of every member, `momentum` and `lr` `[C, 1]`: members without
+    /// a batch at this step keep their parameters and velocities bit for bit (μ = 1 and lr = 0
+    /// on a zero gradient).
+    fn step(&mut self, grads: &Gradients, momentum: Tensor<2>, lr: Tensor<2>, device: &Device) {
         for (p, v) in self.params.iter_mut().zip(self.velocity.iter_mut()) {
             let g = p
                 .grad(grads)
                 .unwrap_or_else(|| Tensor::<2>::zeros(p.shape(), device));
-            *v = v.clone() * mu.clone() + g;
+            *v = v.clone() * momentum.clone() + g;
             let theta = p.clone().inner() - v.clone() * lr.clone();
             *p = Tensor::from_inner(theta).require_grad();
         }
@@ -616,8 +630,6 @@ impl Batched<'_> {
         self.model == ModelKind::LeNet5 && self.conv == Convolution::Grouped
     }
 
-    /// The step's images, gathered on the device: `[B, C, 28, 28]` for the grouped convolution,
-    /// else `[C·B, 1, 28, 28]`, client-major.
     /// The slot of model i's k-th sample in a step's rows.
     fn slot(&self, i: usize, k: usize) -> usize {
         if self.grouped() {
@@ -627,14 +639,16 @@ impl Batched<'_> {
         }
     }
 
-    fn gather(&self, images: &Tensor<2>, rows: Vec<i64>, device: &Device) -> Tensor<4> {
+    /// The step's images, rows `rows` (`[C·B]`, by [`Batched::slot`]) of `images` gathered on
+    /// the device: `[B, C, 28, 28]` for the grouped convolution, else `[C·B, 1, 28, 28]`,
+    /// client-major.
+    fn gather(&self, images: &Tensor<2>, rows: Tensor<1, Int>) -> Tensor<4> {
         let (c, b) = (self.c, self.b);
         let shape = if self.grouped() {
             [b, c, 28, 28]
         } else {
             [c * b, 1, 28, 28]
         };
-        let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [c * b]), device);
         images.clone().select(0, rows).reshape(shape)
     }
 
@@ -704,17 +718,67 @@ fn lenet_head(x: Tensor<3>, linear: &dyn Fn(Tensor<3>, usize) -> Tensor<3>) -> T
     linear(x, 8)
 }
 
-/// One step's host-side inputs.
-struct StepBatch {
-    /// The row of `Cohort::images` in each slot of the batch (0, the zero image, on padding), in
-    /// the model's input order (see [`Cohort::gather`]).
-    rows: Vec<i64>,
-    /// `[C, B]`, padded samples labelled 0.
-    labels: Vec<i64>,
-    /// `[C, B]`: 1 / (the member's batch length) on its samples, 0 on padding.
-    weights: Vec<f32>,
-    /// `[C, B]`: 1 on the samples of a member's last epoch (its reported loss), else 0.
-    last: Vec<f32>,
-    /// Which members take a step.
-    active: Vec<bool>,
+/// How many steps' inputs a cohort sends to the device at once ([`StepInputs`]): a step then
+/// sends nothing (libtorch waits for the GPU at every copy from the host), and the block stays
+/// small (24 bytes per sample slot: 2.4 MB for 100 members at batch 10).
+const STEPS_PER_UPLOAD: usize = 100;
+
+/// The inputs of a run of consecutive steps on the device, each step's a row, padded to the
+/// cohort's batch width `B`.
+struct StepInputs {
+    steps: usize,
+    /// `(C, B)`.
+    shape: (usize, usize),
+    /// `[steps, C·B]`: the row of `Cohort::images` in each slot of the batch (0, the zero image,
+    /// on padding), in the model's input order ([`Batched::slot`]). Autodiff device.
+    rows: Tensor<2, Int>,
+    /// `[steps, C·B]`, client-major, padded samples labelled 0. Autodiff device.
+    labels: Tensor<2, Int>,
+    /// `[steps, C·B]`: 1 / (the member's batch length) on its samples, 0 on padding. Autodiff
+    /// device.
+    weights: Tensor<2>,
+    /// `[steps, C·B]`: 1 on the samples of a member's last epoch (its reported loss), else 0.
+    last: Tensor<2>,
+    /// `[steps, C]`: each member's momentum, 1 where it has no batch.
+    momentum: Tensor<2>,
+    /// `[steps, C]`: each member's learning rate, 0 where it has no batch.
+    lr: Tensor<2>,
+    /// `[steps, C]`: μ/2 of each member with a batch (0 without a proximal term), when any
+    /// member has one. Autodiff device.
+    coef: Option<Tensor<2>>,
+}
+
+/// One step's inputs, sliced from [`StepInputs`] on the device.
+struct StepTensors {
+    rows: Tensor<1, Int>,
+    /// `[C, B, 1]`.
+    labels: Tensor<3, Int>,
+    /// `[C, B]`.
+    weights: Tensor<2>,
+    /// `[C, B]`.
+    last: Tensor<2>,
+    /// `[C, 1]`.
+    momentum: Tensor<2>,
+    /// `[C, 1]`.
+    lr: Tensor<2>,
+    /// `[C, 1]`.
+    coef: Option<Tensor<2>>,
+}
+
+impl StepInputs {
+    /// Step `k` of the block.
+    fn step(&self, k: usize) -> StepTensors {
+        let (c, b) = self.shape;
+        let row = |t: &Tensor<2>| t.clone().slice([k..k + 1]);
+        let column = |t: &Tensor<2>| row(t).reshape([c, 1]);
+        StepTensors {
+            rows: self.rows.clone().slice([k..k + 1]).reshape([c * b]),
+            labels: self.labels.clone().slice([k..k + 1]).reshape([c, b, 1]),
+            weights: row(&self.weights).reshape([c, b]),
+            last: row(&self.last).reshape([c, b]),
+            momentum: column(&self.momentum),
+            lr: column(&self.lr),
+            coef: self.coef.as_ref().map(column),
+        }
+    }
 }

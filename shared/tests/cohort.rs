@@ -147,6 +147,42 @@ fn a_cohort_trains_each_client_as_it_is_trained_alone() {
     }
 }
 
+/// A cohort sends its steps' inputs to the device 100 steps at a time: members whose trainings
+/// run past one such block (205 steps), end inside the second (120) or within the first (15) are
+/// each trained as alone.
+#[test]
+fn a_cohort_longer_than_one_block_of_steps_trains_each_client_as_alone() {
+    let device = Device::default();
+    for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+        let data = [local(205, 0), local(60, 300), local(23, 400)];
+        let starts: Vec<Params> = (0..3).map(|i| Params::init(model, 20 + i)).collect();
+        let members = [
+            Member {
+                start: &starts[0],
+                data: &data[0],
+                cfg: cfg(1, 1, 0.005, 0.5, 5),
+                prox: None,
+            },
+            Member {
+                start: &starts[1],
+                data: &data[1],
+                cfg: cfg(2, 1, 0.005, 0.9, 6),
+                prox: Some(Proximal {
+                    anchor: &starts[1],
+                    mu: 0.05,
+                }),
+            },
+            Member {
+                start: &starts[2],
+                data: &data[2],
+                cfg: cfg(5, 10, 0.01, 0.0, 7),
+                prox: None,
+            },
+        ];
+        check_against_alone(&members, &device);
+    }
+}
+
 #[test]
 fn a_member_that_fails_its_checks_gets_its_error_and_the_others_train() {
     let device = Device::default();
