@@ -250,7 +250,7 @@ fn evaluate_group<'p>(
     let mut preds = Vec::with_capacity(steps);
     let mut logps = Vec::with_capacity(steps);
     for j in 0..steps {
-        let step_rows = rows.clone().slice([j..j + 1]).reshape([c * b]);
+        let step_rows = rows.clone().slice(j..j + 1).reshape([c * b]);
         let logits = shape.forward(&params, shape.gather(&images, step_rows));
         preds.push(logits.clone().argmax(2));
         logps.push(log_softmax(logits, 2));
@@ -769,11 +769,11 @@ impl StepInputs {
     /// Step `k` of the block.
     fn step(&self, k: usize) -> StepTensors {
         let (c, b) = self.shape;
-        let row = |t: &Tensor<2>| t.clone().slice([k..k + 1]);
+        let row = |t: &Tensor<2>| t.clone().slice(k..k + 1);
         let column = |t: &Tensor<2>| row(t).reshape([c, 1]);
         StepTensors {
-            rows: self.rows.clone().slice([k..k + 1]).reshape([c * b]),
-            labels: self.labels.clone().slice([k..k + 1]).reshape([c, b, 1]),
+            rows: self.rows.clone().slice(k..k + 1).reshape([c * b]),
+            labels: self.labels.clone().slice(k..k + 1).reshape([c, b, 1]),
             weights: row(&self.weights).reshape([c, b]),
             last: row(&self.last).reshape([c, b]),
             momentum: column(&self.momentum),
