@@ -1,4 +1,4 @@
-# Sourced by the device-side GPU scripts (scripts/gpu-cohort.sh, scripts/gpu-autotune.sh), run on
+# Sourced by the device-side GPU scripts (scripts/gpu-*.sh), run on
 # the GPU machine from the repository root. Sets BIN (a release `coordinator` built with
 # `--features vulkan`, default .bin/coordinator), DATA (Fashion-MNIST's IDX files, default .fmnist)
 # and OUT (where results go, default $1); makes Vulkan work on an NVIDIA server without a display;
@@ -18,7 +18,8 @@ OUT=${OUT:-$1}
 mkdir -p "$OUT"
 # The Vulkan loader and libglvnd (the NVIDIA ICD, libGLX_nvidia, needs libGLdispatch): Debian's
 # libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2, downloaded as .debs.
-for f in .gl/*.deb; do dpkg -x "$f" /; done
+# Absent for the libtorch scripts (scripts/gpu-tch.sh).
+for f in .gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done
 ldconfig
 [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
