@@ -236,6 +236,11 @@ fn evaluate_group<'p>(
     let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, PIXELS]), device);
     let len = |i: usize| first[i].map_or(0, |_| tasks[i].1.len());
     let longest = (0..c).map(len).max().unwrap_or(0);
+    let mut reports = vec![EvalReport::default(); c];
+    if longest == 0 {
+        // No empty tensor: some backends cannot allocate an empty buffer.
+        return reports;
+    }
     // Every step's rows sent at once; the predictions and log-probabilities read at once.
     let steps = longest.div_ceil(b);
     let mut rows = vec![0i64; steps * c * b];
@@ -254,10 +259,6 @@ fn evaluate_group<'p>(
         let logits = shape.forward(&params, shape.gather(&images, step_rows));
         preds.push(logits.clone().argmax(2));
         logps.push(log_softmax(logits, 2));
-    }
-    let mut reports = vec![EvalReport::default(); c];
-    if steps == 0 {
-        return reports;
     }
     // `[steps·C, B, 1]` and `[steps·C, B, 10]`: step j, model i, sample k at (j·C + i)·B + k.
     let pred: Vec<i64> = Tensor::cat(preds, 0).into_data().iter::<i64>().collect();

@@ -404,8 +404,9 @@ fn a_diverging_client_fails_a_run_in_cohorts_as_it_does_alone() {
 
 /// A batched evaluation reports what each model reports evaluated alone ([`evaluate`], one model
 /// and batch at a time): unequal and empty test sets, batches that do not divide them, groups of
-/// models (a batch of 2 048 puts two models in a step), both convolutions; a pair with parameters
-/// of the wrong size, of another architecture, or with unreadable images gets its error.
+/// models (a batch of 2 048 puts two models in a step), a group with nothing to evaluate, both
+/// convolutions; a pair with parameters of the wrong size, of another architecture, or with
+/// unreadable images gets its error.
 #[test]
 fn a_batched_evaluation_reports_what_each_model_reports_alone() {
     let device = Device::default();
@@ -441,6 +442,9 @@ fn a_batched_evaluation_reports_what_each_model_reports_alone() {
                 }
             }
         }
+        // A group whose test sets are all empty: nothing to run, an empty report.
+        let got = evaluate_cohort(&tasks[3..4], 10, &device, Convolution::Grouped);
+        assert_eq!(got[0].as_ref().unwrap().total, 0);
     }
     // The errors, each beside a pair that is evaluated.
     let data = local(20, 0);
