@@ -1,14 +1,14 @@
 //! The patched burn-flex kernels (`patches/burn-flex`, `src/ops/conv2d_gemm.rs`) against direct
 //! loops written here: 2-D convolution forward, its weight, input and bias gradients through
 //! burn's autodiff (the bias gradient also bit for bit against burn-backend's default formula,
-//! which the patch replaces), and max pooling with indices, over LeNet-5's shapes and the
-//! settings the patch also claims (stride, dilation, groups, symmetric and asymmetric padding, a
-//! batch that is not a multiple of the weight gradient's 8-sample chunks, a convolution too large
-//! for the patched forward path).
+//! which the patch replaces), and max pooling with indices (and without, as an evaluation runs
+//! it), over LeNet-5's shapes and the settings the patch also claims (stride, dilation, groups,
+//! symmetric and asymmetric padding, a batch that is not a multiple of the weight gradient's
+//! 8-sample chunks, a convolution too large for the patched forward path).
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use burn::tensor::module::{conv2d, max_pool2d_with_indices};
+use burn::tensor::module::{conv2d, max_pool2d, max_pool2d_with_indices};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -238,6 +238,14 @@ fn max_pool_values_indices_and_gradient_match_direct_loops() {
         assert_eq!(y.dims(), [b_n, c_n, oh_n, ow_n]);
         let yv: Vec<f32> = y.clone().into_data().iter::<f32>().collect();
         let iv: Vec<i64> = idx.into_data().iter::<i64>().collect();
+        // Without autodiff (an evaluation), `max_pool2d` alone: the same values, bit for bit.
+        let plain = Tensor::<4>::from_data(TensorData::new(x.clone(), shape), &Device::flex());
+        let yp: Vec<u32> = max_pool2d(plain, MaxPoolOptions::new([k, k]))
+            .into_data()
+            .iter::<f32>()
+            .map(f32::to_bits)
+            .collect();
+        assert_eq!(yp, yv.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         let mut dx_ref = vec![0f32; x.len()];
         for plane in 0..b_n * c_n {
             for oh in 0..oh_n {

@@ -513,6 +513,18 @@ impl ModuleOps<Flex> for Flex {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> FloatTensor<Flex> {
+        // edgecfl patch: window == stride pooling without the generic 3-D window search (its
+        // indices are not needed here).
+        if let Some((output, _)) = conv2d_gemm::max_pool2d_with_indices_f32(
+            &x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        ) {
+            return output;
+        }
         match x.dtype() {
             DType::F32 => {
                 pool::max_pool2d_f32(x, kernel_size, stride, padding, dilation, ceil_mode)
