@@ -4,8 +4,9 @@
 //! batches, other epoch counts, learning rates, momenta, seeds and batch sizes, proximal terms on
 //! some members only, and members that fail their checks.
 //!
-//! The main case runs on flex (`cpu`); `EDGECFL_TEST_COHORT_DEVICE` names another device for it (a
-//! binary built with that backend's feature), e.g. on libtorch's CPU or a GPU:
+//! The main case and the one past a block of steps run on flex (`cpu`);
+//! `EDGECFL_TEST_COHORT_DEVICE` names another device for them (a binary built with that
+//! backend's feature), e.g. on libtorch's CPU or a GPU:
 //!
 //! ```text
 //! EDGECFL_TEST_COHORT_DEVICE=tch LIBTORCH_USE_PYTORCH=1 cargo test -p edgecfl-shared --features tch --test cohort
@@ -149,10 +150,10 @@ fn a_cohort_trains_each_client_as_it_is_trained_alone() {
 
 /// A cohort sends its steps' inputs to the device 100 steps at a time: members whose trainings
 /// run past one such block (205 steps), end inside the second (120) or within the first (15) are
-/// each trained as alone.
+/// each trained as alone. On the device `EDGECFL_TEST_COHORT_DEVICE` names, as the main case.
 #[test]
 fn a_cohort_longer_than_one_block_of_steps_trains_each_client_as_alone() {
-    let device = Device::default();
+    let (_, device) = common::device_from_env("EDGECFL_TEST_COHORT_DEVICE", "cpu");
     for model in [ModelKind::LeNet5, ModelKind::Mlp] {
         let data = [local(205, 0), local(60, 300), local(23, 400)];
         let starts: Vec<Params> = (0..3).map(|i| Params::init(model, 20 + i)).collect();
