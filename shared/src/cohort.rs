@@ -28,7 +28,7 @@
 //! kind of training).
 //!
 //! [`evaluate_cohort`] runs many models' evaluations the same way, forward only: `simulate`
-//! uses it on a GPU, where one model at a time costs two reads from the device per batch.
+//! uses it on a GPU, where one model at a time is one small forward pass after another.
 //!
 //! The members' images go to the device once, as one `[1 + Σ n_c, 784]` tensor (row 0 is the
 //! zero image that pads short batches), and the steps' inputs (each sample's row and label, the
