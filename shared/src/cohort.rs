@@ -466,9 +466,10 @@ impl<'m, 'a> Cohort<'m, 'a> {
             .max()
             .unwrap_or(0);
         let mut loss_sum = Tensor::<2>::zeros([c, 1], device);
-        for block in (0..steps).step_by(STEPS_PER_UPLOAD) {
-            let inputs = self.inputs(block..steps.min(block + STEPS_PER_UPLOAD), device);
-            for k in 0..inputs.steps {
+        for first in (0..steps).step_by(STEPS_PER_UPLOAD) {
+            let block = first..steps.min(first + STEPS_PER_UPLOAD);
+            let inputs = self.inputs(block.clone(), device);
+            for k in 0..block.len() {
                 let step = inputs.step(k);
                 let x = self.shape().gather(&self.images, step.rows);
                 let logits = self.shape().forward(&self.params, x);
@@ -503,6 +504,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
     fn inputs(&self, steps: std::ops::Range<usize>, device: &Device) -> StepInputs {
         let (c, b, k) = (self.members.len(), self.batch, steps.len());
         let ad = device.clone().autodiff();
+        let shape = self.shape();
         let mut rows = vec![0i64; k * c * b];
         let mut labels = vec![0i64; k * c * b];
         let mut weights = vec![0.0f32; k * c * b];
@@ -523,7 +525,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
                 }
                 let w = 1.0 / idx.len() as f32;
                 for (s, &sample) in idx.iter().enumerate() {
-                    rows[j * c * b + self.shape().slot(i, s)] = (self.first[i] + sample) as i64;
+                    rows[j * c * b + shape.slot(i, s)] = (self.first[i] + sample) as i64;
                     labels[at(i, s)] = i64::from(m.data.labels[sample]);
                     weights[at(i, s)] = w;
                     last[at(i, s)] = if in_last_epoch { 1.0 } else { 0.0 };
@@ -533,7 +535,6 @@ impl<'m, 'a> Cohort<'m, 'a> {
         let per_sample = [k, c * b];
         let per_member = [k, c];
         StepInputs {
-            steps: k,
             shape: (c, b),
             rows: Tensor::from_data(TensorData::new(rows, per_sample), &ad),
             labels: Tensor::from_data(TensorData::new(labels, per_sample), &ad),
@@ -727,7 +728,6 @@ const STEPS_PER_UPLOAD: usize = 100;
 /// The inputs of a run of consecutive steps on the device, each step's a row, padded to the
 /// cohort's batch width `B`.
 struct StepInputs {
-    steps: usize,
     /// `(C, B)`.
     shape: (usize, usize),
     /// `[steps, C·B]`: the row of `Cohort::images` in each slot of the batch (0, the zero image,
