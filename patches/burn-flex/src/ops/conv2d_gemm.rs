@@ -395,14 +395,11 @@ unsafe fn direct_sample_fma(g: &Geometry, x: &[f32], w: &[f32], y: &mut [f32]) {
         let mut o = 0;
         while o < og {
             let q = (og - o).min(4);
-            // SAFETY: this function's own contract.
-            unsafe {
-                match q {
-                    4 => direct_block::<4>(g, planes, w_g, y_g, o),
-                    3 => direct_block::<3>(g, planes, w_g, y_g, o),
-                    2 => direct_block::<2>(g, planes, w_g, y_g, o),
-                    _ => direct_block::<1>(g, planes, w_g, y_g, o),
-                }
+            match q {
+                4 => direct_block::<4>(g, planes, w_g, y_g, o),
+                3 => direct_block::<3>(g, planes, w_g, y_g, o),
+                2 => direct_block::<2>(g, planes, w_g, y_g, o),
+                _ => direct_block::<1>(g, planes, w_g, y_g, o),
             }
             o += q;
         }
@@ -410,63 +407,44 @@ unsafe fn direct_sample_fma(g: &Geometry, x: &[f32], w: &[f32], y: &mut [f32]) {
 }
 
 /// Output channels `o0..o0 + Q` of one group, eight pixels of an output row at a time: each tap
-/// loads its eight inputs once and adds them, weighted, into `Q` accumulators (explicit AVX2:
-/// left to the compiler, the accumulators ended up as scalars on the stack).
-///
-/// # Safety
-/// As [`direct_sample_fma`].
+/// loads its eight inputs once and adds them, weighted, into `Q` accumulators.
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn direct_block<const Q: usize>(
+#[inline(always)]
+fn direct_block<const Q: usize>(
     g: &Geometry,
     planes: &[f32],
     w: &[f32],
     y: &mut [f32],
     o0: usize,
 ) {
-    use core::arch::x86_64::{_mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps};
-    use core::arch::x86_64::{_mm256_setzero_ps, _mm256_storeu_ps};
     let (k, p, (ow, iw)) = (g.k(), g.p(), (g.out_w, g.in_w));
     let w = &w[o0 * k..][..Q * k];
     for oh in 0..g.out_h {
         let mut x0 = 0;
         while x0 < ow {
             let lanes = (ow - x0).min(8);
-            let mut acc = [_mm256_setzero_ps(); Q];
+            let mut acc = [[0.0f32; 8]; Q];
             let mut tap = 0;
             for c in 0..g.cg() {
                 for i in 0..g.kh {
-                    // Input row oh + i of channel c from column x0: tap j reads row[j..][..lanes]
+                    // Input row oh + i of channel c from column x0: taps j read row[j..][..lanes]
                     // (x0 + lanes - 1 + j < ow + kw - 1 ≤ in_w).
                     let row = &planes[(c * g.in_h + oh + i) * iw + x0..][..lanes + g.kw - 1];
                     for j in 0..g.kw {
-                        let v = if lanes == 8 {
-                            // SAFETY: row[j..j + 8] is inside `row` (8 + kw - 1 elements).
-                            unsafe { _mm256_loadu_ps(row.as_ptr().add(j)) }
-                        } else {
-                            let mut t = [0.0f32; 8];
-                            t[..lanes].copy_from_slice(&row[j..][..lanes]);
-                            // SAFETY: `t` holds eight floats.
-                            unsafe { _mm256_loadu_ps(t.as_ptr()) }
-                        };
-                        for (q, a) in acc.iter_mut().enumerate() {
-                            *a = _mm256_fmadd_ps(_mm256_set1_ps(w[q * k + tap]), v, *a);
+                        let mut v = [0.0f32; 8];
+                        v[..lanes].copy_from_slice(&row[j..][..lanes]);
+                        for (q, acc) in acc.iter_mut().enumerate() {
+                            let wq = w[q * k + tap];
+                            for (a, &v) in acc.iter_mut().zip(&v) {
+                                *a = wq.mul_add(v, *a);
+                            }
                         }
                         tap += 1;
                     }
                 }
             }
-            for (q, a) in acc.iter().enumerate() {
-                let out = &mut y[(o0 + q) * p + oh * ow + x0..][..lanes];
-                if lanes == 8 {
-                    // SAFETY: `out` holds eight floats.
-                    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), *a) };
-                } else {
-                    let mut t = [0.0f32; 8];
-                    // SAFETY: `t` holds eight floats.
-                    unsafe { _mm256_storeu_ps(t.as_mut_ptr(), *a) };
-                    out.copy_from_slice(&t[..lanes]);
-                }
+            for (q, acc) in acc.iter().enumerate() {
+                y[(o0 + q) * p + oh * ow + x0..][..lanes].copy_from_slice(&acc[..lanes]);
             }
             x0 += lanes;
         }
