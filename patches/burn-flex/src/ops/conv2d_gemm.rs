@@ -320,137 +320,6 @@ fn forward_impl<T: Float + Pod + Send + Sync + 'static>(
     y
 }
 
-/// The f32 forward convolution: [`forward_direct_f32`] where it applies, else im2col + gemm.
-fn forward_f32(g: Geometry, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-    forward_direct_f32(g, x, w, bias).unwrap_or_else(|| forward_impl(g, x, w, bias))
-}
-
-/// The forward convolution as a direct loop, without im2col, where every tap of every output
-/// pixel lies inside the image (stride and dilation 1, no padding) and the CPU has AVX2 and FMA.
-/// Each output is the same fused multiply-add chain over the taps, in im2col's row order and
-/// starting from zero, that gemm's kernels run for [`forward_impl`], so the values are the same
-/// bit for bit (`shared/tests/flex_kernels.rs`, and the pinned training results, check it);
-/// what goes is the `K × P` patch matrix that each sample wrote and gemm then read (57.6 KB for
-/// LeNet-5's first convolution, more than a core's L1 data cache). `None` where it does not
-/// apply.
-fn forward_direct_f32(
-    g: Geometry,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-) -> Option<Vec<f32>> {
-    let inside = g.stride == [1, 1]
-        && g.dilation == [1, 1]
-        && g.pad == [0, 0]
-        && g.out_h + g.kh <= g.in_h + 1
-        && g.out_w + g.kw <= g.in_w + 1;
-    if !inside || !fma_available() {
-        return None;
-    }
-    let mut y = vec![0.0f32; g.batch * g.y_len()];
-    for_each_sample(&mut y, g.y_len(), || (), |_, b, y_b| {
-        let x_b = &x[b * g.x_len()..][..g.x_len()];
-        // SAFETY: `fma_available` checked the CPU above.
-        #[cfg(all(target_arch = "x86_64", feature = "std"))]
-        unsafe {
-            direct_sample_fma(&g, x_b, w, y_b)
-        };
-        if let Some(bias) = bias {
-            for (row, &v) in y_b.chunks_mut(g.p()).zip(bias) {
-                row.iter_mut().for_each(|y| *y += v);
-            }
-        }
-    });
-    Some(y)
-}
-
-/// Whether [`direct_sample_fma`] can run here: x86-64 with AVX2 and FMA, the instructions of
-/// gemm's kernels whose sums it must repeat (elsewhere, and without `std` to ask the CPU, the
-/// im2col path runs).
-fn fma_available() -> bool {
-    #[cfg(all(target_arch = "x86_64", feature = "std"))]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(all(target_arch = "x86_64", feature = "std")))]
-    {
-        false
-    }
-}
-
-/// One sample's forward convolution, `y` (`C_out × P`) from `x` (`C_in × H × W`), blocks of up
-/// to four output channels at a time.
-///
-/// # Safety
-/// The CPU must have AVX2 and FMA; `g` must satisfy [`forward_direct_f32`]'s conditions.
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn direct_sample_fma(g: &Geometry, x: &[f32], w: &[f32], y: &mut [f32]) {
-    let (og, k, p) = (g.og(), g.k(), g.p());
-    let plane_len = g.cg() * g.in_h * g.in_w;
-    for grp in 0..g.groups {
-        let planes = &x[grp * plane_len..][..plane_len];
-        let w_g = &w[grp * og * k..][..og * k];
-        let y_g = &mut y[grp * og * p..][..og * p];
-        let mut o = 0;
-        while o < og {
-            let q = (og - o).min(4);
-            match q {
-                4 => direct_block::<4>(g, planes, w_g, y_g, o),
-                3 => direct_block::<3>(g, planes, w_g, y_g, o),
-                2 => direct_block::<2>(g, planes, w_g, y_g, o),
-                _ => direct_block::<1>(g, planes, w_g, y_g, o),
-            }
-            o += q;
-        }
-    }
-}
-
-/// Output channels `o0..o0 + Q` of one group, eight pixels of an output row at a time: each tap
-/// loads its eight inputs once and adds them, weighted, into `Q` accumulators.
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-#[inline(always)]
-fn direct_block<const Q: usize>(
-    g: &Geometry,
-    planes: &[f32],
-    w: &[f32],
-    y: &mut [f32],
-    o0: usize,
-) {
-    let (k, p, (ow, iw)) = (g.k(), g.p(), (g.out_w, g.in_w));
-    let w = &w[o0 * k..][..Q * k];
-    for oh in 0..g.out_h {
-        let mut x0 = 0;
-        while x0 < ow {
-            let lanes = (ow - x0).min(8);
-            let mut acc = [[0.0f32; 8]; Q];
-            let mut tap = 0;
-            for c in 0..g.cg() {
-                for i in 0..g.kh {
-                    // Input row oh + i of channel c from column x0: taps j read row[j..][..lanes]
-                    // (x0 + lanes - 1 + j < ow + kw - 1 ≤ in_w).
-                    let row = &planes[(c * g.in_h + oh + i) * iw + x0..][..lanes + g.kw - 1];
-                    for j in 0..g.kw {
-                        let mut v = [0.0f32; 8];
-                        v[..lanes].copy_from_slice(&row[j..][..lanes]);
-                        for (q, acc) in acc.iter_mut().enumerate() {
-                            let wq = w[q * k + tap];
-                            for (a, &v) in acc.iter_mut().zip(&v) {
-                                *a = wq.mul_add(v, *a);
-                            }
-                        }
-                        tap += 1;
-                    }
-                }
-            }
-            for (q, acc) in acc.iter().enumerate() {
-                y[(o0 + q) * p + oh * ow + x0..][..lanes].copy_from_slice(&acc[..lanes]);
-            }
-            x0 += lanes;
-        }
-    }
-}
-
 fn weight_grad_impl<T: Float + Pod + Send + Sync + 'static>(
     g: Geometry,
     x: &[T],
@@ -584,7 +453,7 @@ pub fn conv2d(
     dispatch(
         tensors,
         shape,
-        |t| forward_f32(g, t[0], t[1], t.get(2).copied()),
+        |t| forward_impl(g, t[0], t[1], t.get(2).copied()),
         |t| forward_impl(g, t[0], t[1], t.get(2).copied()),
     )
 }
