@@ -4,7 +4,8 @@
 //! which the patch replaces), and max pooling with indices (and without, as an evaluation runs
 //! it), over LeNet-5's shapes and the settings the patch also claims (stride, dilation, groups,
 //! symmetric and asymmetric padding, a batch that is not a multiple of the weight gradient's
-//! 8-sample chunks, a convolution too large for the patched forward path).
+//! 8-sample chunks, a convolution too large for the patched forward path), and the unpadded
+//! forward bit for bit against the inside of the padded one.
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -203,6 +204,46 @@ fn strided_padded_dilated_grouped_convolutions_match_direct_loops() {
     check(plain([9, 3, 1, 7], [2, 3, 1, 1]), 6);
     // 11 output channels: the bias gradient sums them in blocks of 8, 2 and 1.
     check(plain([5, 2, 6, 6], [11, 2, 3, 3]), 8);
+}
+
+/// The forward convolution without padding (im2col copying whole rows of taps) against the
+/// interior of the same convolution padded by one on every side (im2col tap by tap, padding
+/// checked per element), bit for bit: an interior output reads no padding, so both must hand
+/// gemm the same taps in the same order.
+fn check_unpadded_against_padded(x: [usize; 4], w: [usize; 4], groups: usize, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n = |s: [usize; 4]| s.iter().product::<usize>();
+    let device = Device::flex();
+    let xt = Tensor::<4>::from_data(TensorData::new(random(&mut rng, n(x)), x), &device);
+    let wt = Tensor::<4>::from_data(TensorData::new(random(&mut rng, n(w)), w), &device);
+    let bt = Tensor::<1>::from_data(TensorData::new(random(&mut rng, w[0]), [w[0]]), &device);
+    let pad = |p| ConvOptions::new_with_padding([1, 1], [(p, p), (p, p)], [1, 1], groups);
+    let unpadded = conv2d(xt.clone(), wt.clone(), Some(bt.clone()), pad(0));
+    let [b, o, oh, ow] = unpadded.dims();
+    let padded = conv2d(xt, wt, Some(bt), pad(1)).slice([0..b, 0..o, 1..oh + 1, 1..ow + 1]);
+    let bits = |t: Tensor<4>| {
+        t.into_data()
+            .iter::<f32>()
+            .map(f32::to_bits)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        bits(unpadded),
+        bits(padded),
+        "x {x:?}, w {w:?}, groups {groups}"
+    );
+}
+
+#[test]
+fn unpadded_forward_equals_the_padded_forward_inside_bit_for_bit() {
+    // LeNet-5's two convolutions.
+    check_unpadded_against_padded([5, 1, 28, 28], [6, 1, 5, 5], 1, 10);
+    check_unpadded_against_padded([5, 6, 12, 12], [16, 6, 5, 5], 1, 11);
+    // Output rows of 11 and 3 pixels (whole-row copies of 8 + 3 and of 3 elements), two groups,
+    // a 1×1 kernel.
+    check_unpadded_against_padded([3, 4, 13, 5], [11, 4, 3, 3], 1, 12);
+    check_unpadded_against_padded([2, 4, 9, 9], [6, 2, 3, 2], 2, 13);
+    check_unpadded_against_padded([2, 3, 4, 19], [5, 3, 1, 1], 1, 14);
 }
 
 #[test]
