@@ -34,6 +34,16 @@ impl Case {
     }
 }
 
+/// Elements of a tensor of shape `s`.
+fn n(s: [usize; 4]) -> usize {
+    s.iter().product()
+}
+
+/// The bit patterns of `v`, to compare floats exactly.
+fn bits(v: impl IntoIterator<Item = f32>) -> Vec<u32> {
+    v.into_iter().map(f32::to_bits).collect()
+}
+
 fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
@@ -104,7 +114,6 @@ fn assert_close(what: &str, case: &Case, got: &[f32], want: &[f64]) {
 
 fn check(case: Case, seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let n = |s: [usize; 4]| s.iter().product::<usize>();
     let [oh, ow] = case.out();
     let y_shape = [case.x[0], case.w[0], oh, ow];
     let (x, w) = (random(&mut rng, n(case.x)), random(&mut rng, n(case.w)));
@@ -137,7 +146,6 @@ fn check(case: Case, seed: u64) {
     let db = db.into_data().iter::<f32>().collect::<Vec<_>>();
     assert_close("db", &case, &db, &db_ref);
     // The same additions in the same order as the default: bit for bit its result.
-    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
     let db_default = db_default.into_data().iter::<f32>().collect::<Vec<_>>();
     assert_eq!(
         bits(db),
@@ -212,7 +220,6 @@ fn strided_padded_dilated_grouped_convolutions_match_direct_loops() {
 /// gemm the same taps in the same order.
 fn check_unpadded_against_padded(x: [usize; 4], w: [usize; 4], groups: usize, seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let n = |s: [usize; 4]| s.iter().product::<usize>();
     let device = Device::flex();
     let xt = Tensor::<4>::from_data(TensorData::new(random(&mut rng, n(x)), x), &device);
     let wt = Tensor::<4>::from_data(TensorData::new(random(&mut rng, n(w)), w), &device);
@@ -221,15 +228,10 @@ fn check_unpadded_against_padded(x: [usize; 4], w: [usize; 4], groups: usize, se
     let unpadded = conv2d(xt.clone(), wt.clone(), Some(bt.clone()), pad(0));
     let [b, o, oh, ow] = unpadded.dims();
     let padded = conv2d(xt, wt, Some(bt), pad(1)).slice([0..b, 0..o, 1..oh + 1, 1..ow + 1]);
-    let bits = |t: Tensor<4>| {
-        t.into_data()
-            .iter::<f32>()
-            .map(f32::to_bits)
-            .collect::<Vec<_>>()
-    };
+    let values = |t: Tensor<4>| t.into_data().iter::<f32>().collect::<Vec<_>>();
     assert_eq!(
-        bits(unpadded),
-        bits(padded),
+        bits(values(unpadded)),
+        bits(values(padded)),
         "x {x:?}, w {w:?}, groups {groups}"
     );
 }
@@ -239,8 +241,8 @@ fn unpadded_forward_equals_the_padded_forward_inside_bit_for_bit() {
     // LeNet-5's two convolutions.
     check_unpadded_against_padded([5, 1, 28, 28], [6, 1, 5, 5], 1, 10);
     check_unpadded_against_padded([5, 6, 12, 12], [16, 6, 5, 5], 1, 11);
-    // Output rows of 11 and 3 pixels (whole-row copies of 8 + 3 and of 3 elements), two groups,
-    // a 1×1 kernel.
+    // Output rows of 3 pixels (whole-row copies of 3 elements), two groups, and a 1×1 kernel
+    // over rows of 19 pixels (copies of 8 + 8 + 3).
     check_unpadded_against_padded([3, 4, 13, 5], [11, 4, 3, 3], 1, 12);
     check_unpadded_against_padded([2, 4, 9, 9], [6, 2, 3, 2], 2, 13);
     check_unpadded_against_padded([2, 3, 4, 19], [5, 3, 1, 1], 1, 14);
