@@ -27,7 +27,8 @@ pub fn bundled_data() -> PathBuf {
 /// Path of one of the workspace's binaries, built once per test process with the test's
 /// profile (`cargo test` of one package does not build the other packages' binaries). The
 /// build is `cargo test --workspace --no-run`, the feature set of `scripts/test.sh`, so under
-/// the test suite it is a no-op and never rebuilds burn with other features.
+/// the test suite it is a no-op and never rebuilds burn with other features. It runs without
+/// the variables cargo set for this test process ([`cargo_test_env`]).
 ///
 /// `EDGECFL_BIN_DIR` names a directory of ready binaries instead (no build).
 pub fn bin(name: &str) -> PathBuf {
@@ -48,6 +49,9 @@ pub fn bin(name: &str) -> PathBuf {
         let mut cmd = Command::new(cargo);
         cmd.current_dir(root())
             .args(["test", "--workspace", "--no-run", "-q"]);
+        for (name, _) in std::env::vars_os().filter(|(n, _)| cargo_test_env(n)) {
+            cmd.env_remove(name);
+        }
         if release {
             cmd.arg("--release");
         }
@@ -56,6 +60,34 @@ pub fn bin(name: &str) -> PathBuf {
         dir
     });
     dir.join(name)
+}
+
+/// Whether `name` is one of the variables cargo sets for the test process it runs
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, ...), not one a user set for cargo itself (`CARGO`,
+/// `CARGO_HOME`, `CARGO_TARGET_DIR`, `CARGO_INCREMENTAL`, ...). A nested cargo must not see them:
+/// `ring`'s build script declares `rerun-if-env-changed` for `CARGO_MANIFEST_DIR`, `CARGO_PKG_*`
+/// and others, and cargo compares those with its own environment, so a nested cargo that
+/// inherited the test's values rebuilt ring and everything above it (rustls, the coordinator,
+/// the edge client: five minutes on a 2-core CI machine), and the next top-level cargo rebuilt
+/// them back.
+fn cargo_test_env(name: &std::ffi::OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
 }
 
 /// A free TCP port on loopback.
