@@ -792,9 +792,13 @@ pub fn client_row(
 /// The server-side relevance rows: every `r(i, j)` from the uploads alone, with `Gᵢ ≈ Vᵢ Λᵢ Vᵢᵀ`
 /// (see the module docs), in blocks of batched `f32` matrix products on `device`.
 ///
-/// For a block of `B` clients it computes the dot products `C = V_block V_allᵀ` (`Bk × Nk`),
-/// `λ̂ₘ⁽ʲ⁾ = sqrt(Σₐ λₐ⁽ⁱ⁾² C²)` (or `Σₐ λₐ⁽ⁱ⁾ C²` for [`Estimate::Rayleigh`]), then eq. (3)-(4)
-/// elementwise. `B` keeps `C` under 2²⁴ elements. All signatures must share `k` and `d`.
+/// Both directions of a pair come from the same dot products `cₐₘ = vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾`:
+/// `λ̂ₘ⁽ʲ⁾ = sqrt(Σₐ λₐ⁽ⁱ⁾² cₐₘ²)` for `r(i, j)` and `λ̂ₐ⁽ⁱ⁾ = sqrt(Σₘ λₘ⁽ʲ⁾² cₐₘ²)` for `r(j, i)`
+/// (`Σ λ c²` for [`Estimate::Rayleigh`]), then eq. (3)-(4) elementwise. A block of `B` clients
+/// multiplies its vectors with those of itself and of the clients after it only
+/// (`Bk × (N − start)k`), so the `N·k × N·k` products are computed once per pair, half of the
+/// whole matrix. `B` keeps a block's products under 2²⁴ elements. All signatures must share `k`
+/// and `d`.
 ///
 /// # Errors
 ///
@@ -803,6 +807,21 @@ pub fn server_rows(
     signatures: &[Signature],
     estimate: Estimate,
     device: &Device,
+) -> Result<Vec<Vec<f64>>, SpectralError> {
+    let Some(first) = signatures.first() else {
+        return Ok(Vec::new());
+    };
+    let (k, n) = (first.k, signatures.len());
+    let block = (SERVER_BLOCK_ELEMS / (k * k * n).max(1)).clamp(1, n);
+    server_rows_in_blocks(signatures, estimate, device, block)
+}
+
+/// [`server_rows`] with blocks of `block` clients.
+fn server_rows_in_blocks(
+    signatures: &[Signature],
+    estimate: Estimate,
+    device: &Device,
+    block: usize,
 ) -> Result<Vec<Vec<f64>>, SpectralError> {
     let Some(first) = signatures.first() else {
         return Ok(Vec::new());
@@ -826,39 +845,73 @@ pub fn server_rows(
     let weights: Vec<f32> = values.iter().map(|&x| x.powi(power)).collect();
 
     let all = Tensor::<2>::from_data(TensorData::new(flat, [n * k, d]), device);
-    let all_t = all.clone().transpose();
     let values = Tensor::<2>::from_data(TensorData::new(values, [n, k]), device);
     let weights = Tensor::<2>::from_data(TensorData::new(weights, [n, k]), device);
-    let block = (SERVER_BLOCK_ELEMS / (k * k * n)).clamp(1, n);
-
-    let mut rows = Vec::with_capacity(n);
-    let mut start = 0;
-    while start < n {
-        let b = block.min(n - start);
-        let vb = all.clone().narrow(0, start * k, b * k);
-        // c[i, a, (j, m)] = vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾
-        let c2 = vb.matmul(all_t.clone()).square().reshape([b, k, n * k]);
-        let w = weights
-            .clone()
-            .narrow(0, start, b)
-            .reshape([b, k, 1])
-            .expand([b, k, n * k]);
-        let s = (c2 * w).sum_dim(1).reshape([b, n, k]);
+    // Eq. (3)-(4): the geometric mean over `axis` of min/max(λ, λ̂), λ̂ from the weighted sums.
+    let relevance = |own: Tensor<3>, sums: Tensor<3>, axis: usize| {
         let est = match estimate {
-            Estimate::Norm => s.sqrt(),
-            Estimate::Rayleigh => s,
+            Estimate::Norm => sums.sqrt(),
+            Estimate::Rayleigh => sums,
         }
         .clamp_min(TINY as f32);
-        let own = values
+        let ratio = own.clone().min_pair(est.clone()) / own.max_pair(est);
+        ratio.log().mean_dim(axis).exp()
+    };
+    let to_rows = |t: Tensor<3>, cols: usize| -> Vec<Vec<f64>> {
+        let data = t.into_data();
+        let flat: Vec<f64> = data.iter::<f32>().map(f64::from).collect();
+        flat.chunks_exact(cols).map(<[f64]>::to_vec).collect()
+    };
+
+    let mut rows = vec![vec![0.0; n]; n];
+    let mut start = 0;
+    while start < n {
+        let (b, rest) = (block.min(n - start), n - start);
+        let vb = all.clone().narrow(0, start * k, b * k);
+        let vr = all.clone().narrow(0, start * k, rest * k);
+        // c2[i, a, j, m] = (vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾)² for i in the block and j = start..n
+        let c2 = vb.matmul(vr.transpose()).square().reshape([b, k, rest, k]);
+        // r(i, j): Gᵢ on j's vectors, the sum over a weighted by i's eigenvalues.
+        let w_i = weights
+            .clone()
+            .narrow(0, start, b)
+            .reshape([b, k, 1, 1])
+            .expand([b, k, rest, k]);
+        let own_i = values
             .clone()
             .narrow(0, start, b)
             .reshape([b, 1, k])
-            .expand([b, n, k]);
-        let ratio = own.clone().min_pair(est.clone()) / own.max_pair(est);
-        let r = ratio.log().mean_dim(2).exp().reshape([b * n]);
-        let data = r.into_data();
-        let flat: Vec<f64> = data.iter::<f32>().map(f64::from).collect();
-        rows.extend(flat.chunks_exact(n).map(<[f64]>::to_vec));
+            .expand([b, rest, k]);
+        let sums = (c2.clone() * w_i).sum_dim(1).reshape([b, rest, k]);
+        let r_ij = to_rows(relevance(own_i, sums, 2), rest);
+        for (i, r) in r_ij.into_iter().enumerate() {
+            rows[start + i][start..].copy_from_slice(&r);
+        }
+        // r(j, i) for the clients j after the block: Gⱼ on i's vectors, the sum over m
+        // weighted by j's eigenvalues (pairs inside the block were rows above).
+        let after = rest - b;
+        if after > 0 {
+            let c2 = c2.narrow(2, b, after);
+            let w_j = weights
+                .clone()
+                .narrow(0, start + b, after)
+                .reshape([1, 1, after, k])
+                .expand([b, k, after, k]);
+            let own_j = values
+                .clone()
+                .narrow(0, start + b, after)
+                .transpose()
+                .reshape([1, k, after])
+                .expand([b, k, after]);
+            let sums = (c2 * w_j).sum_dim(3).reshape([b, k, after]);
+            // Row i: r(j, i) for j = start + b..n.
+            let r_ji = to_rows(relevance(own_j, sums, 1), after);
+            for (i, col) in r_ji.into_iter().enumerate() {
+                for (j, v) in col.into_iter().enumerate() {
+                    rows[start + b + j][start + i] = v;
+                }
+            }
+        }
         start += b;
     }
     Ok(rows)
@@ -940,6 +993,54 @@ mod tests {
         let mut v = vec![0.1, -0.9, 0.3];
         fix_sign(&mut v);
         assert_eq!(v, vec![-0.1, 0.9, -0.3]);
+    }
+
+    /// The blocks only change which products are shared: any block size gives the paper's rows
+    /// (`client_row`, from each client's exact Gram matrix: with k = d the server's `Vᵢ Λᵢ Vᵢᵀ` is
+    /// that matrix), in both directions of every pair.
+    #[test]
+    fn server_rows_in_any_blocks_are_the_papers_rows_at_k_equal_d() {
+        let (d, clients) = (4, 7);
+        // 30 samples per client; client c stretches its coordinates by its own factors, so that
+        // r(i, j) and r(j, i) differ.
+        let features = |c: usize| -> Vec<f32> {
+            (0..30 * d)
+                .map(|i| {
+                    let base = ((i * 37 + c * 11) % 17) as f32 / 17.0;
+                    base * (1.0 + ((c + 1) * (i % d + 1) % 5) as f32)
+                })
+                .collect()
+        };
+        let grams: Vec<Gram> = (0..clients)
+            .map(|c| Gram::from_features(&features(c), d).unwrap())
+            .collect();
+        let sigs: Vec<Signature> = grams.iter().map(|g| g.signature(d).unwrap()).collect();
+        let device = Device::flex();
+        for est in [Estimate::Norm, Estimate::Rayleigh] {
+            let paper: Vec<Vec<f64>> = grams
+                .iter()
+                .zip(&sigs)
+                .map(|(g, s)| client_row(g, s, &sigs, est).unwrap())
+                .collect();
+            let asymmetric = (0..clients)
+                .flat_map(|i| (0..clients).map(move |j| (i, j)))
+                .any(|(i, j)| (paper[i][j] - paper[j][i]).abs() > 1e-2);
+            assert!(
+                asymmetric,
+                "the case should tell r(i, j) from r(j, i): {paper:?}"
+            );
+            for block in [1, 2, 3, 6, clients] {
+                let rows = server_rows_in_blocks(&sigs, est, &device, block).unwrap();
+                for (i, (row, want)) in rows.iter().zip(&paper).enumerate() {
+                    for (j, (v, w)) in row.iter().zip(want).enumerate() {
+                        assert!(
+                            (v - w).abs() < 1e-4,
+                            "{est}, blocks of {block}: r({i}, {j}) = {v}, the paper's {w}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
