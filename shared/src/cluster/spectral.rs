@@ -51,8 +51,10 @@ pub const TINY: f64 = 1e-30;
 /// edge client can afford (4 096 took 51 MB). Blocks change only the order of the sums.
 const GRAM_BLOCK: usize = 512;
 
-/// Most `f32` elements of one block of eigenvector dot products in [`server_rows`] (64 MiB).
-const SERVER_BLOCK_ELEMS: usize = 1 << 24;
+/// Most `f32` elements of one tile of eigenvector dot products in [`server_rows`] (4 MiB: its
+/// temporaries stay below glibc's mmap threshold, so the heap reuses their pages instead of
+/// mapping and faulting in fresh ones for every elementwise step).
+const SERVER_TILE_ELEMS: usize = 1 << 20;
 
 /// Errors of the spectral signature and relevance.
 #[derive(Debug, thiserror::Error)]
@@ -790,15 +792,15 @@ pub fn client_row(
 }
 
 /// The server-side relevance rows: every `r(i, j)` from the uploads alone, with `Gᵢ ≈ Vᵢ Λᵢ Vᵢᵀ`
-/// (see the module docs), in blocks of batched `f32` matrix products on `device`.
+/// (see the module docs), in tiles of batched `f32` matrix products on `device`.
 ///
 /// Both directions of a pair come from the same dot products `cₐₘ = vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾`:
 /// `λ̂ₘ⁽ʲ⁾ = sqrt(Σₐ λₐ⁽ⁱ⁾² cₐₘ²)` for `r(i, j)` and `λ̂ₐ⁽ⁱ⁾ = sqrt(Σₘ λₘ⁽ʲ⁾² cₐₘ²)` for `r(j, i)`
-/// (`Σ λ c²` for [`Estimate::Rayleigh`]), then eq. (3)-(4) elementwise. A block of `B` clients
-/// multiplies its vectors with those of itself and of the clients after it only
-/// (`Bk × (N − start)k`), so the `N·k × N·k` products are computed once per pair, half of the
-/// whole matrix. `B` keeps a block's products under 2²⁴ elements. All signatures must share `k`
-/// and `d`.
+/// (`Σ λ c²` for [`Estimate::Rayleigh`]), then eq. (3)-(4) elementwise. The clients are cut
+/// into blocks of `B`, and block I's vectors are multiplied with those of I itself and of each
+/// block after it (`Bk × Bk` tiles), so the `N·k × N·k` products are computed once per pair,
+/// the upper half of the matrix. `B` keeps a tile under 2²⁰ elements (204 clients at `k = 5`).
+/// All signatures must share `k` and `d`.
 ///
 /// # Errors
 ///
@@ -812,11 +814,11 @@ pub fn server_rows(
         return Ok(Vec::new());
     };
     let (k, n) = (first.k, signatures.len());
-    let block = (SERVER_BLOCK_ELEMS / (k * k * n).max(1)).clamp(1, n);
+    let block = ((SERVER_TILE_ELEMS as f64).sqrt() as usize / k.max(1)).clamp(1, n);
     server_rows_in_blocks(signatures, estimate, device, block)
 }
 
-/// [`server_rows`] with blocks of `block` clients.
+/// [`server_rows`] with blocks of `block` clients (tiles of `block × block` clients).
 fn server_rows_in_blocks(
     signatures: &[Signature],
     estimate: Estimate,
@@ -864,55 +866,54 @@ fn server_rows_in_blocks(
     };
 
     let mut rows = vec![vec![0.0; n]; n];
-    let mut start = 0;
-    while start < n {
-        let (b, rest) = (block.min(n - start), n - start);
-        let vb = all.clone().narrow(0, start * k, b * k);
-        let vr = all.clone().narrow(0, start * k, rest * k);
-        // c2[i, a, j, m] = (vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾)² for i in the block and j = start..n
-        let c2 = vb.matmul(vr.transpose()).square().reshape([b, k, rest, k]);
-        // r(i, j): Gᵢ on j's vectors, the sum over a weighted by i's eigenvalues.
-        let w_i = weights
-            .clone()
-            .narrow(0, start, b)
-            .reshape([b, k, 1, 1])
-            .expand([b, k, rest, k]);
-        let own_i = values
-            .clone()
-            .narrow(0, start, b)
-            .reshape([b, 1, k])
-            .expand([b, rest, k]);
-        let sums = (c2.clone() * w_i).sum_dim(1).reshape([b, rest, k]);
-        let r_ij = to_rows(relevance(own_i, sums, 2), rest);
-        for (i, r) in r_ij.into_iter().enumerate() {
-            rows[start + i][start..].copy_from_slice(&r);
-        }
-        // r(j, i) for the clients j after the block: Gⱼ on i's vectors, the sum over m
-        // weighted by j's eigenvalues (pairs inside the block were rows above).
-        let after = rest - b;
-        if after > 0 {
-            let c2 = c2.narrow(2, b, after);
+    for first in (0..n).step_by(block) {
+        let b = block.min(n - first);
+        let vb = all.clone().narrow(0, first * k, b * k);
+        let w_i = weights.clone().narrow(0, first, b).reshape([b, k, 1, 1]);
+        let own_i = values.clone().narrow(0, first, b).reshape([b, 1, k]);
+        // The tiles of this block's clients i and the clients j from the block on.
+        for start in (first..n).step_by(block) {
+            let c = block.min(n - start);
+            let vc = all.clone().narrow(0, start * k, c * k);
+            // c2[i, a, j, m] = (vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾)²
+            let c2 = vb
+                .clone()
+                .matmul(vc.transpose())
+                .square()
+                .reshape([b, k, c, k]);
+            // r(i, j): Gᵢ on j's vectors, the sum over a weighted by i's eigenvalues.
+            let sums = (c2.clone() * w_i.clone().expand([b, k, c, k]))
+                .sum_dim(1)
+                .reshape([b, c, k]);
+            let r_ij = to_rows(relevance(own_i.clone().expand([b, c, k]), sums, 2), c);
+            for (i, r) in r_ij.into_iter().enumerate() {
+                rows[first + i][start..start + c].copy_from_slice(&r);
+            }
+            if start == first {
+                // Both directions of the pairs inside the block are rows above.
+                continue;
+            }
+            // r(j, i): Gⱼ on i's vectors, the sum over m weighted by j's eigenvalues.
             let w_j = weights
                 .clone()
-                .narrow(0, start + b, after)
-                .reshape([1, 1, after, k])
-                .expand([b, k, after, k]);
+                .narrow(0, start, c)
+                .reshape([1, 1, c, k])
+                .expand([b, k, c, k]);
             let own_j = values
                 .clone()
-                .narrow(0, start + b, after)
+                .narrow(0, start, c)
                 .transpose()
-                .reshape([1, k, after])
-                .expand([b, k, after]);
-            let sums = (c2 * w_j).sum_dim(3).reshape([b, k, after]);
-            // Row i: r(j, i) for j = start + b..n.
-            let r_ji = to_rows(relevance(own_j, sums, 1), after);
+                .reshape([1, k, c])
+                .expand([b, k, c]);
+            let sums = (c2 * w_j).sum_dim(3).reshape([b, k, c]);
+            // Row i: r(j, i) for the tile's j.
+            let r_ji = to_rows(relevance(own_j, sums, 1), c);
             for (i, col) in r_ji.into_iter().enumerate() {
                 for (j, v) in col.into_iter().enumerate() {
-                    rows[start + b + j][start + i] = v;
+                    rows[start + j][first + i] = v;
                 }
             }
         }
-        start += b;
     }
     Ok(rows)
 }
