@@ -6,21 +6,5 @@
 # Usage: bench-results/relevance-cpu/tiles/run.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-OUT=bench-results/relevance-cpu/tiles
-R=${1:-3}
-{
-  uptime
-  for r in $(seq 1 "$R"); do
-    for side in blocks tiles; do
-      echo "+ round $r, $side: coordinator bench --devices cpu --relevance 1000,3000,5000 --repeats 3"
-      target/relev-$side/coordinator bench --devices cpu --relevance 1000,3000,5000 --repeats 3 \
-        --log warn >"$OUT/$side-$r.json"
-    done
-  done
-  for side in blocks tiles; do
-    echo "+ $side: coordinator bench --devices cpu --relevance 10000 --repeats 1"
-    target/relev-$side/coordinator bench --devices cpu --relevance 10000 --repeats 1 --log warn \
-      >"$OUT/$side-10000.json"
-  done
-  uptime
-} 2>&1 | tee "$OUT/run.log"
+OUT=bench-results/relevance-cpu/tiles SIDES="blocks tiles" \
+  exec bench-results/relevance-cpu/pairs-once/run.sh "$@"
