@@ -866,15 +866,15 @@ fn server_rows_in_blocks(
     };
 
     let mut rows = vec![vec![0.0; n]; n];
-    for first in (0..n).step_by(block) {
-        let b = block.min(n - first);
-        let vb = all.clone().narrow(0, first * k, b * k);
-        let w_i = weights.clone().narrow(0, first, b).reshape([b, k, 1, 1]);
-        let own_i = values.clone().narrow(0, first, b).reshape([b, 1, k]);
+    for i0 in (0..n).step_by(block) {
+        let b = block.min(n - i0);
+        let vb = all.clone().narrow(0, i0 * k, b * k);
+        let w_i = weights.clone().narrow(0, i0, b).reshape([b, k, 1, 1]);
+        let own_i = values.clone().narrow(0, i0, b).reshape([b, 1, k]);
         // The tiles of this block's clients i and the clients j from the block on.
-        for start in (first..n).step_by(block) {
-            let c = block.min(n - start);
-            let vc = all.clone().narrow(0, start * k, c * k);
+        for j0 in (i0..n).step_by(block) {
+            let c = block.min(n - j0);
+            let vc = all.clone().narrow(0, j0 * k, c * k);
             // c2[i, a, j, m] = (vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾)²
             let c2 = vb
                 .clone()
@@ -887,21 +887,21 @@ fn server_rows_in_blocks(
                 .reshape([b, c, k]);
             let r_ij = to_rows(relevance(own_i.clone().expand([b, c, k]), sums, 2), c);
             for (i, r) in r_ij.into_iter().enumerate() {
-                rows[first + i][start..start + c].copy_from_slice(&r);
+                rows[i0 + i][j0..j0 + c].copy_from_slice(&r);
             }
-            if start == first {
+            if j0 == i0 {
                 // Both directions of the pairs inside the block are rows above.
                 continue;
             }
             // r(j, i): Gⱼ on i's vectors, the sum over m weighted by j's eigenvalues.
             let w_j = weights
                 .clone()
-                .narrow(0, start, c)
+                .narrow(0, j0, c)
                 .reshape([1, 1, c, k])
                 .expand([b, k, c, k]);
             let own_j = values
                 .clone()
-                .narrow(0, start, c)
+                .narrow(0, j0, c)
                 .transpose()
                 .reshape([1, k, c])
                 .expand([b, k, c]);
@@ -910,7 +910,7 @@ fn server_rows_in_blocks(
             let r_ji = to_rows(relevance(own_j, sums, 1), c);
             for (i, col) in r_ji.into_iter().enumerate() {
                 for (j, v) in col.into_iter().enumerate() {
-                    rows[start + j][first + i] = v;
+                    rows[j0 + j][i0 + i] = v;
                 }
             }
         }
