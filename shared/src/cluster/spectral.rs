@@ -810,11 +810,8 @@ pub fn server_rows(
     estimate: Estimate,
     device: &Device,
 ) -> Result<Vec<Vec<f64>>, SpectralError> {
-    let Some(first) = signatures.first() else {
-        return Ok(Vec::new());
-    };
-    let (k, n) = (first.k, signatures.len());
-    let block = ((SERVER_TILE_ELEMS as f64).sqrt() as usize / k.max(1)).clamp(1, n);
+    let k = signatures.first().map_or(1, |s| s.k.max(1));
+    let block = (SERVER_TILE_ELEMS.isqrt() / k).clamp(1, signatures.len().max(1));
     server_rows_in_blocks(signatures, estimate, device, block)
 }
 
@@ -859,11 +856,7 @@ fn server_rows_in_blocks(
         let ratio = own.clone().min_pair(est.clone()) / own.max_pair(est);
         ratio.log().mean_dim(axis).exp()
     };
-    let to_rows = |t: Tensor<3>, cols: usize| -> Vec<Vec<f64>> {
-        let data = t.into_data();
-        let flat: Vec<f64> = data.iter::<f32>().map(f64::from).collect();
-        flat.chunks_exact(cols).map(<[f64]>::to_vec).collect()
-    };
+    let read = |t: Tensor<3>| -> Vec<f64> { t.into_data().iter::<f32>().map(f64::from).collect() };
 
     let mut rows = vec![vec![0.0; n]; n];
     for i0 in (0..n).step_by(block) {
@@ -885,9 +878,9 @@ fn server_rows_in_blocks(
             let sums = (c2.clone() * w_i.clone().expand([b, k, c, k]))
                 .sum_dim(1)
                 .reshape([b, c, k]);
-            let r_ij = to_rows(relevance(own_i.clone().expand([b, c, k]), sums, 2), c);
-            for (i, r) in r_ij.into_iter().enumerate() {
-                rows[i0 + i][j0..j0 + c].copy_from_slice(&r);
+            let r_ij = read(relevance(own_i.clone().expand([b, c, k]), sums, 2));
+            for (i, r) in r_ij.chunks_exact(c).enumerate() {
+                rows[i0 + i][j0..j0 + c].copy_from_slice(r);
             }
             if j0 == i0 {
                 // Both directions of the pairs inside the block are rows above.
@@ -907,9 +900,9 @@ fn server_rows_in_blocks(
                 .expand([b, k, c]);
             let sums = (c2 * w_j).sum_dim(3).reshape([b, k, c]);
             // Row i: r(j, i) for the tile's j.
-            let r_ji = to_rows(relevance(own_j, sums, 1), c);
-            for (i, col) in r_ji.into_iter().enumerate() {
-                for (j, v) in col.into_iter().enumerate() {
+            let r_ji = read(relevance(own_j, sums, 1));
+            for (i, col) in r_ji.chunks_exact(c).enumerate() {
+                for (j, &v) in col.iter().enumerate() {
                     rows[j0 + j][i0 + i] = v;
                 }
             }
