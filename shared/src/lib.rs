@@ -66,6 +66,8 @@ pub mod model_file;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;
 #[cfg(feature = "std")]
+pub mod parallel;
+#[cfg(feature = "std")]
 pub mod sim;
 #[cfg(feature = "std")]
 pub mod train;

@@ -21,57 +21,12 @@ use crate::data::partition::{Partition, shift_label};
 use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
 use crate::jobs::{Trainer, Training, Update};
 use crate::model::Params;
+use crate::parallel::{cores, par_map, par_map_on};
 use crate::protocol::Encoding;
 use crate::train::{
     Backend, CLASSES, EvalReport, LocalData, Proximal, TrainConfig, TrainError, evaluate,
 };
 use burn::prelude::Device;
-
-/// Maps `f` over `items` on all cores (clients train independently, so the result does not depend
-/// on the number of threads). Keeps the order of `items`.
-fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    par_map_on(cores, items, f)
-}
-
-/// `par_map` (one item per thread) on at most `threads` threads, each taking the next item when
-/// it is free.
-///
-/// # Panics
-///
-/// When `f` panics.
-pub fn par_map_on<T: Sync, R: Send>(
-    threads: usize,
-    items: &[T],
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let threads = threads.min(items.len());
-    if threads <= 1 {
-        return items.iter().map(f).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut out: Vec<(usize, R)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        mine.push((i, f(item)));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().expect("a training thread panicked"))
-            .collect()
-    });
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
-}
 
 /// A training as a job handed it to its [`Trainer`], owned (the first pass of
 /// [`SimPool::run_in_cohorts`]).
@@ -402,11 +357,7 @@ impl SimPool {
     /// The threads the pool's own batched work runs on: every core on the CPU, one on a GPU (its
     /// device is the parallel part).
     fn threads(&self) -> usize {
-        if self.on_cpu {
-            std::thread::available_parallelism().map_or(1, usize::from)
-        } else {
-            1
-        }
+        if self.on_cpu { cores() } else { 1 }
     }
 
     fn data(&self, c: usize) -> ClientData<'_> {

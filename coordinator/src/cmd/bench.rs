@@ -18,7 +18,7 @@ use edgecfl_shared::cluster::spectral::{Estimate, Signature, server_rows};
 use edgecfl_shared::cohort::{Convolution, Member, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::model::{ModelKind, Params};
-use edgecfl_shared::sim::par_map_on;
+use edgecfl_shared::parallel::{self, par_map_on};
 use edgecfl_shared::train::{Backend, Device, LocalData, TrainConfig, train_local};
 use serde::Serialize;
 use tracing::info;
@@ -272,9 +272,7 @@ fn training(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
                 };
                 let t = measure(args, "alone", device_kind, c, 1, samples, alone(1))?;
                 push(&mut out, args, t);
-                let cores = std::thread::available_parallelism()
-                    .map_or(1, usize::from)
-                    .min(c);
+                let cores = parallel::cores().min(c);
                 if cores > 1 {
                     let t = measure(
                         args,

@@ -59,8 +59,8 @@ use crate::cluster::distance::CondensedMatrix;
 use crate::cluster::hc::Linkage;
 use crate::cluster::robust::Guard;
 use crate::cluster::spectral::{
-    DEFAULT_EIGENVECTORS, Estimate, Relevance, Signature, SpectralError, distances, server_rows,
-    symmetrise,
+    DEFAULT_EIGENVECTORS, Estimate, Relevance, Signature, SpectralError, distances,
+    server_row_and_column, server_rows, symmetrise,
 };
 use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement,
@@ -233,7 +233,7 @@ pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
 
 /// A newcomer's symmetrised relevance `R(new, j) = (r(new, j) + r(j, new)) / 2` to every
 /// clustered client `j`, both directions estimated server-side from the uploads
-/// ([`server_rows`] over the clustered clients' signatures and the newcomer's).
+/// ([`server_row_and_column`]: the clustered clients' pairs among themselves are not recomputed).
 ///
 /// # Errors
 ///
@@ -245,12 +245,11 @@ pub fn newcomer_relevance(
     estimate: Estimate,
     device: &Device,
 ) -> Result<Vec<f64>, SpectralError> {
-    let n = clustered.len();
-    let mut all = clustered.to_vec();
-    all.push(newcomer.clone());
-    let rows = server_rows(&all, estimate, device)?;
-    Ok((0..n)
-        .map(|j| ((rows[n][j] + rows[j][n]) / 2.0).clamp(0.0, 1.0))
+    let (row, column) = server_row_and_column(clustered, newcomer, estimate, device)?;
+    Ok(row
+        .iter()
+        .zip(&column)
+        .map(|(a, b)| ((a + b) / 2.0).clamp(0.0, 1.0))
         .collect())
 }
 

@@ -29,7 +29,9 @@
 //! its large products go through matrixmultiply, which the workspace already builds.
 
 use std::fmt;
+use std::ops::Range;
 use std::str::FromStr;
+use std::sync::{Mutex, PoisonError};
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -37,6 +39,7 @@ use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
+use crate::parallel::{cores, par_map_on};
 use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
 use crate::train::{Device, LocalData, PIXELS, to_unit};
 
@@ -800,6 +803,8 @@ pub fn client_row(
 /// into blocks of `B`, and block I's vectors are multiplied with those of I itself and of each
 /// block after it (`Bk × Bk` tiles), so the `N·k × N·k` products are computed once per pair,
 /// the upper half of the matrix. `B` keeps a tile under 2²⁰ elements (204 clients at `k = 5`).
+/// On flex, whose operations run on the calling thread, the tiles are spread over all cores;
+/// each tile is computed alike on any thread, so the rows do not depend on the number of cores.
 /// All signatures must share `k` and `d`.
 ///
 /// # Errors
@@ -812,103 +817,201 @@ pub fn server_rows(
 ) -> Result<Vec<Vec<f64>>, SpectralError> {
     let k = signatures.first().map_or(1, |s| s.k.max(1));
     let block = (SERVER_TILE_ELEMS.isqrt() / k).clamp(1, signatures.len().max(1));
-    server_rows_in_blocks(signatures, estimate, device, block)
+    server_rows_in_blocks(signatures, estimate, device, block, tile_threads(device))
 }
 
-/// [`server_rows`] with blocks of `block` clients (tiles of `block × block` clients).
+/// [`server_rows`] with blocks of `block` clients (tiles of `block × block` clients) on `threads`
+/// threads.
 fn server_rows_in_blocks(
     signatures: &[Signature],
     estimate: Estimate,
     device: &Device,
     block: usize,
+    threads: usize,
 ) -> Result<Vec<Vec<f64>>, SpectralError> {
-    let Some(first) = signatures.first() else {
+    let n = signatures.len();
+    let Some(uploads) = Uploads::new(signatures, estimate, device)? else {
         return Ok(Vec::new());
     };
-    let (k, d, n) = (first.k, first.d, signatures.len());
-    check_signatures(signatures, k, d)?;
-    let mut flat = Vec::with_capacity(n * k * d);
-    for s in signatures {
-        for u in s.unit_vectors() {
-            flat.extend(u.into_iter().map(|x| x as f32));
-        }
-    }
-    let values: Vec<f32> = signatures
-        .iter()
-        .flat_map(|s| s.values.iter().map(|&x| (f64::from(x).max(TINY)) as f32))
+    let tiles: Vec<(usize, usize)> = (0..n)
+        .step_by(block)
+        .flat_map(|i0| (i0..n).step_by(block).map(move |j0| (i0, j0)))
         .collect();
-    let power = match estimate {
-        Estimate::Norm => 2,
-        Estimate::Rayleigh => 1,
-    };
-    let weights: Vec<f32> = values.iter().map(|&x| x.powi(power)).collect();
+    let rows = Mutex::new(vec![vec![0.0; n]; n]);
+    par_map_on(threads, &tiles, |&(i0, j0)| {
+        let (is, js) = (i0..(i0 + block).min(n), j0..(j0 + block).min(n));
+        let c = js.len();
+        // Inside a diagonal tile both directions of every pair are in `r_ij`.
+        let (r_ij, r_ji) = uploads.tile(is, js, j0 != i0);
+        let mut rows = rows.lock().unwrap_or_else(PoisonError::into_inner);
+        for (i, r) in r_ij.chunks_exact(c).enumerate() {
+            rows[i0 + i][j0..j0 + c].copy_from_slice(r);
+        }
+        for (i, col) in r_ji.chunks_exact(c).enumerate() {
+            for (j, &v) in col.iter().enumerate() {
+                rows[j0 + j][i0 + i] = v;
+            }
+        }
+    });
+    Ok(rows.into_inner().unwrap_or_else(PoisonError::into_inner))
+}
 
-    let all = Tensor::<2>::from_data(TensorData::new(flat, [n * k, d]), device);
-    let values = Tensor::<2>::from_data(TensorData::new(values, [n, k]), device);
-    let weights = Tensor::<2>::from_data(TensorData::new(weights, [n, k]), device);
-    // Eq. (3)-(4): the geometric mean over `axis` of min/max(λ, λ̂), λ̂ from the weighted sums.
-    let relevance = |own: Tensor<3>, sums: Tensor<3>, axis: usize| {
-        let est = match estimate {
+/// One client's relevance to each of `others` and theirs to it, from the uploads alone:
+/// `(r(x, j), r(j, x))` for every `j` of `others`, `x` being `newcomer`. The same estimate as
+/// [`server_rows`] (its row and column of `x` when `x` is appended to `others`), without the
+/// `N²` pairs among `others`: a newcomer placed against `N` clustered clients costs `N` pairs.
+///
+/// # Errors
+///
+/// [`SpectralError::BadSignature`] / [`SpectralError::Mismatch`] (indices: `others`, then
+/// `newcomer` at `others.len()`).
+pub fn server_row_and_column(
+    others: &[Signature],
+    newcomer: &Signature,
+    estimate: Estimate,
+    device: &Device,
+) -> Result<(Vec<f64>, Vec<f64>), SpectralError> {
+    let n = others.len();
+    let mut all = others.to_vec();
+    all.push(newcomer.clone());
+    let k = newcomer.k.max(1);
+    // Tiles of one client against `block` clients: `k × block·k` products.
+    let block = (SERVER_TILE_ELEMS / (k * k)).clamp(1, n.max(1));
+    let Some(uploads) = Uploads::new(&all, estimate, device)? else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let starts: Vec<usize> = (0..n).step_by(block).collect();
+    let parts = par_map_on(tile_threads(device), &starts, |&j0| {
+        uploads.tile(n..n + 1, j0..(j0 + block).min(n), true)
+    });
+    Ok(parts.into_iter().fold(
+        (Vec::with_capacity(n), Vec::with_capacity(n)),
+        |(mut xj, mut jx), (a, b)| {
+            xj.extend(a);
+            jx.extend(b);
+            (xj, jx)
+        },
+    ))
+}
+
+/// Threads for the tiles of the server-side relevance: every core on flex (its operations run
+/// on the calling thread), one on the other backends (their device or library is the parallel
+/// part).
+fn tile_threads(device: &Device) -> usize {
+    if *device == Device::flex() {
+        cores()
+    } else {
+        1
+    }
+}
+
+/// The uploads on the device, for the tiles of [`server_rows`] and [`server_row_and_column`]:
+/// every unit eigenvector as a row of `all` (`N·k × d`), the eigenvalues (floored at [`TINY`])
+/// and their weights in the sums (`λ²` for [`Estimate::Norm`], `λ` for [`Estimate::Rayleigh`]),
+/// `N × k` each.
+struct Uploads {
+    all: Tensor<2>,
+    values: Tensor<2>,
+    weights: Tensor<2>,
+    k: usize,
+    estimate: Estimate,
+}
+
+impl Uploads {
+    /// `None` for no signatures.
+    fn new(
+        signatures: &[Signature],
+        estimate: Estimate,
+        device: &Device,
+    ) -> Result<Option<Uploads>, SpectralError> {
+        let Some(first) = signatures.first() else {
+            return Ok(None);
+        };
+        let (k, d, n) = (first.k, first.d, signatures.len());
+        check_signatures(signatures, k, d)?;
+        let mut flat = Vec::with_capacity(n * k * d);
+        for s in signatures {
+            for u in s.unit_vectors() {
+                flat.extend(u.into_iter().map(|x| x as f32));
+            }
+        }
+        let values: Vec<f32> = signatures
+            .iter()
+            .flat_map(|s| s.values.iter().map(|&x| (f64::from(x).max(TINY)) as f32))
+            .collect();
+        let power = match estimate {
+            Estimate::Norm => 2,
+            Estimate::Rayleigh => 1,
+        };
+        let weights: Vec<f32> = values.iter().map(|&x| x.powi(power)).collect();
+        Ok(Some(Uploads {
+            all: Tensor::from_data(TensorData::new(flat, [n * k, d]), device),
+            values: Tensor::from_data(TensorData::new(values, [n, k]), device),
+            weights: Tensor::from_data(TensorData::new(weights, [n, k]), device),
+            k,
+            estimate,
+        }))
+    }
+
+    /// The tile of clients `is` against clients `js`: `r(i, j)` (row-major, `|is| × |js|`) and,
+    /// when `both`, `r(j, i)` at the same positions (empty otherwise).
+    fn tile(&self, is: Range<usize>, js: Range<usize>, both: bool) -> (Vec<f64>, Vec<f64>) {
+        let (k, b, c) = (self.k, is.len(), js.len());
+        let vb = self.all.clone().narrow(0, is.start * k, b * k);
+        let vc = self.all.clone().narrow(0, js.start * k, c * k);
+        // c2[i, a, j, m] = (vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾)²
+        let c2 = vb.matmul(vc.transpose()).square().reshape([b, k, c, k]);
+        // r(i, j): Gᵢ on j's vectors, the sum over a weighted by i's eigenvalues.
+        let w_i = self
+            .weights
+            .clone()
+            .narrow(0, is.start, b)
+            .reshape([b, k, 1, 1]);
+        let own_i = self
+            .values
+            .clone()
+            .narrow(0, is.start, b)
+            .reshape([b, 1, k]);
+        let sums = (c2.clone() * w_i.expand([b, k, c, k]))
+            .sum_dim(1)
+            .reshape([b, c, k]);
+        let r_ij = read(self.relevance(own_i.expand([b, c, k]), sums, 2));
+        if !both {
+            return (r_ij, Vec::new());
+        }
+        // r(j, i): Gⱼ on i's vectors, the sum over m weighted by j's eigenvalues.
+        let w_j = self
+            .weights
+            .clone()
+            .narrow(0, js.start, c)
+            .reshape([1, 1, c, k])
+            .expand([b, k, c, k]);
+        let own_j = self
+            .values
+            .clone()
+            .narrow(0, js.start, c)
+            .transpose()
+            .reshape([1, k, c])
+            .expand([b, k, c]);
+        let sums = (c2 * w_j).sum_dim(3).reshape([b, k, c]);
+        (r_ij, read(self.relevance(own_j, sums, 1)))
+    }
+
+    /// Eq. (3)-(4): the geometric mean over `axis` of min/max(λ, λ̂), λ̂ from the weighted sums.
+    fn relevance(&self, own: Tensor<3>, sums: Tensor<3>, axis: usize) -> Tensor<3> {
+        let est = match self.estimate {
             Estimate::Norm => sums.sqrt(),
             Estimate::Rayleigh => sums,
         }
         .clamp_min(TINY as f32);
         let ratio = own.clone().min_pair(est.clone()) / own.max_pair(est);
         ratio.log().mean_dim(axis).exp()
-    };
-    let read = |t: Tensor<3>| -> Vec<f64> { t.into_data().iter::<f32>().map(f64::from).collect() };
-
-    let mut rows = vec![vec![0.0; n]; n];
-    for i0 in (0..n).step_by(block) {
-        let b = block.min(n - i0);
-        let vb = all.clone().narrow(0, i0 * k, b * k);
-        let w_i = weights.clone().narrow(0, i0, b).reshape([b, k, 1, 1]);
-        let own_i = values.clone().narrow(0, i0, b).reshape([b, 1, k]);
-        // The tiles of this block's clients i and the clients j from the block on.
-        for j0 in (i0..n).step_by(block) {
-            let c = block.min(n - j0);
-            let vc = all.clone().narrow(0, j0 * k, c * k);
-            // c2[i, a, j, m] = (vₐ⁽ⁱ⁾ · vₘ⁽ʲ⁾)²
-            let c2 = vb
-                .clone()
-                .matmul(vc.transpose())
-                .square()
-                .reshape([b, k, c, k]);
-            // r(i, j): Gᵢ on j's vectors, the sum over a weighted by i's eigenvalues.
-            let sums = (c2.clone() * w_i.clone().expand([b, k, c, k]))
-                .sum_dim(1)
-                .reshape([b, c, k]);
-            let r_ij = read(relevance(own_i.clone().expand([b, c, k]), sums, 2));
-            for (i, r) in r_ij.chunks_exact(c).enumerate() {
-                rows[i0 + i][j0..j0 + c].copy_from_slice(r);
-            }
-            if j0 == i0 {
-                // Both directions of the pairs inside the block are rows above.
-                continue;
-            }
-            // r(j, i): Gⱼ on i's vectors, the sum over m weighted by j's eigenvalues.
-            let w_j = weights
-                .clone()
-                .narrow(0, j0, c)
-                .reshape([1, 1, c, k])
-                .expand([b, k, c, k]);
-            let own_j = values
-                .clone()
-                .narrow(0, j0, c)
-                .transpose()
-                .reshape([1, k, c])
-                .expand([b, k, c]);
-            let sums = (c2 * w_j).sum_dim(3).reshape([b, k, c]);
-            // Row i: r(j, i) for the tile's j.
-            let r_ji = read(relevance(own_j, sums, 1));
-            for (i, col) in r_ji.chunks_exact(c).enumerate() {
-                for (j, &v) in col.iter().enumerate() {
-                    rows[j0 + j][i0 + i] = v;
-                }
-            }
-        }
     }
-    Ok(rows)
+}
+
+/// A tensor's values, row-major, as `f64`.
+fn read(t: Tensor<3>) -> Vec<f64> {
+    t.into_data().iter::<f32>().map(f64::from).collect()
 }
 
 fn check_rows(rows: &[Vec<f64>]) -> Result<usize, SpectralError> {
@@ -993,7 +1096,7 @@ mod tests {
     /// (`client_row`, from each client's exact Gram matrix: with k = d the server's `Vᵢ Λᵢ Vᵢᵀ` is
     /// that matrix), in both directions of every pair.
     #[test]
-    fn server_rows_in_any_blocks_are_the_papers_rows_at_k_equal_d() {
+    fn server_rows_in_any_blocks_and_threads_are_the_papers_rows_at_k_equal_d() {
         let (d, clients) = (4, 7);
         // 30 samples per client; client c stretches its coordinates by its own factors, so that
         // r(i, j) and r(j, i) differ.
@@ -1024,7 +1127,7 @@ mod tests {
                 "the case should tell r(i, j) from r(j, i): {paper:?}"
             );
             for block in [1, 2, 3, 6, clients] {
-                let rows = server_rows_in_blocks(&sigs, est, &device, block).unwrap();
+                let rows = server_rows_in_blocks(&sigs, est, &device, block, 1).unwrap();
                 for (i, (row, want)) in rows.iter().zip(&paper).enumerate() {
                     for (j, (v, w)) in row.iter().zip(want).enumerate() {
                         assert!(
@@ -1032,6 +1135,24 @@ mod tests {
                             "{est}, blocks of {block}: r({i}, {j}) = {v}, the paper's {w}"
                         );
                     }
+                }
+                // The tiles on several threads: the same values, bit for bit.
+                let threaded = server_rows_in_blocks(&sigs, est, &device, block, 3).unwrap();
+                assert_eq!(threaded, rows, "{est}, blocks of {block} on 3 threads");
+            }
+            // The last client as a newcomer: its row and column of the paper's matrix.
+            let x = clients - 1;
+            let (row, column) = server_row_and_column(&sigs[..x], &sigs[x], est, &device).unwrap();
+            assert_eq!((row.len(), column.len()), (x, x));
+            for j in 0..x {
+                for (v, w, what) in [
+                    (row[j], paper[x][j], "r(x, j)"),
+                    (column[j], paper[j][x], "r(j, x)"),
+                ] {
+                    assert!(
+                        (v - w).abs() < 1e-4,
+                        "{est}: {what} for j = {j}: {v}, the paper's {w}"
+                    );
                 }
             }
         }
