@@ -34,8 +34,8 @@
 //! matrix from the upload, `Gᵢ ≈ Vᵢ Λᵢ Vᵢᵀ` (rank `k`), so that
 //! `‖Gᵢ v‖² ≈ Σ_{a ≤ k} (λₐ⁽ⁱ⁾)² (vₐ⁽ⁱ⁾ · v)²`, and computes every `r(i, j)` from the `Nk × Nk`
 //! matrix of eigenvector dot products (its upper half: one pair's products give `r(i, j)` and
-//! `r(j, i)`), in blocks of batched matrix products on a burn [`Device`] (so a GPU coordinator
-//! runs it on the GPU). The terms it drops, `Σ_{a > k} λₐ² (vₐ · v)²`,
+//! `r(j, i)`), in tiles of batched matrix products on a burn [`Device`] (so a GPU coordinator
+//! runs it on the GPU; on flex the tiles go to all cores). The terms it drops, `Σ_{a > k} λₐ² (vₐ · v)²`,
 //! carry the squares of the small eigenvalues only; at `k = d` the reconstruction is exact and
 //! the result equals the paper's (up to `f32` rounding). It saves each client the download of all
 //! signatures (`N (k·d + k)` floats), `N·k·d²` multiply-adds and a second upload round.

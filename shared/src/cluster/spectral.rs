@@ -884,14 +884,8 @@ pub fn server_row_and_column(
     let parts = par_map_on(tile_threads(device), &starts, |&j0| {
         uploads.tile(n..n + 1, j0..(j0 + block).min(n), true)
     });
-    Ok(parts.into_iter().fold(
-        (Vec::with_capacity(n), Vec::with_capacity(n)),
-        |(mut xj, mut jx), (a, b)| {
-            xj.extend(a);
-            jx.extend(b);
-            (xj, jx)
-        },
-    ))
+    let (row, column): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+    Ok((row.concat(), column.concat()))
 }
 
 /// Threads for the tiles of the server-side relevance: every core on flex (its operations run
