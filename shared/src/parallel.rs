@@ -50,3 +50,39 @@ pub fn par_map_on<T: Sync, R: Send>(
     out.sort_by_key(|(i, _)| *i);
     out.into_iter().map(|(_, r)| r).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn par_map_on_keeps_every_item_in_order_on_any_number_of_threads() {
+        let items: Vec<u64> = (0..37).collect();
+        let want: Vec<u64> = items.iter().map(|x| x * x + 1).collect();
+        for threads in [0, 1, 2, 3, 8, 64] {
+            assert_eq!(
+                par_map_on(threads, &items, |x| x * x + 1),
+                want,
+                "{threads} threads"
+            );
+        }
+        assert!(par_map_on(4, &[] as &[u64], |x| *x).is_empty());
+    }
+
+    #[test]
+    fn par_map_on_uses_several_threads() {
+        // Item 0 waits for a message that item 1 sends: on one thread it would time out.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rx = std::sync::Mutex::new(rx);
+        let answered = par_map_on(2, &[0, 1], |&i| {
+            if i == 0 {
+                rx.lock()
+                    .map(|rx| rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok())
+                    .unwrap_or(false)
+            } else {
+                tx.send(()).is_ok()
+            }
+        });
+        assert_eq!(answered, [true, true]);
+    }
+}
