@@ -732,8 +732,12 @@ fn geometric_ratio(own: impl Iterator<Item = f64>, estimates: impl Iterator<Item
     if k == 0 { 1.0 } else { (sum / k as f64).exp() }
 }
 
-fn check_signatures(signatures: &[Signature], k: usize, d: usize) -> Result<(), SpectralError> {
-    for (index, s) in signatures.iter().enumerate() {
+fn check_signatures<'a>(
+    signatures: impl IntoIterator<Item = &'a Signature>,
+    k: usize,
+    d: usize,
+) -> Result<(), SpectralError> {
+    for (index, s) in signatures.into_iter().enumerate() {
         s.validate()
             .map_err(|reason| SpectralError::BadSignature { index, reason })?;
         if s.k != k || s.d != d {
@@ -830,7 +834,8 @@ fn server_rows_in_blocks(
     threads: usize,
 ) -> Result<Vec<Vec<f64>>, SpectralError> {
     let n = signatures.len();
-    let Some(uploads) = Uploads::new(signatures, estimate, device)? else {
+    let all: Vec<&Signature> = signatures.iter().collect();
+    let Some(uploads) = Uploads::new(&all, estimate, device)? else {
         return Ok(Vec::new());
     };
     let tiles: Vec<(usize, usize)> = (0..n)
@@ -872,8 +877,8 @@ pub fn server_row_and_column(
     device: &Device,
 ) -> Result<(Vec<f64>, Vec<f64>), SpectralError> {
     let n = others.len();
-    let mut all = others.to_vec();
-    all.push(newcomer.clone());
+    // The newcomer after the others, by reference: the signatures are not copied.
+    let all: Vec<&Signature> = others.iter().chain([newcomer]).collect();
     let k = newcomer.k.max(1);
     // Tiles of one client against `block` clients: `k × block·k` products.
     let block = (SERVER_TILE_ELEMS / (k * k)).clamp(1, n.max(1));
@@ -914,7 +919,7 @@ struct Uploads {
 impl Uploads {
     /// `None` for no signatures.
     fn new(
-        signatures: &[Signature],
+        signatures: &[&Signature],
         estimate: Estimate,
         device: &Device,
     ) -> Result<Option<Uploads>, SpectralError> {
@@ -922,7 +927,7 @@ impl Uploads {
             return Ok(None);
         };
         let (k, d, n) = (first.k, first.d, signatures.len());
-        check_signatures(signatures, k, d)?;
+        check_signatures(signatures.iter().copied(), k, d)?;
         let mut flat = Vec::with_capacity(n * k * d);
         for s in signatures {
             for u in s.unit_vectors() {
