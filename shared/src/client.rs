@@ -54,6 +54,5 @@ pub struct ClientData<'a> {
 ///
 /// As [`evaluate`].
 pub fn mean_loss(params: &Params, data: &LocalData, device: &Device) -> Result<f64, TrainError> {
-    let r = evaluate(params, data, EVAL_BATCH, device)?;
-    Ok(r.loss_sum / r.total.max(1) as f64)
+    Ok(evaluate(params, data, EVAL_BATCH, device)?.loss())
 }

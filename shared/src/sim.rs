@@ -36,12 +36,33 @@ struct Recorded {
     prox: Option<(Params, f64)>,
 }
 
+/// Where a [`Recorder`]'s mean losses ([`Trainer::mean_loss`], IFCA's candidates) come from.
+enum Losses {
+    /// Not measured: each asked model is noted and answered with 0 (the pass that gathers a
+    /// round's losses for one stacked evaluation, [`SimPool::stacked_losses`]).
+    Noted(Vec<Params>),
+    /// Measured beforehand, in the order the job asks them, each beside its model (`None`: its
+    /// evaluation failed); a model that is not the next one given, or comes after them, is
+    /// measured here, one model at a time ([`crate::client::mean_loss`]).
+    Given(std::vec::IntoIter<(Params, Option<f64>)>),
+}
+
 /// Notes every training and answers it with its start unchanged (the answer is thrown away).
-#[derive(Default)]
 struct Recorder {
     trainings: Vec<Recorded>,
-    /// The mean losses the job measured, in order ([`Trainer::mean_loss`]), for its replay.
+    /// The mean losses the job was answered, in order, for its replay.
     losses: Vec<f64>,
+    source: Losses,
+}
+
+impl Recorder {
+    fn new(source: Losses) -> Self {
+        Recorder {
+            trainings: Vec::new(),
+            losses: Vec::new(),
+            source,
+        }
+    }
 }
 
 impl Trainer for Recorder {
@@ -70,7 +91,16 @@ impl Trainer for Recorder {
         data: &LocalData,
         device: &Device,
     ) -> Result<f64, ClientError> {
-        let loss = crate::client::mean_loss(model, data, device)?;
+        let loss = match &mut self.source {
+            Losses::Noted(asked) => {
+                asked.push(model.clone());
+                0.0
+            }
+            Losses::Given(given) => match given.next() {
+                Some((m, Some(loss))) if m == *model => loss,
+                _ => crate::client::mean_loss(model, data, device)?,
+            },
+        };
         self.losses.push(loss);
         Ok(loss)
     }
@@ -198,7 +228,8 @@ impl SimPool {
     /// ([`crate::cohort::train_cohort`]); 1 (the default) trains each alone. The same models
     /// up to float rounding. On a CPU backend the cohorts are cut smaller where that gives every
     /// core one; on a GPU the sampled clients go in as few cohorts as `n` allows, and each
-    /// round's evaluations run stacked too ([`crate::cohort::evaluate_cohort`]).
+    /// round's evaluations and IFCA's candidate losses run stacked too
+    /// ([`crate::cohort::evaluate_cohort`]).
     pub fn with_cohort(mut self, n: usize) -> Self {
         self.cohort = n.max(1);
         self
@@ -368,7 +399,8 @@ impl SimPool {
     }
 
     /// Jobs that train, their trainings gathered into cohorts: each job is executed once with a
-    /// [`Recorder`] (which notes its trainings), the trainings are trained in cohorts of up to
+    /// [`Recorder`] (which notes its trainings; on a GPU its mean losses were measured stacked
+    /// before, [`SimPool::stacked_losses`]), the trainings are trained in cohorts of up to
     /// [`SimPool::with_cohort`] clients (members of like step counts together), and each job is
     /// executed again with a [`Replay`] of its trained models, which gives its answer.
     fn run_in_cohorts(
@@ -378,15 +410,23 @@ impl SimPool {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let (recorded, losses): (Vec<Vec<Recorded>>, Vec<Vec<f64>>) =
-            par_map(jobs, |&&(c, ref job)| {
-                let mut recorder = Recorder::default();
+        let given = if self.stacked() {
+            self.stacked_losses(jobs)
+        } else {
+            vec![Vec::new(); jobs.len()]
+        };
+        let (recorded, losses): (Vec<Vec<Recorded>>, Vec<Vec<f64>>) = par_map(
+            &jobs.iter().zip(given).collect::<Vec<_>>(),
+            |(job, given)| {
+                let (c, job) = job;
+                let mut recorder = Recorder::new(Losses::Given(given.clone().into_iter()));
                 // A job that fails here fails the same way when replayed below.
-                let _ = job.execute_with(self.data(c), &self.device, &mut recorder);
+                let _ = job.execute_with(self.data(*c), &self.device, &mut recorder);
                 (recorder.trainings, recorder.losses)
-            })
-            .into_iter()
-            .unzip();
+            },
+        )
+        .into_iter()
+        .unzip();
         // (job, training) of every member, longest schedules first.
         let mut order: Vec<(usize, usize)> = recorded
             .iter()
@@ -464,6 +504,40 @@ impl SimPool {
         .collect()
     }
 
+    /// Whether evaluations run stacked ([`evaluate_cohort`]): on a GPU in cohorts. On the CPU one
+    /// model a core is faster.
+    fn stacked(&self) -> bool {
+        self.cohort > 1 && !self.on_cpu
+    }
+
+    /// The mean losses `jobs` will ask for (IFCA's candidates on the client's training data),
+    /// measured in stacked evaluations ([`evaluate_cohort`]) rather than one model at a time:
+    /// each job is run once with its losses noted and answered with 0 (the models a pick asks
+    /// for do not depend on the losses). Per job, each model it asked for and its loss (`None`
+    /// where the evaluation failed: the job then measures it itself and meets the error).
+    fn stacked_losses(&self, jobs: &[&(usize, Job<'_>)]) -> Vec<Vec<(Params, Option<f64>)>> {
+        let asked: Vec<Vec<Params>> = par_map(jobs, |&&(c, ref job)| {
+            let mut probe = Recorder::new(Losses::Noted(Vec::new()));
+            let _ = job.execute_with(self.data(c), &self.device, &mut probe);
+            match probe.source {
+                Losses::Noted(asked) => asked,
+                _ => Vec::new(),
+            }
+        });
+        let tasks: Vec<(&Params, &LocalData)> = jobs
+            .iter()
+            .zip(&asked)
+            .flat_map(|(&&(c, _), models)| models.iter().map(move |m| (m, &self.train[c])))
+            .collect();
+        let mut losses = evaluate_cohort(&tasks, EVAL_BATCH, &self.device, self.conv)
+            .into_iter()
+            .map(|r| r.ok().map(|r| r.loss()));
+        asked
+            .into_iter()
+            .map(|models| models.into_iter().zip(losses.by_ref()).collect())
+            .collect()
+    }
+
     /// Each `(client, model)`'s report on the client's local test set, by client.
     fn evaluate(
         &mut self,
@@ -509,7 +583,7 @@ impl SimPool {
                 reason: e.to_string(),
             }
         };
-        let reports: Vec<Result<EvalReport, PoolError>> = if self.cohort > 1 && !self.on_cpu {
+        let reports: Vec<Result<EvalReport, PoolError>> = if self.stacked() {
             // On a GPU, in cohorts: the models stacked into batched forward passes.
             let pairs: Vec<(&Params, &LocalData)> = tasks
                 .iter()
@@ -547,11 +621,12 @@ mod tests {
     use crate::jobs::PickJob;
     use crate::model::ModelKind;
 
-    /// On a GPU in cohorts, a round's evaluations run stacked (`evaluate_cohort`); the run ends
-    /// with the same clusters, models and per-round accuracies as with each model evaluated on
-    /// its own. Here on flex, with the pool told it is not on the CPU.
+    /// On a GPU in cohorts, a round's evaluations and IFCA's candidate losses run stacked
+    /// (`evaluate_cohort`); a run ends with the same clusters, models and per-round accuracies as
+    /// with each model evaluated on its own. Here on flex, with the pool told it is not on the
+    /// CPU; FedClust and IFCA (whose picks follow the stacked losses).
     #[test]
-    fn stacked_evaluations_give_a_run_the_same_results() {
+    fn stacked_evaluations_and_losses_give_a_run_the_same_results() {
         use crate::algorithms::{self, Algorithm, MethodConfig};
         use crate::data::partition::{PartitionSpec, partition};
         use crate::federation::{FederationConfig, Quiet, RunContext};
@@ -559,38 +634,141 @@ mod tests {
         let data = FashionMnist::bundled().unwrap();
         let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
         let part = partition(&spec, &data.train.labels, 8, 3).unwrap();
-        let cfg = MethodConfig::new(
-            Algorithm::FedClust,
-            FederationConfig {
-                rounds: 2,
-                frac: 0.5,
-                epochs: 1,
-                seed: 3,
-                ..FederationConfig::default()
-            },
-        );
-        let run = |stacked: bool| {
-            let mut pool = SimPool::new(&data, &part, Backend::Flex)
+        for method in [Algorithm::FedClust, Algorithm::Ifca] {
+            let cfg = MethodConfig::new(
+                method,
+                FederationConfig {
+                    rounds: 2,
+                    frac: 0.5,
+                    epochs: 1,
+                    seed: 3,
+                    clusters: Some(3),
+                    ..FederationConfig::default()
+                },
+            );
+            let run = |stacked: bool| {
+                let mut pool = SimPool::new(&data, &part, Backend::Flex)
+                    .unwrap()
+                    .with_cohort(3);
+                pool.on_cpu = !stacked;
+                algorithms::run(
+                    &cfg,
+                    &mut pool,
+                    &RunContext::of_partition(&part),
+                    &mut Quiet,
+                )
                 .unwrap()
-                .with_cohort(3);
-            pool.on_cpu = !stacked;
-            algorithms::run(
-                &cfg,
-                &mut pool,
-                &RunContext::of_partition(&part),
-                &mut Quiet,
-            )
+            };
+            let (alone, stacked) = (run(false), run(true));
+            assert_eq!(alone.assignment, stacked.assignment, "{method:?}");
+            assert_eq!(alone.models, stacked.models, "{method:?}");
+            let accuracies = |r: &crate::federation::RunResult| {
+                r.rounds.iter().map(|x| x.accuracy).collect::<Vec<_>>()
+            };
+            assert_eq!(accuracies(&alone), accuracies(&stacked), "{method:?}");
+            assert!(alone.rounds.iter().all(|x| x.accuracy.is_some()));
+            assert_eq!(
+                alone.final_client_accuracy, stacked.final_client_accuracy,
+                "{method:?}"
+            );
+        }
+    }
+
+    /// A pick job with `candidates` and small training settings.
+    fn pick<'a>(candidates: Vec<&'a Params>) -> Job<'a> {
+        Job::Pick(PickJob {
+            train: Training {
+                start: candidates[0],
+                cfg: TrainConfig {
+                    epochs: 1,
+                    batch_size: 10,
+                    lr: 0.05,
+                    momentum: 0.5,
+                    seed: 0,
+                    threads: 1,
+                },
+                prox: None,
+            },
+            candidates,
+        })
+    }
+
+    /// The stacked losses of a round's picks are, job by job and in the order each asks them,
+    /// its candidates and their mean losses on the client's training data as measured one model
+    /// at a time (`client::mean_loss`), within 1e-5 relative; clients of unequal shards
+    /// (batches of 500: a short last one), candidates shared and in other orders.
+    #[test]
+    fn a_rounds_stacked_candidate_losses_are_each_models_mean_loss() {
+        use crate::data::partition::{PartitionSpec, partition};
+
+        let data = FashionMnist::bundled().unwrap();
+        let spec: PartitionSpec = "dir:0.5".parse().unwrap();
+        let part = partition(&spec, &data.train.labels, 3, 1).unwrap();
+        let mut pool = SimPool::new(&data, &part, Backend::Flex)
             .unwrap()
+            .with_cohort(3);
+        pool.on_cpu = false;
+        let models: Vec<Params> = (0..3).map(|s| Params::init(ModelKind::LeNet5, s)).collect();
+        let jobs = [
+            (0, pick(vec![&models[0], &models[1]])),
+            (2, pick(vec![&models[2], &models[0], &models[1]])),
+            (1, pick(vec![&models[1]])),
+        ];
+        let refs: Vec<&(usize, Job<'_>)> = jobs.iter().collect();
+        let got = pool.stacked_losses(&refs);
+        assert_eq!(got.len(), jobs.len());
+        for ((c, job), got) in jobs.iter().zip(&got) {
+            let Job::Pick(job) = job else { unreachable!() };
+            assert_eq!(got.len(), job.candidates.len());
+            for (&candidate, (model, loss)) in job.candidates.iter().zip(got) {
+                assert_eq!(model, candidate);
+                let alone =
+                    crate::client::mean_loss(candidate, &pool.train[*c], &pool.device).unwrap();
+                let loss = loss.expect("evaluated");
+                assert!(
+                    (loss - alone).abs() <= 1e-5 * alone.abs(),
+                    "client {c}: stacked {loss}, alone {alone}"
+                );
+            }
+        }
+        assert!(pool.train.iter().any(|d| d.len() % EVAL_BATCH != 0));
+    }
+
+    /// A recorder answers a pick with the losses given for the models it asks, in order, and
+    /// measures a model that is not the next one given: two identical candidates tie when
+    /// measured, so only the given losses make it choose the second.
+    #[test]
+    fn a_recorder_takes_the_losses_given_for_the_models_asked() {
+        let device = Backend::default().device().unwrap();
+        let data = FashionMnist::bundled().unwrap();
+        let idx: Vec<usize> = (0..40).collect();
+        let train = LocalData::from_dataset(&data.train, &idx, 0);
+        let model = Params::init(ModelKind::Mlp, 1);
+        let other = Params::init(ModelKind::Mlp, 2);
+        let client = ClientData {
+            train: &train,
+            test: None,
         };
-        let (alone, stacked) = (run(false), run(true));
-        assert_eq!(alone.assignment, stacked.assignment);
-        assert_eq!(alone.models, stacked.models);
-        let accuracies = |r: &crate::federation::RunResult| {
-            r.rounds.iter().map(|x| x.accuracy).collect::<Vec<_>>()
+        let job = pick(vec![&model, &model]);
+        let choice = |given: Vec<(Params, Option<f64>)>| {
+            let mut recorder = Recorder::new(Losses::Given(given.into_iter()));
+            let Answer::Picked(p) = job.execute_with(client, &device, &mut recorder).unwrap()
+            else {
+                panic!("not a pick's answer")
+            };
+            assert_eq!(p.losses, recorder.losses);
+            (p.choice, p.losses)
         };
-        assert_eq!(accuracies(&alone), accuracies(&stacked));
-        assert!(alone.rounds.iter().all(|x| x.accuracy.is_some()));
-        assert_eq!(alone.final_client_accuracy, stacked.final_client_accuracy);
+        let measured = crate::client::mean_loss(&model, &train, &device).unwrap();
+        assert_eq!(
+            choice(vec![(model.clone(), Some(0.9)), (model.clone(), Some(0.1))]),
+            (1, vec![0.9, 0.1])
+        );
+        // Given for another model, or not evaluated: measured.
+        assert_eq!(
+            choice(vec![(other.clone(), Some(0.1)), (model.clone(), None)]),
+            (0, vec![measured, measured])
+        );
     }
 
     /// In cohorts a job runs twice: IFCA's pick measures its candidates in the first pass, and
@@ -604,26 +782,13 @@ mod tests {
         let idx: Vec<usize> = (0..40).collect();
         let train = LocalData::from_dataset(&data.train, &idx, 0);
         let model = Params::init(ModelKind::Mlp, 1);
-        let job = Job::Pick(PickJob {
-            candidates: vec![&model, &model],
-            train: Training {
-                start: &model,
-                cfg: TrainConfig {
-                    epochs: 1,
-                    batch_size: 10,
-                    lr: 0.05,
-                    momentum: 0.5,
-                    seed: 0,
-                    threads: 1,
-                },
-                prox: None,
-            },
-        });
+        let job = pick(vec![&model, &model]);
         let client = ClientData {
             train: &train,
             test: None,
         };
-        let mut recorder = Recorder::default();
+        // Nothing given: every loss measured.
+        let mut recorder = Recorder::new(Losses::Given(Vec::new().into_iter()));
         job.execute_with(client, &device, &mut recorder).unwrap();
         assert_eq!(recorder.losses.len(), 2);
         assert_eq!(recorder.losses[0], recorder.losses[1]);
