@@ -5,7 +5,14 @@
 # summary.json already has every round are skipped, so the script resumes. Then
 # `python3 scripts/experiments-report.py` prints the tables and draws the per-grid plots.
 #
-# Usage: [ROUNDS=50] [FULL_ROUNDS=10] [SEED=0] [TAUS="0.5 0.7"] [FRACS="0.1 1"] [PARTS="pairs"] scripts/experiments.sh [GRID...]
+# Usage: [ROUNDS=50] [FULL_ROUNDS=10] [SEED=0] [TAUS="0.5 0.7"] [FRACS="0.1 1"] [PARTS="pairs"]
+#        [BIN=coordinator] [DEVICE=cpu] [JOBS=1] [RESULTS=dir] scripts/experiments.sh [GRID...]
+#   BIN     the coordinator to run (default: `cargo build --release -p coordinator` first, then
+#           target/release/coordinator); e.g. one built with `--features vulkan` on a GPU machine
+#   DEVICE  every run's `--device` (default: the binary's own default, the CPU)
+#   JOBS    runs at once (default 1): with more, each run's output goes to its <out>/log.txt and
+#           one line says when it ends; a failed run stops new ones and fails the script
+#   RESULTS the runs' root folder (default bench-results/experiments, the committed runs)
 #   grids: adacfl (AdaCFL Table 2/3: dominant:0.5/0.8/1, pairs, or PARTS; AdaCFL vs FedAvg, CFL, IFCA)
 #          stocfl (rotate:4, shift:4 at 10 % and 100 % sampling, or FRACS; StoCFL vs FedAvg, FedProx, IFCA;
 #                  100 % sampling runs FULL_ROUNDS rounds: 10 rounds of 100 clients are twice the
@@ -23,22 +30,53 @@ ROUNDS=${ROUNDS:-50}
 FULL_ROUNDS=${FULL_ROUNDS:-10}
 SEED=${SEED:-0}
 grids=("$@"); [ ${#grids[@]} -gt 0 ] || grids=(adacfl stocfl tau fesem all)
-cargo build --release -q -p coordinator
-bin=target/release/coordinator
+JOBS=${JOBS:-1}
+RESULTS=${RESULTS:-bench-results/experiments}
+if [ -n "${BIN:-}" ]; then
+  bin=$BIN
+else
+  cargo build --release -q -p coordinator
+  bin=target/release/coordinator
+fi
+device=(); [ -z "${DEVICE:-}" ] || device=(--device "$DEVICE")
+# With JOBS > 1: the runs that failed, one name a line.
+failed=$(mktemp); trap 'rm -f "$failed"' EXIT
 
-# run GRID NAME ARGS...: one simulate run of $rounds rounds unless it is already complete.
+# run GRID NAME ARGS...: one simulate run of $rounds rounds unless it is already complete; with
+# JOBS > 1 in the background, once fewer than JOBS runs are going.
 rounds=$ROUNDS
 run() {
   local grid=$1 name=$2; shift 2
-  local out="bench-results/experiments/$grid/$name"
+  local out="$RESULTS/$grid/$name"
   if [ -f "$out/summary.json" ] && python3 - "$out/summary.json" "$rounds" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 sys.exit(0 if len(s["accuracy_per_round"]) >= int(sys.argv[2]) else 1)
 PY
   then echo "== $grid/$name: done"; return; fi
-  echo "== $grid/$name: $*"
-  "$bin" simulate --clients 100 --rounds "$rounds" --seed "$SEED" --out "$out" "$@"
+  local cmd=("$bin" simulate --clients 100 --rounds "$rounds" --seed "$SEED" --out "$out" "${device[@]}" "$@")
+  if [ "$JOBS" -le 1 ]; then
+    echo "== $grid/$name: $*"
+    "${cmd[@]}"
+    return
+  fi
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+  if [ -s "$failed" ]; then
+    echo "== failed: $(paste -sd' ' "$failed"); no new runs, waiting for those going" >&2
+    wait
+    exit 1
+  fi
+  mkdir -p "$out"
+  echo "== $grid/$name: $* (output: $out/log.txt)"
+  (
+    SECONDS=0
+    if "${cmd[@]}" >"$out/log.txt" 2>&1; then
+      echo "== $grid/$name: ended after ${SECONDS} s: $(tail -1 "$out/log.txt")"
+    else
+      echo "== $grid/$name: FAILED after ${SECONDS} s, see $out/log.txt" >&2
+      echo "$grid/$name" >>"$failed"
+    fi
+  ) &
 }
 
 # FedClust's FMNIST settings (GUIDE §2).
@@ -96,6 +134,8 @@ for grid in "${grids[@]}"; do
     *) echo "unknown grid $grid (adacfl stocfl tau fesem all)" >&2; exit 2 ;;
   esac
 done
-python3 scripts/experiments-report.py
+wait
+[ ! -s "$failed" ] || { echo "== failed: $(paste -sd' ' "$failed")" >&2; exit 1; }
+python3 scripts/experiments-report.py "$RESULTS"
 exit
 }
