@@ -27,8 +27,10 @@
 //! trained alone, up to float rounding (`shared/tests/cohort.rs` checks 1e-5 relative for every
 //! kind of training).
 //!
-//! [`evaluate_cohort`] runs many models' evaluations the same way, forward only: `simulate`
-//! uses it on a GPU, where one model at a time is one small forward pass after another.
+//! [`evaluate_cohort`] runs many models' evaluations the same way, forward only, and
+//! [`gradient_cohort`] their gradients over all their data (StoCFL's anchor gradients), nothing
+//! stepped: `simulate` uses them on a GPU, where one model at a time is one small pass after
+//! another.
 //!
 //! The members' images go to the device once, as one `[1 + Σ n_c, 784]` tensor (row 0 is the
 //! zero image that pads short batches), and the steps' inputs (each sample's row and label, the
@@ -123,7 +125,8 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device, conv: Convolution) 
     }
     if let Some(model) = model {
         let cohort: Vec<&Member<'_>> = valid.iter().map(|&i| &members[i]).collect();
-        let results = Cohort::new(model, conv, &cohort, pixels, first, device).train(device);
+        let results =
+            Cohort::new(model, conv, Mean::Batch, &cohort, pixels, first, device).train(device);
         for (&i, r) in valid.iter().zip(results) {
             out[i] = Some(r.map(|(params, mut report)| {
                 report.seconds = start.elapsed().as_secs_f64();
@@ -136,9 +139,97 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device, conv: Convolution) 
         .collect()
 }
 
-/// The most samples one step of [`evaluate_cohort`] runs through its stacked models together:
-/// bounds the device memory of LeNet-5's im2col (about 100 KB a sample).
+/// The most samples one step of [`evaluate_cohort`] or [`gradient_cohort`] runs through its
+/// stacked models together: bounds the device memory of LeNet-5's im2col (about 100 KB a
+/// sample).
 const EVAL_SAMPLES_PER_STEP: usize = 4096;
+
+/// One model's gradient for [`gradient_cohort`]: where it is taken, the data, and how many
+/// samples a step.
+pub type GradientTask<'a> = (&'a Params, &'a LocalData, usize);
+
+/// Each task's gradient of the mean cross-entropy over all its data, flat in [`ParamLayout`]
+/// order, as [`crate::train::gradient`] computes it one model at a time (StoCFL's anchor
+/// gradients): the models stacked, each its batch of samples a step beside as many other models
+/// as `EVAL_SAMPLES_PER_STEP` allows; each sample's loss weighs 1/N of its model's N samples, and
+/// the gradients are summed over the steps on the device and read once per group. The same
+/// values up to float rounding (the sums run in another order). Nothing is updated.
+///
+/// A task with batch 0 gets [`TrainError::InvalidConfig`], without samples
+/// [`TrainError::NoData`], with parameters that do not fit their model
+/// [`TrainError::InvalidParams`], of another architecture than the first valid one
+/// [`TrainError::InvalidConfig`], whose images cannot be read [`TrainError::Data`], with a
+/// non-finite gradient [`TrainError::Diverged`]; the others are computed.
+pub fn gradient_cohort(
+    tasks: &[GradientTask<'_>],
+    device: &Device,
+    conv: Convolution,
+) -> Vec<Result<Vec<f32>, TrainError>> {
+    let mut out: Vec<Option<Result<Vec<f32>, TrainError>>> = tasks.iter().map(|_| None).collect();
+    let mut model = None;
+    let mut valid = Vec::new();
+    for (t, &(params, data, batch)) in tasks.iter().enumerate() {
+        let checked = if batch == 0 {
+            Err(TrainError::InvalidConfig("batch size must be ≥ 1".into()))
+        } else if data.is_empty() {
+            Err(TrainError::NoData)
+        } else {
+            check_size(params).and_then(|()| check_architecture(params.model, &mut model))
+        };
+        match checked {
+            Ok(()) => valid.push(t),
+            Err(e) => out[t] = Some(Err(e)),
+        }
+    }
+    // Each task as a member of one epoch (its steps' schedule and inputs); nothing is stepped.
+    let members: Vec<Member<'_>> = tasks
+        .iter()
+        .map(|&(start, data, batch)| Member {
+            start,
+            data,
+            cfg: TrainConfig {
+                epochs: 1,
+                batch_size: batch,
+                lr: 0.0,
+                momentum: 0.0,
+                seed: 0,
+                threads: 1,
+            },
+            prox: None,
+        })
+        .collect();
+    if let Some(model) = model {
+        let widest = valid.iter().map(|&t| tasks[t].2).max().unwrap_or(1);
+        for group in valid.chunks((EVAL_SAMPLES_PER_STEP / widest).max(1)) {
+            let mut pixels = vec![0.0; PIXELS];
+            let mut cohort = Vec::new();
+            let mut first = Vec::new();
+            let mut indices = Vec::new();
+            for &t in group {
+                let row = pixels.len() / PIXELS;
+                match tasks[t].1.append_unit_images(&mut pixels) {
+                    Ok(()) => {
+                        cohort.push(&members[t]);
+                        first.push(row);
+                        indices.push(t);
+                    }
+                    Err(e) => out[t] = Some(Err(e)),
+                }
+            }
+            if cohort.is_empty() {
+                continue;
+            }
+            let gradients = Cohort::new(model, conv, Mean::Shard, &cohort, pixels, first, device)
+                .gradients(device);
+            for (t, g) in indices.into_iter().zip(gradients) {
+                out[t] = Some(g);
+            }
+        }
+    }
+    out.into_iter()
+        .map(|r| r.expect("every task has a result"))
+        .collect()
+}
 
 /// Evaluates each `(model, data)` pair as [`crate::train::evaluate`] would, the models stacked
 /// into batched forward passes on `device`: each model sees its own samples only, `batch` of them
@@ -354,10 +445,21 @@ impl Schedule {
     }
 }
 
+/// What a member's per-sample losses are averaged over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mean {
+    /// Its batch: each step minimises the batch's mean loss (training).
+    Batch,
+    /// All its samples: the steps' gradients add up to that of the mean loss over all of them
+    /// ([`gradient_cohort`]).
+    Shard,
+}
+
 /// The cohort's state: the members, their schedules, and the stacked parameters and velocities.
 struct Cohort<'m, 'a> {
     model: ModelKind,
     conv: Convolution,
+    mean: Mean,
     members: &'m [&'m Member<'a>],
     schedules: Vec<Schedule>,
     /// The widest batch of any member (the padded batch axis).
@@ -383,6 +485,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
     fn new(
         model: ModelKind,
         conv: Convolution,
+        mean: Mean,
         members: &'m [&'m Member<'a>],
         pixels: Vec<f32>,
         first: Vec<usize>,
@@ -441,6 +544,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
         Cohort {
             model,
             conv,
+            mean,
             members,
             images,
             first,
@@ -456,27 +560,25 @@ impl<'m, 'a> Cohort<'m, 'a> {
         }
     }
 
-    /// Runs every step; each member's trained model and report.
-    fn train(mut self, device: &Device) -> Vec<Trained> {
-        let c = self.members.len();
-        let steps = self
-            .schedules
+    /// The steps of the longest schedule.
+    fn steps(&self) -> usize {
+        self.schedules
             .iter()
             .map(|s| s.steps.len())
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// Runs every step; each member's trained model and report.
+    fn train(mut self, device: &Device) -> Vec<Trained> {
+        let (c, steps) = (self.members.len(), self.steps());
         let mut loss_sum = Tensor::<2>::zeros([c, 1], device);
         for first in (0..steps).step_by(STEPS_PER_UPLOAD) {
             let block = first..steps.min(first + STEPS_PER_UPLOAD);
             let inputs = self.inputs(block.clone(), device);
             for k in 0..block.len() {
                 let step = inputs.step(k);
-                let x = self.shape().gather(&self.images, step.rows);
-                let logits = self.shape().forward(&self.params, x);
-                let nll = log_softmax(logits, 2)
-                    .gather(2, step.labels)
-                    .neg()
-                    .reshape([c, self.batch]);
+                let nll = self.nll(step.rows, step.labels);
                 let mut objective = (nll.clone() * step.weights).sum();
                 if let (Some((anchor, _)), Some(coef)) = (&self.anchor, step.coef) {
                     let term = self
@@ -497,6 +599,54 @@ impl<'m, 'a> Cohort<'m, 'a> {
             }
         }
         self.finish(loss_sum)
+    }
+
+    /// Each member's gradient of its mean loss over all its samples (built with [`Mean::Shard`]):
+    /// every step's gradients summed on the device, read once; nothing is updated.
+    fn gradients(self, device: &Device) -> Vec<Result<Vec<f32>, TrainError>> {
+        let (c, steps) = (self.members.len(), self.steps());
+        let mut sums: Vec<Tensor<2>> = self
+            .layout
+            .entries
+            .iter()
+            .map(|e| Tensor::<2>::zeros([c, e.len()], device))
+            .collect();
+        for first in (0..steps).step_by(STEPS_PER_UPLOAD) {
+            let block = first..steps.min(first + STEPS_PER_UPLOAD);
+            let inputs = self.inputs(block.clone(), device);
+            for k in 0..block.len() {
+                let step = inputs.step(k);
+                let grads = (self.nll(step.rows, step.labels) * step.weights)
+                    .sum()
+                    .backward();
+                for (sum, p) in sums.iter_mut().zip(&self.params) {
+                    if let Some(g) = p.grad(&grads) {
+                        *sum = sum.clone() + g;
+                    }
+                }
+            }
+        }
+        unstack(c, sums)
+            .into_iter()
+            .map(|g| {
+                if g.iter().all(|v| v.is_finite()) {
+                    Ok(g)
+                } else {
+                    Err(TrainError::Diverged)
+                }
+            })
+            .collect()
+    }
+
+    /// Each slot's negative log-likelihood `[C, B]`: the samples of `rows` (a step's, by
+    /// [`Batched::slot`]) through the stacked models, at their `labels` (`[C, B, 1]`).
+    fn nll(&self, rows: Tensor<1, Int>, labels: Tensor<3, Int>) -> Tensor<2> {
+        let shape = self.shape();
+        let logits = shape.forward(&self.params, shape.gather(&self.images, rows));
+        log_softmax(logits, 2)
+            .gather(2, labels)
+            .neg()
+            .reshape([self.members.len(), self.batch])
     }
 
     /// The inputs of `steps`, every member's batches padded to the cohort's batch width, sent to
@@ -523,7 +673,11 @@ impl<'m, 'a> Cohort<'m, 'a> {
                 if let Some((_, half_mu)) = &self.anchor {
                     coef[j * c + i] = half_mu[i];
                 }
-                let w = 1.0 / idx.len() as f32;
+                let w = 1.0
+                    / match self.mean {
+                        Mean::Batch => idx.len(),
+                        Mean::Shard => m.data.len(),
+                    } as f32;
                 for (s, &sample) in idx.iter().enumerate() {
                     rows[j * c * b + shape.slot(i, s)] = (self.first[i] + sample) as i64;
                     labels[at(i, s)] = i64::from(m.data.labels[sample]);
@@ -578,17 +732,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
     fn finish(self, loss_sum: Tensor<2>) -> Vec<Trained> {
         let c = self.members.len();
         let losses: Vec<f32> = loss_sum.into_data().iter::<f32>().collect();
-        let mut values: Vec<Vec<f32>> = (0..c)
-            .map(|_| Vec::with_capacity(self.layout.len()))
-            .collect();
-        for p in self.params {
-            let data = p.inner().into_data();
-            let flat: Vec<f32> = data.iter::<f32>().collect();
-            let n = flat.len() / c.max(1);
-            for (i, v) in values.iter_mut().enumerate() {
-                v.extend_from_slice(&flat[i * n..(i + 1) * n]);
-            }
-        }
+        let values = unstack(c, self.params.into_iter().map(|p| p.inner()));
         self.members
             .iter()
             .zip(values)
@@ -614,6 +758,20 @@ impl<'m, 'a> Cohort<'m, 'a> {
             })
             .collect()
     }
+}
+
+/// Each of the `c` models' values, flat in layout order, from stacked tensors `[C, n]` (one per
+/// layout entry, in order).
+fn unstack(c: usize, stacked: impl IntoIterator<Item = Tensor<2>>) -> Vec<Vec<f32>> {
+    let mut values: Vec<Vec<f32>> = (0..c).map(|_| Vec::new()).collect();
+    for t in stacked {
+        let flat: Vec<f32> = t.into_data().iter::<f32>().collect();
+        let n = flat.len() / c.max(1);
+        for (i, v) in values.iter_mut().enumerate() {
+            v.extend_from_slice(&flat[i * n..(i + 1) * n]);
+        }
+    }
+    values
 }
 
 /// The shape of one batched computation: C models of one architecture, B samples each per step.

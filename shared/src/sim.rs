@@ -15,7 +15,9 @@ use std::sync::Mutex;
 use crate::client::{ClientData, ClientError, EVAL_BATCH};
 use crate::cluster::spectral;
 use crate::cluster::spectral::{Estimate, Gram, Signature};
-use crate::cohort::{Convolution, Member, Trained, evaluate_cohort, train_cohort};
+use crate::cohort::{
+    Convolution, GradientTask, Member, Trained, evaluate_cohort, gradient_cohort, train_cohort,
+};
 use crate::data::fmnist::{Dataset, FashionMnist};
 use crate::data::partition::{Partition, shift_label};
 use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
@@ -47,12 +49,15 @@ enum Losses {
     Given(std::vec::IntoIter<(Params, Option<f64>)>),
 }
 
-/// Notes every training and answers it with its start unchanged (the answer is thrown away).
+/// Notes every training and gradient and answers it with its start unchanged or zeros (the
+/// answer is thrown away).
 struct Recorder {
     trainings: Vec<Recorded>,
     /// The mean losses the job was answered, in order, for its replay.
     losses: Vec<f64>,
     source: Losses,
+    /// The gradients asked: where, and the batch size.
+    gradients: Vec<(Params, usize)>,
 }
 
 impl Recorder {
@@ -61,6 +66,7 @@ impl Recorder {
             trainings: Vec::new(),
             losses: Vec::new(),
             source,
+            gradients: Vec::new(),
         }
     }
 }
@@ -104,16 +110,35 @@ impl Trainer for Recorder {
         self.losses.push(loss);
         Ok(loss)
     }
+
+    fn gradient(
+        &mut self,
+        at: &Params,
+        _: &LocalData,
+        batch_size: usize,
+        _: &Device,
+    ) -> Result<Vec<f32>, ClientError> {
+        self.gradients.push((at.clone(), batch_size));
+        Ok(vec![0.0; at.values.len()])
+    }
 }
 
 /// Answers the trainings of a job, in order, with the models its cohorts trained (the second
 /// pass of [`SimPool::run_in_cohorts`]), as [`crate::jobs::Alone`] answers them: the trained model, the
-/// client's sample count and the last epoch's loss; and its mean losses with the ones the first
-/// pass measured.
+/// client's sample count and the last epoch's loss; its mean losses with the ones the first
+/// pass measured; its gradients with those computed for it.
 struct Replay {
     trained: std::vec::IntoIter<Option<Trained>>,
     samples: u64,
     losses: std::vec::IntoIter<f64>,
+    gradients: std::vec::IntoIter<Result<Vec<f32>, TrainError>>,
+}
+
+/// What a [`Replay`] answers a job that asks for other work than it did when it was recorded.
+fn not_recorded(what: &str) -> ClientError {
+    ClientError::Command(format!(
+        "a job asked for another {what} than it did when its work was gathered"
+    ))
 }
 
 impl Trainer for Replay {
@@ -131,10 +156,20 @@ impl Trainer for Replay {
                 loss: report.last_epoch_loss,
             }),
             Some(Some(Err(e))) => Err(ClientError::Train(e)),
-            _ => Err(ClientError::Command(
-                "a job asked for another training than it did when its trainings were gathered"
-                    .into(),
-            )),
+            _ => Err(not_recorded("training")),
+        }
+    }
+
+    fn gradient(
+        &mut self,
+        _: &Params,
+        _: &LocalData,
+        _: usize,
+        _: &Device,
+    ) -> Result<Vec<f32>, ClientError> {
+        match self.gradients.next() {
+            Some(g) => Ok(g?),
+            None => Err(not_recorded("gradient")),
         }
     }
 
@@ -228,8 +263,8 @@ impl SimPool {
     /// ([`crate::cohort::train_cohort`]); 1 (the default) trains each alone. The same models
     /// up to float rounding. On a CPU backend the cohorts are cut smaller where that gives every
     /// core one; on a GPU the sampled clients go in as few cohorts as `n` allows, and each
-    /// round's evaluations and IFCA's candidate losses run stacked too
-    /// ([`crate::cohort::evaluate_cohort`]).
+    /// round's evaluations, IFCA's candidate losses and StoCFL's anchor gradients run stacked too
+    /// ([`crate::cohort::evaluate_cohort`], [`crate::cohort::gradient_cohort`]).
     pub fn with_cohort(mut self, n: usize) -> Self {
         self.cohort = n.max(1);
         self
@@ -415,18 +450,21 @@ impl SimPool {
         } else {
             vec![Vec::new(); jobs.len()]
         };
-        let (recorded, losses): (Vec<Vec<Recorded>>, Vec<Vec<f64>>) = par_map(
+        let recorders: Vec<Recorder> = par_map(
             &jobs.iter().zip(given).collect::<Vec<_>>(),
             |(job, given)| {
                 let (c, job) = job;
                 let mut recorder = Recorder::new(Losses::Given(given.clone().into_iter()));
                 // A job that fails here fails the same way when replayed below.
                 let _ = job.execute_with(self.data(*c), &self.device, &mut recorder);
-                (recorder.trainings, recorder.losses)
+                recorder
             },
-        )
-        .into_iter()
-        .unzip();
+        );
+        let gradients = self.gradients(jobs, &recorders);
+        let (recorded, losses): (Vec<Vec<Recorded>>, Vec<Vec<f64>>) = recorders
+            .into_iter()
+            .map(|r| (r.trainings, r.losses))
+            .unzip();
         // (job, training) of every member, longest schedules first.
         let mut order: Vec<(usize, usize)> = recorded
             .iter()
@@ -477,21 +515,27 @@ impl SimPool {
         }
         // Each job's results and measured losses, taken (not borrowed) by the one thread that
         // replays it, so that a training's error reaches the job as it is.
-        type Taken = Mutex<(Vec<Option<Trained>>, Vec<f64>)>;
+        type Taken = Mutex<(
+            Vec<Option<Trained>>,
+            Vec<f64>,
+            Vec<Result<Vec<f32>, TrainError>>,
+        )>;
         let replays: Vec<(usize, Taken)> = results
             .into_iter()
             .zip(losses)
-            .map(Mutex::new)
+            .zip(gradients)
+            .map(|((trained, losses), gradients)| Mutex::new((trained, losses, gradients)))
             .enumerate()
             .collect();
         par_map(&replays, |(j, taken)| {
             let (c, job) = jobs[*j];
-            let (trained, losses) =
+            let (trained, losses, gradients) =
                 std::mem::take(&mut *taken.lock().unwrap_or_else(|e| e.into_inner()));
             let mut replay = Replay {
                 trained: trained.into_iter(),
                 samples: self.train[*c].len() as u64,
                 losses: losses.into_iter(),
+                gradients: gradients.into_iter(),
             };
             job.execute_with(self.data(*c), &self.device, &mut replay)
                 .map(|a| (*c, a))
@@ -504,8 +548,40 @@ impl SimPool {
         .collect()
     }
 
-    /// Whether evaluations run stacked ([`evaluate_cohort`]): on a GPU in cohorts. On the CPU one
-    /// model a core is faster.
+    /// The gradients the jobs asked for when recorded (StoCFL's anchors), per job in the order
+    /// asked: stacked ([`gradient_cohort`]) on a GPU in cohorts, else one model a core
+    /// ([`crate::train::gradient`], what each job computes alone).
+    fn gradients(
+        &self,
+        jobs: &[&(usize, Job<'_>)],
+        recorders: &[Recorder],
+    ) -> Vec<Vec<Result<Vec<f32>, TrainError>>> {
+        let tasks: Vec<GradientTask<'_>> = jobs
+            .iter()
+            .zip(recorders)
+            .flat_map(|(&&(c, _), r)| {
+                r.gradients
+                    .iter()
+                    .map(move |(at, batch)| (at, &self.train[c], *batch))
+            })
+            .collect();
+        let mut computed = if self.stacked() {
+            gradient_cohort(&tasks, &self.device, self.conv)
+        } else {
+            par_map_on(self.threads(), &tasks, |&(at, data, batch)| {
+                crate::train::gradient(at, data, batch, &self.device)
+            })
+        }
+        .into_iter();
+        recorders
+            .iter()
+            .map(|r| computed.by_ref().take(r.gradients.len()).collect())
+            .collect()
+    }
+
+    /// Whether evaluations, IFCA's losses and StoCFL's gradients run stacked
+    /// ([`evaluate_cohort`], [`gradient_cohort`]): on a GPU in cohorts. On the CPU one model a
+    /// core is faster.
     fn stacked(&self) -> bool {
         self.cohort > 1 && !self.on_cpu
     }
@@ -621,12 +697,13 @@ mod tests {
     use crate::jobs::PickJob;
     use crate::model::ModelKind;
 
-    /// On a GPU in cohorts, a round's evaluations and IFCA's candidate losses run stacked
-    /// (`evaluate_cohort`); a run ends with the same clusters, models and per-round accuracies as
-    /// with each model evaluated on its own. Here on flex, with the pool told it is not on the
-    /// CPU; FedClust and IFCA (whose picks follow the stacked losses).
+    /// On a GPU in cohorts, a round's evaluations, IFCA's candidate losses and StoCFL's anchor
+    /// gradients run stacked (`evaluate_cohort`, `gradient_cohort`); a run ends with the same
+    /// clusters, models and per-round accuracies as with each computed on its own. Here on flex,
+    /// with the pool told it is not on the CPU; FedClust, IFCA (whose picks follow the stacked
+    /// losses) and StoCFL (whose merges follow the stacked gradients).
     #[test]
-    fn stacked_evaluations_and_losses_give_a_run_the_same_results() {
+    fn stacked_evaluations_losses_and_gradients_give_a_run_the_same_results() {
         use crate::algorithms::{self, Algorithm, MethodConfig};
         use crate::data::partition::{PartitionSpec, partition};
         use crate::federation::{FederationConfig, Quiet, RunContext};
@@ -634,7 +711,7 @@ mod tests {
         let data = FashionMnist::bundled().unwrap();
         let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
         let part = partition(&spec, &data.train.labels, 8, 3).unwrap();
-        for method in [Algorithm::FedClust, Algorithm::Ifca] {
+        for method in [Algorithm::FedClust, Algorithm::Ifca, Algorithm::StoCfl] {
             let cfg = MethodConfig::new(
                 method,
                 FederationConfig {
@@ -810,6 +887,7 @@ mod tests {
                 .into_iter(),
             samples: train.len() as u64,
             losses: vec![0.9, 0.1].into_iter(),
+            gradients: Vec::new().into_iter(),
         };
         let Answer::Picked(p) = job.execute_with(client, &device, &mut replay).unwrap() else {
             panic!("not a pick's answer")

@@ -16,12 +16,14 @@
 mod common;
 
 use burn::prelude::Device;
-use edgecfl_shared::cohort::{Convolution, Member, evaluate_cohort, train_cohort};
+use edgecfl_shared::cohort::{
+    Convolution, GradientTask, Member, evaluate_cohort, gradient_cohort, train_cohort,
+};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::spill::SpillFile;
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::train::{
-    LocalData, Proximal, TrainConfig, TrainError, evaluate, train_local_prox,
+    LocalData, Proximal, TrainConfig, TrainError, evaluate, gradient, train_local_prox,
 };
 
 fn local(n: usize, offset: usize) -> LocalData {
@@ -476,4 +478,76 @@ fn a_batched_evaluation_reports_what_each_model_reports_alone() {
         got[2]
     );
     assert!(matches!(got[3], Err(TrainError::Data(_))), "{:?}", got[3]);
+}
+
+/// Batched gradients are each model's gradient computed alone ([`gradient`]: StoCFL's anchor
+/// gradient, the mean loss over all of a client's data, batch by batch): unequal shards, batches
+/// that do not divide them and differ between models, groups of models (batches of 2 048 put two
+/// models in a step), both convolutions; within 1e-5 of the largest component. A task with batch
+/// 0, no samples, parameters of the wrong size, another architecture or unreadable images gets
+/// its error and the others are computed.
+#[test]
+fn batched_gradients_are_each_models_gradient_alone() {
+    let device = Device::default();
+    for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+        let data = [local(23, 0), local(37, 100), local(8, 200), local(50, 300)];
+        let models: Vec<Params> = (0..4).map(|i| Params::init(model, 60 + i)).collect();
+        for conv in [Convolution::Grouped, Convolution::Im2col] {
+            for batches in [[10, 7, 10, 16], [2048; 4]] {
+                let tasks: Vec<GradientTask<'_>> = models
+                    .iter()
+                    .zip(&data)
+                    .zip(batches)
+                    .map(|((p, d), b)| (p, d, b))
+                    .collect();
+                let got = gradient_cohort(&tasks, &device, conv);
+                assert_eq!(got.len(), tasks.len());
+                for (i, (&(p, d, b), got)) in tasks.iter().zip(got).enumerate() {
+                    let want = gradient(p, d, b, &device).unwrap();
+                    let got = got.unwrap();
+                    assert_eq!(got.len(), want.len());
+                    let scale = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+                    let diff = got
+                        .iter()
+                        .zip(&want)
+                        .map(|(x, y)| (x - y).abs())
+                        .fold(0.0f32, f32::max);
+                    assert!(
+                        diff <= 1e-5 * scale,
+                        "{model}, {conv:?}, batches {batches:?}, task {i}: {diff} of {scale}"
+                    );
+                }
+            }
+        }
+    }
+    // The errors, each beside a task that is computed.
+    let data = local(20, 0);
+    let (short, empty) = (cut_short(&data), local(0, 0));
+    let good = Params::init(ModelKind::Mlp, 1);
+    let mut wrong = good.clone();
+    wrong.values.pop();
+    let lenet = Params::init(ModelKind::LeNet5, 1);
+    let tasks = [
+        (&good, &data, 10),
+        (&good, &data, 0),
+        (&good, &empty, 10),
+        (&wrong, &data, 10),
+        (&lenet, &data, 10),
+        (&good, &short, 10),
+    ];
+    let got = gradient_cohort(&tasks, &device, Convolution::Im2col);
+    let want = gradient(&good, &data, 10, &device).unwrap();
+    let first = got[0].as_ref().unwrap();
+    assert!(first.iter().zip(&want).all(|(x, y)| (x - y).abs() <= 1e-6));
+    let kinds: Vec<&str> = got[1..]
+        .iter()
+        .map(|g| match g {
+            Err(TrainError::InvalidConfig(_)) => "config",
+            Err(TrainError::NoData) => "no data",
+            Err(TrainError::InvalidParams(_)) => "params",
+            Err(TrainError::Data(_)) => "data",
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["config", "no data", "params", "config", "data"]);
 }

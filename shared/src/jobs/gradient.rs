@@ -5,7 +5,7 @@
 use crate::client::{ClientData, ClientError};
 use crate::model::Params;
 use crate::protocol::{Encoding, Tensor, ToClient, ToCoordinator};
-use crate::train::{Device, gradient};
+use crate::train::Device;
 
 use super::train::decode_params;
 use super::{Alone, JobKind, Rejected, Trainer, Uploads, WireError, unexpected};
@@ -25,6 +25,7 @@ pub struct Gradient;
 
 impl JobKind for Gradient {
     const NAME: &'static str = "gradient";
+    const TRAINS: bool = true;
     const UPLOADS: Uploads = Uploads::Signatures;
     type Job<'a> = GradientJob<'a>;
     type Answer = Vec<f32>;
@@ -68,9 +69,9 @@ impl JobKind for Gradient {
         job: &GradientJob<'_>,
         data: ClientData<'_>,
         device: &Device,
-        _: &mut dyn Trainer,
+        trainer: &mut dyn Trainer,
     ) -> Result<Vec<f32>, ClientError> {
-        let mut g = gradient(job.at, data.train, job.batch_size, device)?;
+        let mut g = trainer.gradient(job.at, data.train, job.batch_size, device)?;
         let norm = g.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
         if norm > 0.0 {
             for v in &mut g {

@@ -113,8 +113,8 @@ pub trait JobKind {
     /// Whether a client without training samples cannot do it (true but for evaluation).
     const NEEDS_TRAINING_DATA: bool = true;
 
-    /// Whether its [`JobKind::execute`] trains (hands trainings to its [`Trainer`]): the jobs the
-    /// in-process pool gathers into cohorts.
+    /// Whether its [`JobKind::execute`] hands work to its [`Trainer`] (trainings, IFCA's losses,
+    /// StoCFL's gradients): the jobs the in-process pool gathers into cohorts.
     const TRAINS: bool = false;
     /// The job as a method builds it (models lent by the method).
     type Job<'a>: std::fmt::Debug + Clone;

@@ -190,10 +190,9 @@ pub fn decode_params(model: ModelKind, params: &Tensor) -> Result<Params, Client
     Ok(Params::new(model, values)?)
 }
 
-/// One training of `t` on `data`: the update (its `client` left 0).
-/// How a job's local trainings run: a job's [`JobKind::execute`] hands each of its trainings to
-/// one, so the in-process pool can gather many clients' trainings into cohorts
-/// ([`crate::cohort`]) while a device trains [`Alone`].
+/// How a job's local trainings run: a job's [`JobKind::execute`] hands each of its trainings (and
+/// IFCA's losses, StoCFL's gradients) to one, so the in-process pool can gather many clients'
+/// into cohorts ([`crate::cohort`]) while a device computes them [`Alone`].
 pub trait Trainer {
     /// Trains `t` on `data`.
     ///
@@ -222,6 +221,24 @@ pub trait Trainer {
     ) -> Result<f64, ClientError> {
         Ok(crate::client::mean_loss(model, data, device)?)
     }
+
+    /// The gradient of the mean loss of `at` over all of `data` in batches of `batch_size`
+    /// (StoCFL's anchor gradient, before normalisation; [`crate::train::gradient`]), computed
+    /// here unless the trainer gathers them: the in-process pool computes a round's gradients
+    /// together, stacked on a GPU ([`crate::cohort::gradient_cohort`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError`] when the computation fails.
+    fn gradient(
+        &mut self,
+        at: &Params,
+        data: &LocalData,
+        batch_size: usize,
+        device: &Device,
+    ) -> Result<Vec<f32>, ClientError> {
+        Ok(crate::train::gradient(at, data, batch_size, device)?)
+    }
 }
 
 /// Each training on its own, at once ([`train_local_prox`]).
@@ -239,6 +256,7 @@ impl Trainer for Alone {
     }
 }
 
+/// One training of `t` on `data`: the update (its `client` left 0).
 fn train_one(t: &Training<'_>, data: &LocalData, device: &Device) -> Result<Update, ClientError> {
     let (params, report) = match t.prox {
         None => train_local(t.start, data, &t.cfg, device)?,
