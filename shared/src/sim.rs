@@ -434,10 +434,11 @@ impl SimPool {
     }
 
     /// Jobs that train, their trainings gathered into cohorts: each job is executed once with a
-    /// [`Recorder`] (which notes its trainings; on a GPU its mean losses were measured stacked
-    /// before, [`SimPool::stacked_losses`]), the trainings are trained in cohorts of up to
-    /// [`SimPool::with_cohort`] clients (members of like step counts together), and each job is
-    /// executed again with a [`Replay`] of its trained models, which gives its answer.
+    /// [`Recorder`] (which notes its trainings and gradients; on a GPU its mean losses were
+    /// measured stacked before, [`SimPool::stacked_losses`]), the trainings are trained in
+    /// cohorts of up to [`SimPool::with_cohort`] clients (members of like step counts together),
+    /// the gradients computed ([`SimPool::gradients`]), and each job is executed again with a
+    /// [`Replay`] of its trained models and gradients, which gives its answer.
     fn run_in_cohorts(
         &self,
         jobs: &[&(usize, Job<'_>)],
@@ -513,8 +514,8 @@ impl SimPool {
                 results[j][k] = Some(r);
             }
         }
-        // Each job's results and measured losses, taken (not borrowed) by the one thread that
-        // replays it, so that a training's error reaches the job as it is.
+        // Each job's results, measured losses and gradients, taken (not borrowed) by the one
+        // thread that replays it, so that a training's error reaches the job as it is.
         type Taken = Mutex<(
             Vec<Option<Trained>>,
             Vec<f64>,
