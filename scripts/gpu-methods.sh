@@ -11,7 +11,8 @@
 # first round); then the timed run on $DEV (at most 30 s), then on the host's CPU (at most 15 s;
 # StoCFL, which trains two models per client, 25 s). Each method's three runs come one after the
 # other, so a run stopped early still leaves whole pairs for the methods before it; the methods
-# most worth measuring come first. At most ~19 minutes (the sum of the timeouts); ~5 expected.
+# most worth measuring come first. At most ~19 minutes (the sum of the timeouts); on an H200 with
+# an empty autotune cache the first ten methods took 7 minutes (bench-results/gpu-methods/).
 # Results in $OUT (default bench-results/gpu-methods/local):
 #   gpu.txt        nvidia-smi's name, driver and memory; the host's CPU
 #   simulate.txt   each run's command, final line and wall time (bash's `time`)
