@@ -154,6 +154,10 @@ impl Backend {
     /// [`TrainError::DeviceUnavailable`], rather than as a panic in the middle of training.
     pub fn device(self) -> Result<Device, TrainError> {
         self.check_compiled()?;
+        #[cfg(any(feature = "vulkan", feature = "cuda"))]
+        if matches!(self, Backend::Vulkan(_) | Backend::Cuda(_)) {
+            keep_compiled_kernels();
+        }
         let device = self.device_unchecked();
         if self.is_cpu() {
             return Ok(device);
@@ -207,6 +211,48 @@ impl Backend {
             _ => Device::flex(),
         }
     }
+}
+
+/// Turns on CubeCL's compilation cache (the `vulkan` and `cuda` backends) unless a CubeCL
+/// configuration file decides it. CubeCL compiles every kernel a process launches, again in each
+/// process: on an H200 a `simulate` spent 8-12 s more in its first round than in its later ones
+/// with every kernel shape already tuned (BENCHMARKS §13, "Every method on an H200"). With the
+/// cache on, the compiled kernels are kept on disk beside the autotune results that the
+/// `persistence` feature keeps (`target/environment` inside a Cargo workspace, else
+/// `~/.cache/cubecl`; keyed by the binary's build, so a rebuilt binary compiles afresh). Off in
+/// CubeCL's defaults; a `cubecl.toml` of the user's ([`cubecl_configuration_file`]) is left to
+/// decide. CubeCL reads its configuration once per process, when a device first starts, so this
+/// runs before; once it was read (another device started first), nothing changes.
+#[cfg(any(feature = "vulkan", feature = "cuda"))]
+fn keep_compiled_kernels() {
+    use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
+    let configured = std::env::current_dir()
+        .ok()
+        .and_then(|dir| cubecl_configuration_file(&dir));
+    if configured.is_none() {
+        let mut config = CubeClRuntimeConfig::default().override_from_env();
+        config.compilation.cache = true;
+        CubeClRuntimeConfig::try_set(config);
+    }
+}
+
+/// The CubeCL configuration file that CubeCL would read from `dir`: the first of `cubecl.toml`,
+/// `CubeCL.toml`, or a `burn.toml`/`Burn.toml` with a `[cubecl…]` table, in `dir` or the
+/// nearest of its parents (CubeCL's own search order).
+#[cfg_attr(not(any(feature = "vulkan", feature = "cuda")), allow(dead_code))]
+fn cubecl_configuration_file(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    dir.ancestors().find_map(|dir| {
+        let own = ["cubecl.toml", "CubeCL.toml"].map(|name| dir.join(name));
+        let burn = ["burn.toml", "Burn.toml"].map(|name| dir.join(name));
+        own.into_iter().find(|file| file.is_file()).or_else(|| {
+            burn.into_iter().find(|file| {
+                std::fs::read_to_string(file).is_ok_and(|text| {
+                    text.lines()
+                        .any(|line| line.trim_start().starts_with("[cubecl"))
+                })
+            })
+        })
+    })
 }
 
 impl fmt::Display for Backend {
@@ -1658,5 +1704,50 @@ mod tests {
                 .unwrap_err()
                 .contains("labels or proportional")
         );
+    }
+
+    /// CubeCL's compilation cache is left to the user's configuration when CubeCL would find one:
+    /// `cubecl.toml` or `CubeCL.toml` in the directory or a parent, the nearest first, or a
+    /// `burn.toml` with a `[cubecl]` table; a `burn.toml` without one configures nothing of CubeCL.
+    #[test]
+    fn a_cubecl_configuration_file_is_found_where_cubecl_looks_for_it() {
+        let root =
+            std::env::temp_dir().join(format!("edgecfl-cubecl-config-{}", std::process::id()));
+        let deep = root.join("a").join("b");
+        std::fs::create_dir_all(&deep).unwrap();
+        let found = || cubecl_configuration_file(&deep);
+        // Nothing in the directories made here (a file above the temporary directory would
+        // be CubeCL's too).
+        let above = cubecl_configuration_file(&std::env::temp_dir());
+        assert_eq!(found(), above);
+
+        std::fs::write(root.join("a").join("burn.toml"), "[network]\nport = 1\n").unwrap();
+        assert_eq!(
+            found(),
+            above,
+            "a burn.toml without [cubecl] configures nothing of CubeCL"
+        );
+        std::fs::write(
+            root.join("a").join("burn.toml"),
+            "[fusion]\n\n  [cubecl.compilation]\ncache = false\n",
+        )
+        .unwrap();
+        assert_eq!(found(), Some(root.join("a").join("burn.toml")));
+
+        std::fs::write(root.join("cubecl.toml"), "").unwrap();
+        assert_eq!(
+            found(),
+            Some(root.join("a").join("burn.toml")),
+            "the nearest directory first"
+        );
+        std::fs::write(root.join("a").join("CubeCL.toml"), "").unwrap();
+        assert_eq!(
+            found(),
+            Some(root.join("a").join("CubeCL.toml")),
+            "its own file before burn.toml"
+        );
+        std::fs::write(deep.join("cubecl.toml"), "").unwrap();
+        assert_eq!(found(), Some(deep.join("cubecl.toml")));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
