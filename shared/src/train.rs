@@ -163,22 +163,15 @@ impl Backend {
             return Ok(device);
         }
         let probe = device.clone();
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        first_panic(move || {
             Tensor::<1>::from_data(TensorData::new(vec![1.0f32], [1]), &probe)
                 .into_data()
                 .iter::<f32>()
                 .collect::<Vec<f32>>()
-        }))
-        .map_err(|panic| {
-            let reason = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "the backend panicked while starting".into());
-            TrainError::DeviceUnavailable {
-                backend: self,
-                reason,
-            }
+        })
+        .map_err(|reason| TrainError::DeviceUnavailable {
+            backend: self,
+            reason,
         })
         .and_then(|v| match v.as_slice() {
             [x] if *x == 1.0 => Ok(device),
@@ -211,6 +204,39 @@ impl Backend {
             _ => Device::flex(),
         }
     }
+}
+
+/// Runs `f`; if it panics, the first panic message that any thread raised while it ran. A GPU
+/// runtime that cannot start panics on its own device thread (CubeCL: "Unable to acquire wgpu
+/// device: AdapterUnavailable … no adapter found"), and the caller's thread then panics only on
+/// the closed channel ("RecvError"): the first message is the one that says why. The panics are
+/// not printed meanwhile (the process's panic hook is set aside and put back after; calls are
+/// serialised), since the caller turns them into a typed error.
+fn first_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    use std::panic::{self, AssertUnwindSafe};
+    use std::sync::Mutex;
+    static SERIAL: Mutex<()> = Mutex::new(());
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    SEEN.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    let previous = panic::take_hook();
+    panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "the backend panicked while starting".into());
+        SEEN.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+    }));
+    let result = panic::catch_unwind(AssertUnwindSafe(f));
+    panic::set_hook(previous);
+    let seen = std::mem::take(&mut *SEEN.lock().unwrap_or_else(|e| e.into_inner()));
+    result.map_err(|_| {
+        seen.into_iter()
+            .next()
+            .unwrap_or_else(|| "the backend panicked while starting".into())
+    })
 }
 
 /// Turns on CubeCL's compilation cache (the `vulkan` and `cuda` backends) unless a CubeCL
@@ -1749,5 +1775,41 @@ mod tests {
         std::fs::write(deep.join("cubecl.toml"), "").unwrap();
         assert_eq!(found(), Some(deep.join("cubecl.toml")));
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A device that cannot start panics on its runtime's thread, then on the caller's closed
+    /// channel: the error says the first, which says why; without a panic the value comes back;
+    /// the panics inside reach no hook, and the process's own hook is back in place afterwards.
+    #[test]
+    fn a_failed_start_reports_the_first_panic_of_any_thread() {
+        use std::sync::Mutex;
+        static OWN_HOOK_SAW: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        std::panic::set_hook(Box::new(|info| {
+            let message = info.payload().downcast_ref::<&str>().map(|s| s.to_string());
+            OWN_HOOK_SAW.lock().unwrap().extend(message);
+        }));
+        let started = first_panic(|| {
+            let (tx, rx) = mpsc::channel::<u8>();
+            let runner = std::thread::spawn(move || {
+                let _tx = tx;
+                panic!("Unable to acquire the device: no adapter found");
+            });
+            assert!(runner.join().is_err());
+            rx.recv().unwrap()
+        });
+        assert_eq!(
+            started,
+            Err("Unable to acquire the device: no adapter found".to_string())
+        );
+        assert_eq!(first_panic(|| 7), Ok(7));
+        assert_eq!(
+            first_panic(|| -> u8 { std::panic::panic_any(3u32) }),
+            Err("the backend panicked while starting".to_string())
+        );
+        assert!(std::thread::spawn(|| panic!("outside")).join().is_err());
+        let _ = std::panic::take_hook();
+        let saw = OWN_HOOK_SAW.lock().unwrap().clone();
+        assert!(saw.contains(&"outside".to_string()), "{saw:?}");
+        assert!(!saw.iter().any(|m| m.contains("no adapter")), "{saw:?}");
     }
 }
