@@ -225,9 +225,10 @@ fn first_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
         let message = payload
             .downcast_ref::<String>()
             .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "the backend panicked while starting".into());
-        SEEN.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()));
+        SEEN.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(message);
     }));
     let result = panic::catch_unwind(AssertUnwindSafe(f));
     panic::set_hook(previous);
