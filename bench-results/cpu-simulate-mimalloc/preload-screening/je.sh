@@ -1,0 +1,2 @@
+#!/bin/sh
+LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 exec target/6678f00/coordinator "$@"
