@@ -10,13 +10,6 @@ use coordinator::live;
 use edgecfl_shared::logging::LogArgs;
 use tracing::{error, info, warn};
 
-/// mimalloc for every allocation of the coordinator's own code and burn's: `simulate` trains a
-/// whole federation in this process, allocating and freeing autodiff nodes and tensors at every
-/// operation of every step, and glibc's allocator was a tenth of its profile (BENCHMARKS §13, "On
-/// an AVX2 EPYC, and mimalloc in the coordinator": the same results, 1.01-1.11× as fast).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Coordinator of edgecfl: one-shot clustering of edge clients and cluster-wise federated training.
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
@@ -129,9 +122,8 @@ fn main() -> ExitCode {
             None => println!("no cluster for this LPS"),
         }),
         Command::Simulate(args) => args.run.resolve().and_then(|cfg| {
-            // Every client trains in this process: the allocations of C libraries (libtorch's
-            // CPU tensors with `tch`) still go to glibc, kept as the edge client keeps it
-            // (BENCHMARKS §3). `serve` trains nothing.
+            // Every client trains in this process: glibc's allocator kept as the edge client
+            // keeps it (same results, 1.09-1.11× as fast here; BENCHMARKS §3). `serve` trains nothing.
             edgecfl_shared::malloc::tune();
             let algorithm = cfg.method.algorithm.to_string();
             let (view, server) = live::start(

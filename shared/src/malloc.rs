@@ -1,7 +1,5 @@
 //! The C allocator's settings for training, set at start-up ([`tune`]) by the edge client and by
-//! `coordinator simulate` (which trains every client in one process). The coordinator's own
-//! allocations go to mimalloc (its `#[global_allocator]`), so there they reach only C libraries'
-//! allocations (libtorch's CPU tensors with `tch`).
+//! `coordinator simulate` (which trains every client in one process).
 //!
 //! glibc's `malloc` hands every block above its mmap threshold (128 KiB at start, then raised
 //! to the largest block freed so far) straight back to the kernel when it is freed, and trims
