@@ -3,7 +3,8 @@
 //! cohort (`edgecfl_shared::cohort`, what `simulate --cohort C` does) and, with `--alone`, the same
 //! clients trained one after another on one thread and on every core (what `simulate --cohort
 //! 1` does), for each device and cohort size asked. Each setting runs once untimed (kernel
-//! compilation, autotuning, allocator), then `--repeats` times; the median is reported.
+//! compilation, autotuning, allocator), then `--repeats` times; the median is reported. The JSON
+//! goes to standard output at the end and, with `--out`, to a file rewritten after every setting.
 //!
 //! With `--relevance N,…` it times the server's side of MT-HFL's one-shot clustering instead:
 //! every client's relevance row from the uploaded signatures
@@ -14,6 +15,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use edgecfl_shared::atomic_file;
 use edgecfl_shared::cluster::spectral::{Estimate, Signature, server_rows};
 use edgecfl_shared::cohort::{Convolution, Member, train_cohort};
 use edgecfl_shared::data::fmnist::FashionMnist;
@@ -67,6 +69,10 @@ pub struct BenchArgs {
     /// subset).
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Also write the JSON to this file, rewritten whole after every measured setting: a run
+    /// stopped early (a timeout, a device that hangs) keeps what it had measured.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// One measured setting.
@@ -128,6 +134,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Measurement>> {
     for d in &args.devices {
         d.check_compiled()?;
     }
+    // And the output file: an unwritable path ends the run before any time is spent too.
+    save::<Throughput>(args, &[])?;
     if args.relevance.is_empty() {
         Ok(training(args)?
             .into_iter()
@@ -172,6 +180,7 @@ fn relevance(args: &BenchArgs) -> anyhow::Result<Vec<RelevanceTime>> {
                 t.k, t.seconds
             );
             out.push(t);
+            save(args, &out)?;
         }
     }
     Ok(out)
@@ -262,7 +271,7 @@ fn training(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
                 };
                 let mut t = measure(args, "cohort", device_kind, c, 1, samples, cohort)?;
                 t.convolution = (args.model == ModelKind::LeNet5).then_some(conv);
-                push(&mut out, args, t);
+                push(&mut out, args, t)?;
             }
             if args.alone {
                 let alone = |threads: usize| {
@@ -271,7 +280,7 @@ fn training(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
                     move || -> anyhow::Result<()> { train_alone(members, device, threads) }
                 };
                 let t = measure(args, "alone", device_kind, c, 1, samples, alone(1))?;
-                push(&mut out, args, t);
+                push(&mut out, args, t)?;
                 let cores = parallel::cores().min(c);
                 if cores > 1 {
                     let t = measure(
@@ -283,7 +292,7 @@ fn training(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
                         samples,
                         alone(cores),
                     )?;
-                    push(&mut out, args, t);
+                    push(&mut out, args, t)?;
                 }
             }
         }
@@ -346,8 +355,8 @@ fn median(runs: &[f64]) -> f64 {
     sorted[sorted.len() / 2]
 }
 
-/// Logs a measured setting and adds it to `out`.
-fn push(out: &mut Vec<Throughput>, args: &BenchArgs, t: Throughput) {
+/// Logs a measured setting, adds it to `out` and saves `out` ([`save`]).
+fn push(out: &mut Vec<Throughput>, args: &BenchArgs, t: Throughput) -> anyhow::Result<()> {
     let conv = t
         .convolution
         .map_or(String::new(), |c| format!(" ({c:?} convolutions)"));
@@ -363,6 +372,16 @@ fn push(out: &mut Vec<Throughput>, args: &BenchArgs, t: Throughput) {
         t.samples_per_second
     );
     out.push(t);
+    save(args, out)
+}
+
+/// Rewrites `--out`, if given, with the settings measured so far (whole or not at all).
+fn save<T: Serialize>(args: &BenchArgs, so_far: &[T]) -> anyhow::Result<()> {
+    let Some(path) = &args.out else {
+        return Ok(());
+    };
+    let json = serde_json::to_vec_pretty(so_far)?;
+    atomic_file::write(path, &json).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
@@ -374,6 +393,67 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         bench: BenchArgs,
+    }
+
+    /// With `--out`, the file holds every setting measured so far after each one (a run stopped
+    /// there keeps them) and, at the end, what the run returns (printed as JSON); a path that
+    /// cannot be written ends the run before anything is measured.
+    #[test]
+    fn out_file_is_rewritten_after_every_setting() {
+        let dir = std::env::temp_dir().join(format!("edgecfl-bench-out-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bench.json");
+        let parse = |out: &std::path::Path| {
+            Cli::try_parse_from([
+                "b",
+                "--model",
+                "mlp",
+                "--cohorts",
+                "1,2",
+                "--samples",
+                "20",
+                "--repeats",
+                "1",
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .unwrap()
+            .bench
+        };
+        let args = parse(&file);
+        let read = || -> Vec<serde_json::Value> {
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap()
+        };
+        let mut so_far = Vec::new();
+        for clients in [3, 7] {
+            let t = Throughput {
+                mode: "cohort",
+                device: args.devices[0],
+                convolution: None,
+                clients,
+                threads: 1,
+                batch: 10,
+                samples_per_second: 1.5,
+                runs: vec![1.5],
+            };
+            push(&mut so_far, &args, t).unwrap();
+            let saved = read();
+            assert_eq!(saved.len(), so_far.len());
+            assert_eq!(saved.last().unwrap()["clients"], clients);
+        }
+
+        let measured = run(&args).unwrap();
+        assert_eq!(measured.len(), 2);
+        assert_eq!(
+            read(),
+            serde_json::to_value(&measured).unwrap().as_array().unwrap()[..]
+        );
+        assert_eq!(read()[1]["clients"], 2);
+
+        let missing = dir.join("no-such-folder").join("bench.json");
+        let err = run(&parse(&missing)).unwrap_err();
+        assert!(format!("{err:#}").contains("no-such-folder"), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// `--relevance` times each client count on each device and reports the mean relevance, in
