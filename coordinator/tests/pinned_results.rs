@@ -218,13 +218,9 @@ fn pinned_text(path: &Path, now: &str, write: bool, failures: &mut Vec<String>) 
     }
 }
 
-/// Whether this build's flex runs AVX-512 kernels (feature `avx512` on a CPU that has them), for
-/// which the fixtures were not written.
+/// Whether this build's flex runs AVX-512 kernels, for which the fixtures were not written.
 fn avx512_kernels() -> bool {
-    #[cfg(all(feature = "avx512", target_arch = "x86_64"))]
-    let on = std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(all(feature = "avx512", target_arch = "x86_64")))]
-    let on = false;
+    let on = edgecfl_shared::train::avx512_kernels();
     if on {
         eprintln!("skipped: the fixtures hold for the default build, not for AVX-512 kernels");
     }

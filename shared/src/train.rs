@@ -91,6 +91,16 @@ pub enum TchDevice {
     Cuda(usize),
 }
 
+/// True when the CPU backend (`flex`) runs AVX-512 kernels: a build with the `avx512` feature on a
+/// CPU that has them. Their results differ from the default build's in the last bits of a float.
+pub fn avx512_kernels() -> bool {
+    #[cfg(all(feature = "avx512", target_arch = "x86_64"))]
+    let on = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(all(feature = "avx512", target_arch = "x86_64")))]
+    let on = false;
+    on
+}
+
 impl Backend {
     /// The cargo feature this backend needs (`None` for the default `flex`).
     pub fn feature(self) -> Option<&'static str> {
