@@ -367,19 +367,25 @@ fn comparable(mut s: serde_json::Value) -> serde_json::Value {
 /// uninterrupted run with the same seed (timings aside). FedClust (the default method).
 #[test]
 fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
-    killed_and_resumed("fault-resume", 1.0, &[]);
+    killed_and_resumed("fault-resume", 1.0, &[], "KILL");
 }
 
 /// The same with StoCFL, whose checkpoint holds the most state (the global model ω, the merged
 /// clusters and which clients were seen).
 #[test]
 fn stocfl_coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
-    killed_and_resumed("fault-resume-stocfl", 0.5, &["--algorithm", "stocfl"]);
+    killed_and_resumed(
+        "fault-resume-stocfl",
+        0.5,
+        &["--algorithm", "stocfl"],
+        "TERM",
+    );
 }
 
-/// Runs `name` with `method` flags and `frac` uninterrupted, then killed at a random round and
-/// resumed, and compares the two summaries.
-fn killed_and_resumed(name: &str, frac: f64, method: &[&str]) {
+/// Runs `name` with `method` flags and `frac` uninterrupted, then stopped by `signal` (`KILL`:
+/// a crash; `TERM`: a stop, which says how to resume) at a random round and resumed, and
+/// compares the two summaries.
+fn killed_and_resumed(name: &str, frac: f64, method: &[&str], signal: &str) {
     const N: usize = 4;
     const ROUNDS: u32 = 4;
     let partition = "groups:01234-56789";
@@ -411,14 +417,79 @@ fn killed_and_resumed(name: &str, frac: f64, method: &[&str]) {
     first_job(&link, &topics, |env| {
         matches!(env.body, ToClient::Train(_) | ToClient::TrainPair { .. }) && env.round == k
     });
-    coordinator.child.kill().unwrap(); // SIGKILL
-    coordinator.child.wait().unwrap();
+    send_signal(&coordinator, signal);
+    let status = coordinator.child.wait().unwrap();
+    if signal == "TERM" {
+        // 128 + 15, and it says where the run stands and how to go on; no client is told to
+        // finish.
+        assert_eq!(status.code(), Some(143));
+        let log = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
+        assert!(
+            log.contains(&format!(
+                "SIGTERM: stopped; the run is paused after round {}",
+                k - 1
+            )),
+            "{log}"
+        );
+        assert!(log.contains("coordinator serve --resume"), "{log}");
+        assert!(!log.contains("telling its clients to finish"), "{log}");
+    }
     drop(link);
     let checkpoint: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("out/checkpoint.json")).unwrap())
             .unwrap();
     assert_eq!(checkpoint["federation"]["round"], k - 1);
     let resume_dir = dir.join("out");
+    let saved = std::fs::read(resume_dir.join("checkpoint.json")).unwrap();
+    let resume = ["--resume", resume_dir.to_str().unwrap()];
+
+    // A resume with one flag changed is refused at once (before any client is waited for), the
+    // flag named with both values, and no client is told to finish (they serve the real resume
+    // below).
+    let mut changed = flags.clone();
+    let at = changed.iter().position(|f| f == "--frac").unwrap() + 1;
+    changed[at] = "0.75".into();
+    let mut wrong: Vec<&str> = extra.iter().map(String::as_str).collect();
+    wrong.extend(resume);
+    let started = Instant::now();
+    let mut refused = serve_embedded(&dir, port, &prefix, &changed, &wrong, "wrong-flag.log");
+    let log = dir.join("wrong-flag.log");
+    assert!(!refused.wait_exit(Duration::from_secs(60), &log).success());
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(&format!("frac: checkpoint {frac:?}, now 0.75")),
+        "{text}"
+    );
+    assert!(!text.contains("telling its clients to finish"), "{text}");
+
+    // A resume that no client answers (they listen under another prefix) stops with an error
+    // and leaves the checkpoint as it was.
+    let nobody = [
+        "--run-id",
+        "resumed",
+        "--join-timeout",
+        "2",
+        "--resume",
+        resume[1],
+    ];
+    let mut alone = serve_embedded(
+        &dir,
+        port,
+        &format!("{prefix}-nobody"),
+        &flags,
+        &nobody,
+        "nobody.log",
+    );
+    let log = dir.join("nobody.log");
+    assert!(!alone.wait_exit(Duration::from_secs(60), &log).success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("0 of its 4 live clients answered"), "{text}");
+    assert_eq!(
+        std::fs::read(resume_dir.join("checkpoint.json")).unwrap(),
+        saved
+    );
+    assert!(!resume_dir.join("summary.json").exists());
     extra.extend([
         "--resume".to_string(),
         resume_dir.to_str().unwrap().to_string(),
@@ -437,4 +508,79 @@ fn killed_and_resumed(name: &str, frac: f64, method: &[&str]) {
         comparable(expected.clone()),
         "resumed:\n{got:#}\nuninterrupted:\n{expected:#}"
     );
+}
+
+/// Sends `kill -SIGNAL` to `p`.
+fn send_signal(p: &Proc, signal: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(p.child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{signal} {}", p.child.id());
+}
+
+/// The processes whose command line mentions `needle` (from /proc).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(needle) {
+                found.push(cmdline);
+            }
+        }
+    }
+    found
+}
+
+/// `kill -INT` of `coordinator demo` mid-run ends its edge-client processes with it (none left
+/// reconnecting to a broker that is gone), with status 130 and a line that says so.
+#[test]
+fn demo_stopped_by_sigint_ends_its_clients() {
+    let dir = scratch("fault-demo-sigint");
+    let out = dir.join("out");
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.args([
+        "demo",
+        "--partition",
+        "groups:01234-56789",
+        "--clients",
+        "4",
+    ])
+    .args(["--rounds", "50", "--epochs", "1", "--warmup-epochs", "1"])
+    .arg("--data")
+    .arg(bundled_data())
+    .arg("--out")
+    .arg(&out);
+    let log = dir.join("demo.log");
+    let mut demo = Proc::spawn(cmd, "coordinator demo", &log);
+    let needle = out.to_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Under way: its clients run and round 0 is done (checkpointed).
+    while !out.join("checkpoint.json").exists() {
+        assert!(
+            demo.is_running(),
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        assert!(Instant::now() < deadline, "no round 0 in 120 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        processes_mentioning(&needle).len(),
+        4 + 1,
+        "the demo and its 4 clients"
+    );
+    send_signal(&demo, "INT");
+    let status = demo.wait_exit(Duration::from_secs(30), &log);
+    assert_eq!(status.code(), Some(130));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("SIGINT: the demo stopped, and its edge clients with it"),
+        "{text}"
+    );
+    let left = processes_mentioning(&needle);
+    assert!(left.is_empty(), "still running: {left:?}");
 }

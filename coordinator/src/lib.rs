@@ -13,10 +13,12 @@
 //! | [`plots`] | SVG plots: accuracy per round, dendrogram with the cut, distance heatmap |
 //! | [`report`] | `summary.json`, `rounds.csv`, `clusters.json`, progress bars |
 //! | [`log_throttle`] | the rate limit on repeated warnings about one client |
+//! | [`interrupt`] | SIGINT/SIGTERM: the hooks a runtime registers for a stop (say how to resume, end child processes) |
 
 pub mod broker;
 pub mod cmd;
 pub mod config;
+pub mod interrupt;
 pub mod live;
 pub mod log_throttle;
 pub mod plots;

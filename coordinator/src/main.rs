@@ -87,6 +87,7 @@ fn final_line(r: &edgecfl_shared::federation::RunResult, out: &std::path::Path) 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     cli.log.init();
+    coordinator::interrupt::install();
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args).map(|s| final_line(&s.result, &s.out)),
         Command::Serve(args) => args.run.resolve().and_then(|cfg| {

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use edgecfl_shared::algorithms::Algorithm;
+use edgecfl_shared::atomic_file;
 use edgecfl_shared::cluster::clustering::Clustering;
 use edgecfl_shared::federation::{
     ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord, RunResult,
@@ -308,9 +309,11 @@ pub fn write_all(
             r.trimmed
         );
     }
+    // Atomically: a process stopped while writing leaves the file before or after, never half.
     let write = |name: &str, text: String| {
         let p = dir.join(name);
-        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))
+        atomic_file::write(&p, text.as_bytes())
+            .with_context(|| format!("cannot write {}", p.display()))
     };
     write(
         "summary.json",

@@ -15,7 +15,7 @@
 
 use edgecfl_shared::cluster::spectral;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -23,7 +23,7 @@ use edgecfl_shared::client::ClientData;
 use edgecfl_shared::cluster::spectral::{Gram, Signature};
 use edgecfl_shared::jobs;
 use edgecfl_shared::model_file::{self, ModelMeta};
-use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs};
+use edgecfl_shared::mqtt::{Inbound, Link, LinkOptions, SecurityArgs, retry_note};
 use edgecfl_shared::protocol::{
     self, BrokerAddr, Eigenpairs, Encoding, Envelope, Estimate, FinalModel, Hello, Id, Tensor,
     ToClient, ToCoordinator, Topics,
@@ -437,17 +437,6 @@ fn keep(m: &FinalModel, run: &Id, path: &Path) -> anyhow::Result<Kept> {
         run: run.as_str().to_string(),
         cluster: m.cluster,
     })
-}
-
-/// "; next attempt in 4 s (12:00:05 UTC)" for a retry at `at`.
-fn retry_note(at: SystemTime) -> String {
-    let wait = at
-        .duration_since(SystemTime::now())
-        .unwrap_or(Duration::ZERO)
-        .as_secs_f64();
-    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    format!("; next attempt in {wait:.0} s ({h:02}:{m:02}:{s:02} UTC)")
 }
 
 /// The exact MT-HFL signature of this client's data (before upload rounding) and its Gram

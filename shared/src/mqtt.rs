@@ -612,6 +612,18 @@ pub struct Link {
     state: Arc<LinkState>,
 }
 
+/// "; next attempt in 4 s (12:00:05 UTC)" for a connection attempt planned at `at`
+/// ([`Link::next_attempt`]).
+pub fn retry_note(at: SystemTime) -> String {
+    let wait = at
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO)
+        .as_secs_f64();
+    let secs = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    format!("; next attempt in {wait:.0} s ({h:02}:{m:02}:{s:02} UTC)")
+}
+
 impl Link {
     /// Starts the event loop. Returns at once; wait for [`Inbound::Connected`] (or use
     /// [`Link::wait_connected`]). Errors only on unusable TLS settings or a runtime that cannot
@@ -783,8 +795,9 @@ impl Link {
         self.state.refused.lock().ok().and_then(|r| r.clone())
     }
 
-    /// Waits for the first connection; errors after `timeout` with the last connection error, or
-    /// at once when the broker refuses the link for good ([`Link::refused`]).
+    /// Waits for the first connection, logging each failed attempt (a warning with the error and
+    /// when the next attempt is); errors after `timeout` with the last connection error, or at
+    /// once when the broker refuses the link for good ([`Link::refused`]).
     pub fn wait_connected(&self, broker: &BrokerAddr, timeout: Duration) -> Result<(), LinkError> {
         let start = Instant::now();
         let mut last = String::from("none");
@@ -798,6 +811,15 @@ impl Link {
                             reason,
                         });
                     }
+                    let next = match self.next_attempt() {
+                        Some(at) if start.elapsed() < timeout => retry_note(at),
+                        _ => String::new(),
+                    };
+                    warn!(
+                        "connection attempt {} to {broker} failed: {e}{next} (giving up after {:.0} s)",
+                        self.failures(),
+                        timeout.as_secs_f64()
+                    );
                     last = e;
                 }
                 Some(Inbound::Message { .. }) => {}

@@ -301,9 +301,18 @@ fn a_bad_checkpoint_is_refused() {
     let text = saved[0].clone();
     let mut other = cfg.clone();
     other.federation.seed = 4;
+    other.federation.frac = 0.25;
     let c = Checkpoint::from_json(&text).unwrap();
+    // Named before anything runs, each setting with both values.
+    let early = other.check_resumes(&c.config).unwrap_err().to_string();
     let (mut q, _) = pool(false);
-    assert!(algorithms::run_resumable(&other, &mut q, &ctx, &mut Quiet, Some(c)).is_err());
+    let err = algorithms::run_resumable(&other, &mut q, &ctx, &mut Quiet, Some(c)).unwrap_err();
+    for e in [early, err.to_string()] {
+        assert!(e.contains("seed: checkpoint 3, now 4"), "{e}");
+        assert!(e.contains("frac: checkpoint 0.1, now 0.25"), "{e}");
+    }
+    cfg.check_resumes(&Checkpoint::from_json(&text).unwrap().config)
+        .unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     v["assignment"][0] = serde_json::json!(99);
     assert!(Checkpoint::from_json(&v.to_string()).is_err());
@@ -329,4 +338,60 @@ fn a_checkpoint_with_the_old_key_resumes() {
     let whole = algorithms::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
     assert_eq!(resumed.assignment, whole.assignment);
     assert_eq!(resumed.models, whole.models);
+}
+
+/// A round in which no sampled client answers does not count: the run stops with
+/// [`federation::FederationError::NoAnswers`], nothing of that round is checkpointed, and the
+/// checkpoint of the round before resumes the run to the uninterrupted result.
+#[test]
+fn a_round_nobody_answers_is_not_counted() {
+    /// A [`Saving`] pool whose clients all fall silent from round `from` on.
+    struct Silent {
+        inner: Saving,
+        from: usize,
+    }
+    impl ClientPool for Silent {
+        fn clients(&self) -> Vec<ClientInfo> {
+            self.inner.clients()
+        }
+        fn run(
+            &mut self,
+            round: usize,
+            jobs: &[(usize, Job<'_>)],
+        ) -> Result<Vec<(usize, Answer)>, PoolError> {
+            if round >= self.from {
+                return Ok(Vec::new());
+            }
+            self.inner.run(round, jobs)
+        }
+        fn wants_checkpoints(&self) -> bool {
+            true
+        }
+        fn checkpoint(&mut self, c: &Checkpoint) -> Result<(), PoolError> {
+            self.inner.checkpoint(c)
+        }
+    }
+    let (cfg, ctx, _) = one_round(Algorithm::FedAvg);
+    let mut cfg = cfg;
+    cfg.federation.rounds = 3;
+    let (inner, _) = pool(false);
+    let mut silent = Silent { inner, from: 2 };
+    let err = algorithms::run_resumable(&cfg, &mut silent, &ctx, &mut Quiet, None).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            federation::FederationError::NoAnswers { round: 2, sampled } if sampled > 0
+        ),
+        "{err}"
+    );
+    let saved = &silent.inner.saved;
+    assert_eq!(saved.len(), 2, "checkpoints of rounds 0 and 1 only");
+    let last = Checkpoint::from_json(saved.last().unwrap()).unwrap();
+    assert_eq!(last.round, 1);
+    assert_eq!(last.rounds.len(), 1);
+    let (mut q, _) = pool(false);
+    let resumed = algorithms::run_resumable(&cfg, &mut q, &ctx, &mut Quiet, Some(last)).unwrap();
+    let (mut p, _) = pool(false);
+    let whole = algorithms::run_resumable(&cfg, &mut p, &ctx, &mut Quiet, None).unwrap();
+    same(&resumed, &whole);
 }

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -50,27 +51,76 @@ pub struct DemoArgs {
     pub http: crate::live::HttpArgs,
 }
 
-/// Edge-client processes, killed when dropped (so an error never leaves them behind).
-struct Fleet(Vec<Child>);
+/// Edge-client processes, killed when dropped (so an error never leaves them behind) or when
+/// SIGINT/SIGTERM stops the demo ([`crate::interrupt`]).
+struct Fleet {
+    children: Arc<Mutex<Vec<Child>>>,
+    _stop: crate::interrupt::Hook,
+}
+
+/// Kills those of `children` still running and reaps them all.
+fn stop_all(children: &Mutex<Vec<Child>>) {
+    let mut children = children.lock().unwrap_or_else(|e| e.into_inner());
+    for c in children.iter_mut() {
+        if matches!(c.try_wait(), Ok(None)) {
+            let _ = c.kill();
+        }
+        let _ = c.wait();
+    }
+}
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        for c in &mut self.0 {
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-            }
-            let _ = c.wait();
-        }
+        stop_all(&self.children);
     }
 }
 
 impl Fleet {
+    fn new(out: &Path) -> Self {
+        let children = Arc::new(Mutex::new(Vec::new()));
+        let stop = {
+            let children = children.clone();
+            let out = out.to_path_buf();
+            crate::interrupt::on_stop(move |signal| {
+                stop_all(&children);
+                eprintln!(
+                    "{signal}: the demo stopped, and its edge clients with it; what it wrote so \
+                     far is in {}",
+                    out.display()
+                );
+            })
+        };
+        Fleet {
+            children,
+            _stop: stop,
+        }
+    }
+
+    fn push(&self, child: Child) {
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(child);
+    }
+
+    fn len(&self) -> usize {
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
     /// Waits up to `timeout` for every client to exit by itself.
     fn wait(&mut self, timeout: Duration) -> usize {
         let start = Instant::now();
         loop {
             let mut running = 0;
-            for c in &mut self.0 {
+            for c in self
+                .children
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter_mut()
+            {
                 if matches!(c.try_wait(), Ok(None)) {
                     running += 1;
                 }
@@ -191,7 +241,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
     )?;
     info!(
         "started {} edge-client processes ({}; logs in {})",
-        fleet.0.len(),
+        fleet.len(),
         bin.display(),
         logs.display()
     );
@@ -201,6 +251,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         &NetFlags {
             broker: Some(broker.clone()),
             live: view,
+            in_demo: true,
             ..net
         },
         &broker,
@@ -226,7 +277,7 @@ fn spawn_fleet(
     material: Option<&Material>,
     logs: &Path,
 ) -> anyhow::Result<Fleet> {
-    let mut fleet = Fleet(Vec::with_capacity(cfg.clients));
+    let fleet = Fleet::new(&cfg.out);
     for (i, id) in ids.iter().enumerate() {
         let log = File::create(logs.join(format!("{id}.log")))
             .with_context(|| format!("cannot create the log of {id}"))?;
@@ -259,7 +310,7 @@ fn spawn_fleet(
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", bin.display()))?;
-        fleet.0.push(child);
+        fleet.push(child);
     }
     Ok(fleet)
 }

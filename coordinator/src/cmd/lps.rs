@@ -571,7 +571,8 @@ fn serve_cluster(
     report::write_all(out, &cfg, &result, &data, Some(extra))?;
     let write = |name: &str, bytes: Vec<u8>| {
         let p = out.join(name);
-        std::fs::write(&p, bytes).with_context(|| format!("cannot write {}", p.display()))
+        edgecfl_shared::atomic_file::write(&p, &bytes)
+            .with_context(|| format!("cannot write {}", p.display()))
     };
     write(MODEL_FILE, f32_bytes(&model.values))?;
     write(COMMON_FILE, f32_bytes(&common_values))?;

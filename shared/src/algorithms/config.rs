@@ -138,13 +138,35 @@ pub fn run_resumable(
 ) -> Result<RunResult, FederationError> {
     let resume = resume
         .map(|mut c| {
-            c.config = MethodConfig::deserialize(&c.config)
-                .and_then(serde_json::to_value)
-                .map_err(|e| FederationError::Config(format!("checkpoint: configuration: {e}")))?;
+            c.config = normalized(&c.config)?;
             Ok::<_, FederationError>(c)
         })
         .transpose()?;
     federation::run_resumable(cfg.plan()?, pool, ctx, observer, resume)
+}
+
+/// A configuration as written by a [`MethodConfig`]: read as one and written back, so that a key
+/// under an older name (serde's aliases: `threshold` for `lambda`) or a default left out reads as
+/// the same configuration.
+fn normalized(config: &serde_json::Value) -> Result<serde_json::Value, FederationError> {
+    MethodConfig::deserialize(config)
+        .and_then(serde_json::to_value)
+        .map_err(|e| FederationError::Config(format!("checkpoint: configuration: {e}")))
+}
+
+impl MethodConfig {
+    /// Checks, before anything of a run starts, that a checkpoint's configuration `saved`
+    /// ([`Checkpoint::config`]) is this one, as [`run_resumable`] will when it resumes it.
+    ///
+    /// # Errors
+    ///
+    /// [`FederationError::Config`] naming each setting that differs with both values
+    /// ([`federation::config_differences`]), or for a configuration that does not read.
+    pub fn check_resumes(&self, saved: &serde_json::Value) -> Result<(), FederationError> {
+        let now = serde_json::to_value(self)
+            .map_err(|e| FederationError::Config(format!("unwritable configuration: {e}")))?;
+        federation::same_config(&normalized(saved)?, &now)
+    }
 }
 
 /// One LPS of a hierarchy whose GPS is another process ([`federation::run_lps`]): `cfg` must be

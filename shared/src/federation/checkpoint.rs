@@ -95,6 +95,57 @@ pub struct Checkpoint {
     pub wall_seconds: f64,
 }
 
+/// Checks that a checkpoint's configuration `saved` is the run's `now` ([`super::Plan::config`]).
+///
+/// # Errors
+///
+/// [`FederationError::Config`] naming every setting that differs, with both values
+/// ([`config_differences`]).
+pub fn same_config(saved: &Value, now: &Value) -> Result<(), FederationError> {
+    let differences = config_differences(saved, now);
+    if differences.is_empty() {
+        return Ok(());
+    }
+    Err(FederationError::Config(format!(
+        "the checkpoint is of another configuration: {} (the run must be resumed with the \
+         settings it was started with)",
+        differences.join("; ")
+    )))
+}
+
+/// Each setting that differs between two configurations, as `key: checkpoint A, now B` (nested
+/// tables by dotted path, `-` for a key that one of them lacks), in key order.
+pub fn config_differences(saved: &Value, now: &Value) -> Vec<String> {
+    fn walk(path: &str, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<String>) {
+        match (a, b) {
+            (Some(Value::Object(a)), Some(Value::Object(b))) => {
+                let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+                for k in keys {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(&sub, a.get(k), b.get(k), out);
+                }
+            }
+            (a, b) if a == b => {}
+            (a, b) => {
+                let show = |v: Option<&Value>| v.map_or_else(|| "-".to_string(), Value::to_string);
+                let name = if path.is_empty() {
+                    "configuration"
+                } else {
+                    path
+                };
+                out.push(format!("{name}: checkpoint {}, now {}", show(a), show(b)));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", Some(saved), Some(now), &mut out);
+    out
+}
+
 impl Checkpoint {
     /// The JSON text.
     ///
@@ -269,6 +320,36 @@ pub fn from_exact_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every differing setting is named by its dotted path with both values, in key order; a key
+    /// only one side has shows `-` on the other; equal configurations have none.
+    #[test]
+    fn config_differences_name_each_setting() {
+        let saved = serde_json::json!({
+            "algorithm": "fedclust",
+            "federation": {"frac": 0.5, "seed": 1, "rounds": 40},
+            "tau": 0.3
+        });
+        let now = serde_json::json!({
+            "algorithm": "fedclust",
+            "federation": {"frac": 1.0, "seed": 1, "rounds": 40, "mu": 0.01}
+        });
+        assert_eq!(
+            config_differences(&saved, &now),
+            [
+                "federation.frac: checkpoint 0.5, now 1.0",
+                "federation.mu: checkpoint -, now 0.01",
+                "tau: checkpoint 0.3, now -",
+            ]
+        );
+        assert!(config_differences(&saved, &saved).is_empty());
+        assert!(same_config(&now, &now).is_ok());
+        let err = same_config(&saved, &now).unwrap_err().to_string();
+        assert!(
+            err.contains("federation.frac: checkpoint 0.5, now 1.0; "),
+            "{err}"
+        );
+    }
 
     /// Floats come back bit for bit (the ones a decimal parser may round too); integers and
     /// strings stay as they are; a damaged bits string is an error, not a panic.

@@ -183,12 +183,7 @@ impl<'a> Run<'a> {
         let start = Instant::now();
         let clients = match &resume {
             Some(c) => {
-                if c.config != config {
-                    return Err(FederationError::Config(
-                        "the checkpoint is of another configuration (same flags and seed needed)"
-                            .into(),
-                    ));
-                }
+                super::checkpoint::same_config(&c.config, &config)?;
                 c.clients.clone()
             }
             None => pool.clients(),
@@ -259,9 +254,18 @@ impl<'a> Run<'a> {
                 break; // the placement pass of personalisation
             }
             let chosen = sample_round(cfg, round, self.state.assignment(), self.state.len());
+            let answers = self.traffic.answers;
             let stats = self
                 .strategy
                 .round(&mut env!(self), round, &chosen, &mut self.state)?;
+            if stats.sampled > 0 && self.traffic.answers == answers {
+                // Nothing of the round is recorded or checkpointed: the checkpoint on disk stays
+                // the last round's.
+                return Err(FederationError::NoAnswers {
+                    round,
+                    sampled: stats.sampled,
+                });
+            }
             let gps = self.gps(round)?;
             let evaluation = self.evaluate(round)?;
             self.record(round, stats, gps, evaluation, t0);

@@ -52,7 +52,9 @@ mod result;
 
 pub use crate::jobs::{Answer, Job, LabelStats, Prox, Training, Update};
 pub use crate::train::LocalTest;
-pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, from_exact_json, to_exact_json};
+pub use checkpoint::{
+    CHECKPOINT_VERSION, Checkpoint, config_differences, from_exact_json, same_config, to_exact_json,
+};
 pub(crate) use checkpoint::{bad_state, check_model, strategy_state};
 pub(crate) use config::non_negative;
 pub use config::{FederationConfig, Sampling, Weighting, client_seed};
@@ -122,6 +124,18 @@ pub enum FederationError {
     /// The exchange with a GPS in another process failed (see [`GpsLink`]).
     #[error("GPS: {0}")]
     Gps(Box<dyn std::error::Error + Send + Sync>),
+    /// No sampled client answered in a training round. The round does not count: nothing of it
+    /// is recorded or checkpointed, so the checkpoint of the round before stays the one to
+    /// resume from.
+    #[error(
+        "round {round}: none of the {sampled} sampled clients answered; the round is not counted"
+    )]
+    NoAnswers {
+        /// The round that got no answer.
+        round: usize,
+        /// Clients asked in it.
+        sampled: usize,
+    },
 }
 
 /// What the round loop knows besides the configuration and the pool: the ground truth (only used
@@ -638,6 +652,9 @@ pub(crate) struct Traffic {
     pub(crate) bytes_down: u64,
     pub(crate) bytes_up: u64,
     pub(crate) dropped: Vec<DroppedUpdate>,
+    /// Answers heard from the clients asked (valid or not), over the run of this process: the
+    /// round loop compares it before and after a round to tell a round nobody answered.
+    pub(crate) answers: u64,
 }
 
 impl Traffic {
@@ -744,6 +761,7 @@ impl Env<'_> {
             if !job.accepts(&answer) || !seen.insert(index) {
                 continue;
             }
+            self.traffic.answers += 1;
             // The message as it came (before the checks below and `Weighting::Equal`).
             if let Ok(msg) = job.reply(&answer, upload) {
                 self.traffic.bytes_up += encoded_len(&msg);

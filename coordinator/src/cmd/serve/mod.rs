@@ -48,7 +48,9 @@ pub struct NetFlags {
     /// Run id carried by every message (default: from the clock).
     #[arg(long)]
     pub run_id: Option<String>,
-    /// Clients to wait for before round 0 (default: `clients` of the config).
+    /// Clients to wait for before round 0 (default: `clients` of the config). With `--resume`:
+    /// the clients of the checkpoint that must answer within `--join-timeout` for the run to go
+    /// on (default 1); fewer, and it stops with an error, the checkpoint unchanged.
     #[arg(long)]
     pub min_clients: Option<usize>,
     /// Seconds to wait for clients to join (a client joins once it answers the coordinator's
@@ -83,6 +85,9 @@ pub struct NetFlags {
     /// The live view this run feeds (`--http`, [`crate::live`]); off by default.
     #[arg(skip)]
     pub live: crate::live::Live,
+    /// A run of `demo`, which says itself what a stop leaves (its own stop hook).
+    #[arg(skip)]
+    pub in_demo: bool,
     /// A client's declared training count is capped at K times the median count of the clients
     /// that joined (0: no cap): its updates are kept, weighing as the cap, so that no client can
     /// claim most of the fleet's data. In testbed mode (clients holding shards of one partition)
@@ -140,6 +145,7 @@ impl Default for NetFlags {
             embedded: BrokerSecurity::default(),
             resume: None,
             live: crate::live::Live::default(),
+            in_demo: false,
             sample_cap: 10,
         }
     }
@@ -269,9 +275,38 @@ pub fn run(
     broker: &BrokerAddr,
     observer: Option<&mut dyn Observer>,
 ) -> anyhow::Result<Served> {
+    let out = cfg.out.clone();
+    let _stop = (!net.in_demo)
+        .then(|| crate::interrupt::on_stop(move |signal| eprintln!("{}", paused(signal, &out))));
     let served = run_inner(cfg, net, broker, observer);
     net.live.finished(&served);
     served
+}
+
+/// What `serve` says when SIGINT or SIGTERM stops it: where the run stands on disk and the
+/// commands that go on with it (resume) or take its models so far (export).
+fn paused(signal: &str, out: &std::path::Path) -> String {
+    let file = out.join(CHECKPOINT_FILE);
+    let round = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["federation"]["round"].as_u64());
+    match round {
+        Some(round) => format!(
+            "{signal}: stopped; the run is paused after round {round}, its checkpoint in {}. Its \
+             clients wait for it (none was told to finish).\n  resume:         coordinator serve \
+             --resume {} (with the flags it was started with)\n  models so far:  coordinator \
+             export {}",
+            file.display(),
+            out.display(),
+            out.display()
+        ),
+        None => format!(
+            "{signal}: stopped before round 0 ended: nothing to resume (no {}); its clients wait \
+             for a new run",
+            file.display()
+        ),
+    }
 }
 
 fn run_inner(
@@ -285,6 +320,18 @@ fn run_inner(
         Some(dir) => Some(read_checkpoint(dir)?),
         None => None,
     };
+    // The configuration the round loop runs (remote LPSs: this process does round 0 only),
+    // compared with a checkpoint's before anything is sent: a flag that differs is named, and
+    // no client hears of it.
+    let mut federation_cfg = cfg.method.clone();
+    if net.lps == LpsMode::Remote {
+        federation_cfg.federation.rounds = 0;
+    }
+    if let (Some(saved), Some(dir)) = (&saved, &net.resume) {
+        federation_cfg
+            .check_resumes(&saved.federation.config)
+            .with_context(|| format!("--resume {}", dir.display()))?;
+    }
     // A resumed GPS: where its GPS rounds stand (none yet: it had not assigned the clusters).
     let saved_gps = match (&net.resume, net.lps) {
         (Some(dir), LpsMode::Remote) => SavedGps::read(dir)?,
@@ -346,7 +393,7 @@ fn run_inner(
         Some(saved) => {
             let round0 = saved.serve.round0;
             let mut pool = match net.lps {
-                LpsMode::Local => MqttPool::rejoin(link, topics.clone(), net, saved.serve),
+                LpsMode::Local => MqttPool::rejoin(link, topics.clone(), net, saved.serve)?,
                 // Round 0 is all this pool did; its clients now serve their LPSs.
                 LpsMode::Remote => MqttPool::restore(link, topics.clone(), net, saved.serve),
             };
@@ -380,11 +427,6 @@ fn run_inner(
         task_labels: pool.partition().and_then(|(spec, _)| spec.task_labels()),
         backend: cfg.backend,
     };
-    // Remote LPSs: this round loop does round 0 only; the LPS processes do the rest.
-    let mut federation_cfg = cfg.method.clone();
-    if gps_link.is_some() {
-        federation_cfg.federation.rounds = 0;
-    }
     let mut result = match algorithms::run_resumable(
         &federation_cfg,
         &mut pool,
@@ -393,8 +435,18 @@ fn run_inner(
         resume.map(|r| r.0),
     ) {
         Ok(r) => r,
+        Err(e @ federation::FederationError::NoAnswers { .. }) => {
+            // Resumable: the clients that come back can go on with it.
+            error!(
+                "{e}; the checkpoint in {} is of the round before: once the clients are back, \
+                 resume with `coordinator serve --resume {}` and the same flags",
+                cfg.out.display(),
+                cfg.out.display()
+            );
+            return Err(e.into());
+        }
         Err(e) => {
-            // Any failed run tells its fleet to finish.
+            // Any other failed run tells its fleet to finish.
             error!("the run failed ({e}); telling its clients to finish");
             pool.finish(&BTreeMap::new());
             return Err(e.into());

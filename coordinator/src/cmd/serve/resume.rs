@@ -96,7 +96,17 @@ impl MqttPool {
     /// The pool of a resumed run: [`MqttPool::restore`], then every member that was live is
     /// pinged and waited for until it answers or `join_timeout` passed; one that does not answer
     /// is taken as gone (it may come back with a `Hello`).
-    pub(super) fn rejoin(link: Link, topics: Topics, net: &NetFlags, saved: SavedPool) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// Fewer clients answered than `--min-clients` (default 1, at most those that were live):
+    /// nothing is run, so the checkpoint stays as it was, and no client is told to finish.
+    pub(super) fn rejoin(
+        link: Link,
+        topics: Topics,
+        net: &NetFlags,
+        saved: SavedPool,
+    ) -> anyhow::Result<Self> {
         let mut pool = Self::restore(link, topics, net, saved);
         let run = pool.run.clone();
         pool.accept_newcomers = true;
@@ -171,6 +181,17 @@ impl MqttPool {
                 until(waiting.is_empty())
             });
         }
+        let live = pool.members.iter().filter(|m| m.alive).count();
+        let answered = live - waiting.len();
+        let need = net.min_clients.unwrap_or(1).min(live).max(1);
+        anyhow::ensure!(
+            answered >= need,
+            "resuming run {}: {answered} of its {live} live clients answered within {:.0}s \
+             ({need} needed, --min-clients); nothing was run and the checkpoint is unchanged: \
+             start the clients and resume again",
+            run.as_str(),
+            net.join_timeout
+        );
         for c in waiting {
             warn!(
                 "resuming: {} did not answer; taken as gone",
@@ -178,7 +199,7 @@ impl MqttPool {
             );
             pool.members[c].alive = false;
         }
-        pool
+        Ok(pool)
     }
 
     /// Writes `checkpoint.json` (the driver's state and this pool's) atomically into `--out`;
