@@ -122,6 +122,14 @@ impl RunConfig {
             );
         }
         anyhow::ensure!(self.cohort != Some(0), "cohort must be ≥ 1");
+        let unused = self.partition.unused_labels();
+        if !unused.is_empty() {
+            tracing::warn!(
+                "--partition {}: labels {unused:?} are in no group, so their samples go to no \
+                 client",
+                self.partition
+            );
+        }
         self.backend.check_compiled()?;
         self.method.validate()?;
         Ok(())

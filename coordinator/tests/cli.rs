@@ -193,3 +193,28 @@ fn generate_config_round_trips() {
     assert!(stderr.contains("bad.toml"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `demo` with fewer clients than its partition has groups fails at once, naming both, before
+/// any process starts (it waited 120 s for clients that could never join).
+#[test]
+fn demo_with_too_few_clients_for_its_groups_fails_at_once() {
+    let out = temp_dir("demo-3");
+    let started = std::time::Instant::now();
+    let o = coordinator(&[
+        "demo",
+        "--clients",
+        "3",
+        "--data",
+        subset().to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("over --clients 3") && stderr.contains("need at least 4 clients, got 3"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert!(!out.join("logs").exists(), "no client was started");
+}

@@ -352,8 +352,8 @@ pub enum TrainError {
     /// The backend is not compiled into this binary.
     #[error(
         "device {backend} is not compiled into this binary; rebuild with the cargo feature \
-         `{feature}` (e.g. `cargo build --release -p edge-client --features {feature}`; see \
-         hardware.md, GPU backends)"
+         `{feature}` (e.g. `cargo build --release -p coordinator -p edge-client --features \
+         {feature}`; see hardware.md, GPU backends)"
     )]
     BackendMissing {
         /// Requested backend.

@@ -162,6 +162,20 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
     } else {
         args.run.resolve_from(DEMO_CONFIG, "<demo config>")?
     };
+    // The partition its clients will make, made here first: a spec the clients cannot split
+    // (`--clients 3` for 4 label groups) is an error now, not a join that times out.
+    serve::Testbed::compute(
+        &cfg.partition,
+        cfg.method.federation.seed,
+        cfg.clients,
+        cfg.data.as_deref(),
+    )
+    .with_context(|| {
+        format!(
+            "--partition {} over --clients {}",
+            cfg.partition, cfg.clients
+        )
+    })?;
     let bin = client_bin(args.client_bin.as_deref())?;
     let port = match args.port {
         Some(p) => p,

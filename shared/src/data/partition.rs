@@ -405,6 +405,19 @@ impl PartitionSpec {
         }
     }
 
+    /// The labels of `0..10` that no group of a `groups:` spec holds (also as the base of
+    /// `rotate:R*groups:…`): their samples go to no client. Empty for every other spec, which
+    /// uses every label.
+    pub fn unused_labels(&self) -> Vec<u8> {
+        match self {
+            PartitionSpec::Groups(groups) => (0..NUM_CLASSES as u8)
+                .filter(|l| !groups.iter().any(|g| g.contains(l)))
+                .collect(),
+            PartitionSpec::Rotated { base, .. } => base.unused_labels(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The number of ground-truth groups: the label groups of `groups:`, `G` for `rotate:G` and
     /// `shift:G`, 3 for `tasks:fmnist3`, 5 for `dominant:`, 10 for `pairs`, `G·R` for
     /// `rotate:R*BASE`; `None` for `iid`, `label:` and `dir:`.
@@ -1375,6 +1388,30 @@ pub fn client_datasets(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `groups:` spec that leaves labels out names them (so that a run can say so); the
+    /// other specs use every label.
+    #[test]
+    fn unused_labels_of_a_groups_spec() {
+        let spec = |t: &str| t.parse::<PartitionSpec>().unwrap();
+        assert_eq!(spec("groups:012-34-56-78").unused_labels(), [9]);
+        assert_eq!(spec("groups:0-5").unused_labels(), [1, 2, 3, 4, 6, 7, 8, 9]);
+        assert!(spec("groups:012-34-56-789").unused_labels().is_empty());
+        assert_eq!(
+            spec("rotate:2*groups:01-23").unused_labels(),
+            [4, 5, 6, 7, 8, 9]
+        );
+        for full in [
+            "iid",
+            "label:2",
+            "dir:0.5",
+            "rotate:4",
+            "tasks:fmnist3",
+            "pairs",
+        ] {
+            assert!(spec(full).unused_labels().is_empty(), "{full}");
+        }
+    }
 
     #[test]
     fn array_split_matches_numpy() {

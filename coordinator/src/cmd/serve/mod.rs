@@ -169,6 +169,7 @@ mod join;
 mod pool;
 mod resume;
 mod testbed;
+pub use testbed::Testbed;
 
 pub use pool::{DropReason, Dropout, MqttPool, WireStats};
 pub use resume::CHECKPOINT_FILE;
