@@ -295,12 +295,9 @@ fn paused(signal: &str, out: &std::path::Path) -> String {
     match round {
         Some(round) => format!(
             "{signal}: stopped; the run is paused after round {round}, its checkpoint in {}. Its \
-             clients wait for it (none was told to finish).\n  resume:         coordinator serve \
-             --resume {} (with the flags it was started with)\n  models so far:  coordinator \
-             export {}",
+             clients wait for it (none was told to finish).\n{}",
             file.display(),
-            out.display(),
-            out.display()
+            resume_commands(out)
         ),
         None => format!(
             "{signal}: stopped before round 0 ended: nothing to resume (no {}); its clients wait \
@@ -308,6 +305,16 @@ fn paused(signal: &str, out: &std::path::Path) -> String {
             file.display()
         ),
     }
+}
+
+/// The commands that go on with the run checkpointed in `out`, and that take its models so far.
+fn resume_commands(out: &std::path::Path) -> String {
+    format!(
+        "  resume:         coordinator serve --resume {} (with the flags it was started with)\n  \
+         models so far:  coordinator export {}",
+        out.display(),
+        out.display()
+    )
 }
 
 fn run_inner(
@@ -439,10 +446,9 @@ fn run_inner(
         Err(e @ federation::FederationError::NoAnswers { .. }) => {
             // Resumable: the clients that come back can go on with it.
             error!(
-                "{e}; the checkpoint in {} is of the round before: once the clients are back, \
-                 resume with `coordinator serve --resume {}` and the same flags",
+                "{e}; the checkpoint in {} is of the round before; once the clients are back:\n{}",
                 cfg.out.display(),
-                cfg.out.display()
+                resume_commands(&cfg.out)
             );
             return Err(e.into());
         }
