@@ -4,9 +4,11 @@
 #   scripts/test.sh [STEP...]
 #
 # STEP is one or more of (default: lint nostd build test, in that order)
-#   lint    clippy over the workspace with the GPU (`vulkan`) and AVX-512 code compiled in
-#           (`--features vulkan,avx512`; no GPU is needed to type-check it), so that those paths,
-#           shared/tests/gpu_backends.rs and burn-flex's AVX-512 kernels cannot rot unseen
+#   lint    clippy over the workspace with the GPU and AVX-512 code compiled in (features
+#           `edgecfl-shared/vulkan-backend` and `avx512`; no GPU is needed to type-check it), so
+#           that those paths, shared/tests/gpu_backends.rs and burn-flex's AVX-512 kernels cannot
+#           rot unseen. `vulkan-backend` is `vulkan` without CubeCL's on-disk caches, whose
+#           crates (turso, bindgen, simsimd…) hold none of our code and were half of the lint.
 #   nostd   the wire protocol built without std, for a bare-metal target when it is installed
 #   build   the test build of the whole workspace
 #   test    every test of the workspace, from that build
@@ -21,7 +23,9 @@ if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
 fi
 cd "$(dirname "$0")/.."
 
-lint() { cargo clippy --workspace --all-targets --features vulkan,avx512 -- -D warnings; }
+lint() {
+  cargo clippy --workspace --all-targets --features edgecfl-shared/vulkan-backend,avx512 -- -D warnings
+}
 
 nostd() {
   if rustup target list --installed 2>/dev/null | grep -q thumbv7em-none-eabihf; then

@@ -10,6 +10,7 @@ use edgecfl_shared::algorithms::{Algorithm, MethodConfig, MethodSettings};
 use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::cluster::robust::Guard;
+use edgecfl_shared::data::DatasetKind;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{LocalTest, Sampling, Weighting};
 use edgecfl_shared::model::{LayerSet, ModelKind};
@@ -25,8 +26,8 @@ pub const DEFAULT_CONFIG: &str = include_str!("../default-config.toml");
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
-    /// Directory with the Fashion-MNIST IDX files (None: `EDGECFL_FMNIST_DIR`, the Debian
-    /// package, then the bundled subset).
+    /// The directory of the data set (`[federation] dataset`; None: for Fashion-MNIST
+    /// `EDGECFL_FMNIST_DIR`, the Debian package, then the bundled subset; the others need one).
     pub data: Option<PathBuf>,
     /// How the training data are split over clients.
     pub partition: PartitionSpec,
@@ -69,7 +70,7 @@ pub fn default_cohort(backend: Backend, model: ModelKind) -> usize {
     match (backend.is_cpu(), model) {
         (false, _) => usize::MAX,
         (true, ModelKind::Mlp) => 10,
-        (true, ModelKind::LeNet5) => 1,
+        (true, ModelKind::LeNet5 | ModelKind::LeNet5Rgb) => 1,
     }
 }
 
@@ -180,7 +181,8 @@ pub struct RunFlags {
     /// single | complete | average | weighted | ward
     #[arg(long)]
     pub linkage: Option<Linkage>,
-    /// lenet5 | mlp
+    /// lenet5 (1×28×28) | lenet5-rgb (3×32×32) | mlp (1×28×28). Default: the data set's
+    /// LeNet-5 when --dataset is given, else the configuration's.
     #[arg(long)]
     pub model: Option<ModelKind>,
     /// Layers uploaded in round 0: final | smallest-fc | all | names (conv1,conv2).
@@ -256,8 +258,13 @@ pub struct RunFlags {
     /// Master seed (partition, initial model, sampling, local shuffles).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Fashion-MNIST directory (IDX files, .gz or plain).
-    #[arg(long)]
+    /// The data set: fmnist | mnist | cifar10 (default: the configuration's, fmnist).
+    #[arg(long, value_name = "NAME")]
+    pub dataset: Option<DatasetKind>,
+    /// The data set's directory: IDX files (.gz or plain) for fmnist and mnist; for cifar10 the
+    /// binary version's data_batch_*.bin and test_batch.bin, or an image folder
+    /// (train/<class>/*.png|jpg, test/<class>/*). Needed for all but fmnist.
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// Where the coordinator's tensor work (simulated clients, MT-HFL server-side relevance) runs:
     /// cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N]. All
@@ -311,6 +318,11 @@ impl RunFlags {
         set!(momentum => f.momentum);
         set!(lambda => f.lambda);
         set!(linkage => f.linkage);
+        if let Some(dataset) = self.dataset {
+            f.dataset = dataset;
+            // The data set's own model unless --model says otherwise.
+            f.model = self.model.unwrap_or(ModelKind::default_for(dataset));
+        }
         set!(model => f.model);
         set!(signature_layers => f.signature_layers);
         set!(eval_every => f.eval_every);

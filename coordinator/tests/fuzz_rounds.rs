@@ -27,7 +27,6 @@ use edgecfl_shared::protocol::{
     Eigenpairs, Encoding, Envelope, Hello, Id, LabelEval, ProtocolError, Tensor, ToCoordinator, id,
     text,
 };
-use edgecfl_shared::train::PIXELS;
 
 mod fuzz_common;
 use fuzz_common::{Rng, env_var};
@@ -35,7 +34,7 @@ use fuzz_common::{Rng, env_var};
 /// LeNet-5's final layer, the signature of the signature phases.
 const SIGNATURE: usize = 850;
 const K: usize = 2;
-const D: usize = PIXELS;
+const D: usize = edgecfl_shared::data::ImageShape::GREY_28.pixels();
 const ROW: usize = 6;
 const CANDIDATES: usize = 3;
 
@@ -82,6 +81,7 @@ impl Owned {
             Job::Train(training(&self.lenet)),
             Job::Evaluate(EvaluateJob { model: &self.mlp }),
             Job::GramSignature(GramJob {
+                d: D,
                 k: K,
                 encoding: Encoding::F32,
             }),

@@ -10,7 +10,7 @@
 //! `--samples` of the shard: its memory is that of a client of that partition.
 
 use clap::Args;
-use edgecfl_shared::data::fmnist::FashionMnistLabels;
+use edgecfl_shared::data::DataLabels;
 use std::time::Instant;
 
 use edgecfl_shared::model::{ModelKind, Net, Params};
@@ -24,9 +24,9 @@ use tracing::info;
 /// Arguments of `edge-client bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// lenet5 | mlp
-    #[arg(long, default_value = "lenet5")]
-    pub model: ModelKind,
+    /// lenet5 (1×28×28) | lenet5-rgb (3×32×32) | mlp (1×28×28). Default: the data set's LeNet-5.
+    #[arg(long)]
+    pub model: Option<ModelKind>,
     /// Devices to measure (comma-separated), e.g. `cpu,vulkan`: cpu (= flex) | ndarray |
     /// vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N] (`--backends` is an alias).
     #[arg(
@@ -77,6 +77,10 @@ pub struct Throughput {
 
 /// Runs the measurements.
 pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
+    let model = args
+        .model
+        .unwrap_or(ModelKind::default_for(args.shard.dataset));
+    model.check_input(args.shard.dataset)?;
     // With --partition, `_shard` stays in memory for the whole bench, as in `edge-client run`.
     let (local, _shard) = if args.shard.partition.is_some() {
         let shard = args.shard.load()?;
@@ -96,12 +100,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
         );
         (first, Some(shard))
     } else {
-        let data = FashionMnistLabels::load(args.shard.data.as_deref())?;
+        let data = DataLabels::load(args.shard.dataset, args.shard.data.as_deref())?;
         let n = args.samples.min(data.train.len());
         let idx: Vec<usize> = (0..n).collect();
         (LocalData::from_owned(data.select_train(&idx)?, 0, 0), None)
     };
-    let params = Params::init(args.model, 0);
+    let params = Params::init(model, 0);
     let mut out = Vec::new();
     for &backend in &args.backends {
         let device = backend.device()?;
@@ -137,7 +141,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<Vec<Throughput>> {
             };
             info!(
                 "{} {} batch {batch}, {threads} thread(s): {:.0} samples/s",
-                args.model, backend, t.samples_per_second
+                model, backend, t.samples_per_second
             );
             out.push(t);
         }
@@ -181,7 +185,7 @@ fn predict_throughput(
         };
         info!(
             "{} {} predict, batch {batch}: {:.0} samples/s",
-            args.model, backend, t.samples_per_second
+            params.model, backend, t.samples_per_second
         );
         out.push(t);
     }

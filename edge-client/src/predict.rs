@@ -17,7 +17,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::data::fmnist::{CLASS_NAMES, FashionMnistLabels, IMAGE_SIZE, NUM_CLASSES};
+use edgecfl_shared::data::ImageShape;
+use edgecfl_shared::data::fmnist::{FashionMnistLabels, IMAGE_SIZE, NUM_CLASSES};
 use edgecfl_shared::data::idx;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::model::Net;
@@ -99,8 +100,8 @@ pub struct Report {
     pub header: std::collections::BTreeMap<String, String>,
     /// Where the images came from.
     pub source: String,
-    /// The class names by index.
-    pub classes: [&'static str; NUM_CLASSES],
+    /// The class names by index (of the data set the model file names).
+    pub classes: &'static [&'static str],
     /// Images classified.
     pub images: usize,
     /// Seconds of the forward passes (all batches).
@@ -163,6 +164,7 @@ fn load_input(args: &PredictArgs) -> anyhow::Result<Input> {
     }
     if let Some(spec) = &args.partition {
         let shard = ShardArgs {
+            dataset: edgecfl_shared::data::DatasetKind::Fmnist,
             data: args.data.clone(),
             partition: Some(spec.clone()),
             seed: args.seed,
@@ -205,6 +207,14 @@ pub fn run(args: &PredictArgs) -> anyhow::Result<Report> {
     let ModelFile { params, meta } = model_file::from_bytes(&bytes)
         .with_context(|| format!("{} is not a usable model", args.model.display()))?;
     let header = model_file::header(&bytes)?;
+    anyhow::ensure!(
+        params.model.input() == ImageShape::GREY_28,
+        "{}: model {} takes {} images; `edge-client predict` reads 1×28×28 ones (IDX files, \
+         Fashion-MNIST shards)",
+        args.model.display(),
+        params.model,
+        params.model.input()
+    );
     let input = load_input(args)?;
     let n = input.pixels.len() / IMAGE_SIZE;
     info!(
@@ -249,7 +259,7 @@ pub fn run(args: &PredictArgs) -> anyhow::Result<Report> {
         model: params.model.to_string(),
         header,
         source: input.source,
-        classes: CLASS_NAMES,
+        classes: meta.dataset.info().class_names,
         images: n,
         seconds,
         accuracy: (labelled && n > 0).then(|| correct as f64 / n as f64),
@@ -277,7 +287,8 @@ pub fn text(r: &Report) -> String {
         r.source,
         r.seconds
     );
-    let short: Vec<String> = CLASS_NAMES
+    let short: Vec<String> = r
+        .classes
         .iter()
         .map(|c| c.chars().take(7).collect())
         .collect();
@@ -297,7 +308,7 @@ pub fn text(r: &Report) -> String {
                 let _ = write!(
                     s,
                     "{:>12}",
-                    CLASS_NAMES[k].chars().take(12).collect::<String>()
+                    r.classes[k].chars().take(12).collect::<String>()
                 );
                 for v in row {
                     let _ = write!(s, " {v:>7}");
@@ -312,7 +323,7 @@ pub fn text(r: &Report) -> String {
             }
             s.push('\n');
             for p in &r.predictions {
-                let _ = write!(s, "{:>6} {:<12}", p.index, CLASS_NAMES[p.predicted]);
+                let _ = write!(s, "{:>6} {:<12}", p.index, r.classes[p.predicted]);
                 for q in &p.probabilities {
                     let _ = write!(s, " {q:>7.4}");
                 }

@@ -1,8 +1,8 @@
-//! A client's local data: one shard of a seeded partition of Fashion-MNIST (testbeds), or
-//! the whole of a directory of IDX files (a real device with its own data).
+//! A client's local data: one shard of a seeded partition of a data set (testbeds), or the
+//! whole of a data set's directory (a real device with its own data).
 //!
-//! The labels are read first; the partition is cut from them; then the image files are streamed
-//! once and only this client's images are kept ([`FashionMnistLabels`]), as bytes
+//! The labels are read first; the partition is cut from them; then only this client's images
+//! are read ([`DataLabels`]), as bytes
 //! ([`LocalData`]), in memory or, above `--spill-above`, in a scratch file read back a batch at
 //! a time. The client never holds the full dataset, and trains on exactly the images, in the
 //! order, that cutting the shard out of the fully loaded dataset gives.
@@ -11,17 +11,22 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::data::fmnist::FashionMnistLabels;
 use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
 use edgecfl_shared::data::spill::SpillFile;
+use edgecfl_shared::data::{DataLabels, DatasetKind};
 use edgecfl_shared::protocol::{ShardInfo, text};
-use edgecfl_shared::train::{LocalData, PIXELS};
+use edgecfl_shared::train::LocalData;
 
 /// Where the client's data come from.
 #[derive(Debug, Clone, Args)]
 pub struct ShardArgs {
-    /// Fashion-MNIST directory (IDX files). Without --partition, all of it is this client's data.
-    #[arg(long)]
+    /// The data set: fmnist | mnist | cifar10.
+    #[arg(long, value_name = "NAME", default_value_t = DatasetKind::Fmnist)]
+    pub dataset: DatasetKind,
+    /// The data set's directory (IDX files for fmnist and mnist; CIFAR-10's binary version or an
+    /// image folder for cifar10; without it, fmnist is looked for in $EDGECFL_FMNIST_DIR, the
+    /// Debian package, the bundled subset). Without --partition, all of it is this client's data.
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// Take one shard of this partition (iid | label:K | dir:BETA | groups:… | rotate:G | shift:G |
     /// rotate:R*BASE | dominant:ALPHA | pairs | tasks:fmnist3).
@@ -37,7 +42,8 @@ pub struct ShardArgs {
     #[arg(long, default_value_t = 1)]
     pub of: usize,
     /// Training images above this many MiB are kept in a scratch file in --spill-dir and read
-    /// back a batch at a time, not held in memory (0: always; all of Fashion-MNIST is 45 MiB).
+    /// back a batch at a time, not held in memory (0: always; all of Fashion-MNIST is 45 MiB, of
+    /// CIFAR-10 146 MiB).
     #[arg(long, default_value_t = 16.0, value_name = "MIB")]
     pub spill_above: f64,
     /// Directory of that scratch file (default: the system's temporary directory). The file
@@ -51,7 +57,7 @@ impl ShardArgs {
     /// above `--spill-above`.
     fn training(
         &self,
-        data: &FashionMnistLabels,
+        data: &DataLabels,
         indices: &[usize],
         rotation: u8,
         shift: u8,
@@ -61,7 +67,7 @@ impl ShardArgs {
             "--spill-above must be a number of MiB ≥ 0, got {}",
             self.spill_above
         );
-        let bytes = (indices.len() * PIXELS) as f64;
+        let bytes = (indices.len() * data.shape().pixels()) as f64;
         if bytes <= self.spill_above * f64::from(1u32 << 20) {
             return Ok(LocalData::from_owned(
                 data.select_train(indices)?,
@@ -83,7 +89,13 @@ impl ShardArgs {
             bytes / f64::from(1u32 << 20),
             dir.display()
         );
-        Ok(LocalData::spilled(file, selected.labels, rotation, shift))
+        Ok(LocalData::spilled(
+            file,
+            selected.shape,
+            selected.labels,
+            rotation,
+            shift,
+        ))
     }
 }
 
@@ -103,8 +115,8 @@ pub struct Shard {
 impl ShardArgs {
     /// Loads the data and cuts this client's shard.
     pub fn load(&self) -> anyhow::Result<Shard> {
-        let data =
-            FashionMnistLabels::load(self.data.as_deref()).context("loading Fashion-MNIST")?;
+        let data = DataLabels::load(self.dataset, self.data.as_deref())
+            .with_context(|| format!("loading {}", self.dataset.info().name))?;
         let source = data.source.to_string();
         let Some(spec) = &self.partition else {
             let all: Vec<usize> = (0..data.train.len()).collect();

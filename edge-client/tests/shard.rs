@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use edge_client::shard::ShardArgs;
 use edgecfl_shared::cluster::spectral::signature_of;
+use edgecfl_shared::data::Splits;
 use edgecfl_shared::data::fmnist::{FashionMnist, SYSTEM_DIR};
 use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
 use edgecfl_shared::model::{ModelKind, Params};
@@ -20,6 +21,7 @@ fn subset() -> PathBuf {
 
 fn args(dir: &Path, spec: Option<&str>, seed: u64, index: usize, of: usize) -> ShardArgs {
     ShardArgs {
+        dataset: edgecfl_shared::data::DatasetKind::Fmnist,
         data: Some(dir.to_path_buf()),
         partition: spec.map(|s| s.parse::<PartitionSpec>().unwrap()),
         seed,
@@ -31,7 +33,7 @@ fn args(dir: &Path, spec: Option<&str>, seed: u64, index: usize, of: usize) -> S
 }
 
 /// The old way: the whole dataset in memory, the shard selected from it.
-fn old_way(data: &FashionMnist, a: &ShardArgs) -> (LocalData, LocalData) {
+fn old_way(data: &Splits, a: &ShardArgs) -> (LocalData, LocalData) {
     let Some(spec) = &a.partition else {
         let all: Vec<usize> = (0..data.train.len()).collect();
         let test: Vec<usize> = (0..data.test.len()).collect();
@@ -50,7 +52,7 @@ fn old_way(data: &FashionMnist, a: &ShardArgs) -> (LocalData, LocalData) {
     )
 }
 
-fn assert_same(data: &FashionMnist, a: &ShardArgs) {
+fn assert_same(data: &Splits, a: &ShardArgs) {
     let (train, test) = old_way(data, a);
     let shard = a.load().unwrap();
     let what = format!(

@@ -42,7 +42,7 @@ use edgecfl_shared::cluster::adjusted_rand_index;
 use edgecfl_shared::cluster::clustering::Lambda;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::cluster::spectral::{Estimate, Gram, Signature};
-use edgecfl_shared::data::{FashionMnist, PartitionSpec, partition};
+use edgecfl_shared::data::{FashionMnist, PartitionSpec, Splits, partition};
 use edgecfl_shared::protocol::Encoding;
 use edgecfl_shared::train::{Device, LocalData};
 
@@ -190,7 +190,7 @@ fn synthetic(base: &[Signature], n: usize, rng: &mut Rng) -> Vec<Signature> {
 }
 
 /// Step 0: per-client time of the partial and the full eigen-solver (see the module docs).
-fn eigen_times(data: &FashionMnist, per_task: usize) -> Result<(), BoxError> {
+fn eigen_times(data: &Splits, per_task: usize) -> Result<(), BoxError> {
     let spec: PartitionSpec = "tasks:fmnist3".parse()?;
     println!(
         "data: {}; per-client eigenpairs, partial (block Krylov) vs full (nalgebra)",

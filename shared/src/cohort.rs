@@ -9,7 +9,7 @@
 //!   [`ParamLayout`] order);
 //! - the MLP's and LeNet-5's linear layers run as batched matrix products over the client axis
 //!   (`[C, B, in] × [C, in, out]`); LeNet-5's convolutions either as one grouped convolution (the
-//!   clients are the groups: input `[B, C, 28, 28]`, weight `[C·out, in, 5, 5]`) or as im2col
+//!   clients are the groups: input `[B, C·in, H, W]`, weight `[C·out, in, 5, 5]`) or as im2col
 //!   followed by a batched matrix product (`[C, B·L, in·25] × [C, in·25, out]`), see
 //!   [`Convolution`];
 //! - the objective is Σ_c (client c's mean cross-entropy over its own batch, plus its proximal
@@ -50,8 +50,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::model::{ModelError, ModelKind, ParamLayout, Params};
 use crate::train::{
-    Backend, CLASSES, Device, EvalReport, LocalData, PIXELS, Proximal, TrainConfig, TrainError,
-    TrainReport,
+    Backend, CLASSES, Device, EvalReport, LocalData, Proximal, TrainConfig, TrainError, TrainReport,
 };
 
 /// One client's local training in a cohort: what [`crate::train::train_local_prox`] takes.
@@ -108,14 +107,17 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device, conv: Convolution) 
     let start = Instant::now();
     let mut out: Vec<Option<Trained>> = members.iter().map(|_| None).collect();
     let mut model = None;
+    let checks: Vec<Result<(), TrainError>> =
+        members.iter().map(|m| check(m, &mut model)).collect();
+    let px = model.map_or(1, |m: ModelKind| m.input().pixels());
     let mut valid = Vec::new();
     // Every valid member's images, scaled to [0, 1], after the zero image of padding, and each
     // valid member's first row among them.
-    let mut pixels = vec![0.0; PIXELS];
+    let mut pixels = vec![0.0; px];
     let mut first = Vec::new();
-    for (i, m) in members.iter().enumerate() {
-        let row = pixels.len() / PIXELS;
-        match check(m, &mut model).and_then(|()| m.data.append_unit_images(&mut pixels)) {
+    for (i, (m, checked)) in members.iter().zip(checks).enumerate() {
+        let row = pixels.len() / px;
+        match checked.and_then(|()| m.data.append_unit_images(&mut pixels)) {
             Ok(()) => {
                 valid.push(i);
                 first.push(row);
@@ -174,7 +176,9 @@ pub fn gradient_cohort(
         } else if data.is_empty() {
             Err(TrainError::NoData)
         } else {
-            check_size(params).and_then(|()| check_architecture(params.model, &mut model))
+            check_size(params)
+                .and_then(|()| crate::train::check_input(params.model, data))
+                .and_then(|()| check_architecture(params.model, &mut model))
         };
         match checked {
             Ok(()) => valid.push(t),
@@ -201,12 +205,13 @@ pub fn gradient_cohort(
     if let Some(model) = model {
         let widest = valid.iter().map(|&t| tasks[t].2).max().unwrap_or(1);
         for group in valid.chunks((EVAL_SAMPLES_PER_STEP / widest).max(1)) {
-            let mut pixels = vec![0.0; PIXELS];
+            let px = model.input().pixels();
+            let mut pixels = vec![0.0; px];
             let mut cohort = Vec::new();
             let mut first = Vec::new();
             let mut indices = Vec::new();
             for &t in group {
-                let row = pixels.len() / PIXELS;
+                let row = pixels.len() / px;
                 match tasks[t].1.append_unit_images(&mut pixels) {
                     Ok(()) => {
                         cohort.push(&members[t]);
@@ -250,8 +255,11 @@ pub fn evaluate_cohort(
     let mut out: Vec<Option<Result<EvalReport, TrainError>>> = tasks.iter().map(|_| None).collect();
     let mut model = None;
     let mut valid = Vec::new();
-    for (t, (params, _)) in tasks.iter().enumerate() {
-        match check_size(params).and_then(|()| check_architecture(params.model, &mut model)) {
+    for (t, (params, data)) in tasks.iter().enumerate() {
+        let checked = check_size(params)
+            .and_then(|()| crate::train::check_input(params.model, data))
+            .and_then(|()| check_architecture(params.model, &mut model));
+        match checked {
             Ok(()) => valid.push(t),
             Err(e) => out[t] = Some(Err(e)),
         }
@@ -262,11 +270,12 @@ pub fn evaluate_cohort(
         for group in valid.chunks((EVAL_SAMPLES_PER_STEP / b).max(1)) {
             // The group's images after the zero image, and each pair's first row (None when its
             // images cannot be read: it then only pads).
-            let mut pixels = vec![0.0; PIXELS];
+            let px = model.input().pixels();
+            let mut pixels = vec![0.0; px];
             let first: Vec<Option<usize>> = group
                 .iter()
                 .map(|&t| {
-                    let row = pixels.len() / PIXELS;
+                    let row = pixels.len() / px;
                     tasks[t]
                         .1
                         .append_unit_images(&mut pixels)
@@ -323,8 +332,9 @@ fn evaluate_group<'p>(
             Tensor::from_data(TensorData::new(flat, [c, e.len()]), device)
         })
         .collect();
-    let rows = pixels.len() / PIXELS;
-    let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, PIXELS]), device);
+    let px = shape.model.input().pixels();
+    let rows = pixels.len() / px;
+    let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, px]), device);
     let len = |i: usize| first[i].map_or(0, |_| tasks[i].1.len());
     let longest = (0..c).map(len).max().unwrap_or(0);
     let mut reports = vec![EvalReport::default(); c];
@@ -381,6 +391,7 @@ fn check(m: &Member<'_>, model: &mut Option<ModelKind>) -> Result<(), TrainError
     if let Some(p) = &m.prox {
         p.validate(m.start.model)?;
     }
+    crate::train::check_input(m.start.model, m.data)?;
     check_architecture(m.start.model, model)
 }
 
@@ -539,8 +550,9 @@ impl<'m, 'a> Cohort<'m, 'a> {
                 .collect();
             (tensors, half_mu)
         });
-        let rows = pixels.len() / PIXELS;
-        let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, PIXELS]), &ad);
+        let px = model.input().pixels();
+        let rows = pixels.len() / px;
+        let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, px]), &ad);
         Cohort {
             model,
             conv,
@@ -784,7 +796,7 @@ struct Batched<'l> {
 }
 
 impl Batched<'_> {
-    /// Whether LeNet-5 runs its convolutions grouped (its input is then `[B, C, 28, 28]`, the
+    /// Whether LeNet-5 runs its convolutions grouped (its input is then `[B, C·in, H, W]`, the
     /// models as channels; else model-major).
     fn grouped(&self) -> bool {
         self.model == ModelKind::LeNet5 && self.conv == Convolution::Grouped
@@ -800,14 +812,15 @@ impl Batched<'_> {
     }
 
     /// The step's images, rows `rows` (`[C·B]`, by [`Batched::slot`]) of `images` gathered on
-    /// the device: `[B, C, 28, 28]` for the grouped convolution, else `[C·B, 1, 28, 28]`,
-    /// client-major.
+    /// the device: `[B, C·in, H, W]` for the grouped convolution (client i's `in` channels are
+    /// group i), else `[C·B, in, H, W]`, client-major.
     fn gather(&self, images: &Tensor<2>, rows: Tensor<1, Int>) -> Tensor<4> {
         let (c, b) = (self.c, self.b);
+        let s = self.model.input();
         let shape = if self.grouped() {
-            [b, c, 28, 28]
+            [b, c * s.channels, s.height, s.width]
         } else {
-            [c * b, 1, 28, 28]
+            [c * b, s.channels, s.height, s.width]
         };
         images.clone().select(0, rows).reshape(shape)
     }
@@ -823,7 +836,7 @@ impl Batched<'_> {
             x.matmul(w) + bias
         };
         match self.model {
-            ModelKind::LeNet5 if self.grouped() => {
+            ModelKind::LeNet5 | ModelKind::LeNet5Rgb if self.grouped() => {
                 let conv = |x: Tensor<4>, k: usize| {
                     let s = shape(k);
                     let w = p[k].clone().reshape([c * s[0], s[1], s[2], s[3]]);
@@ -840,7 +853,7 @@ impl Batched<'_> {
                 let x: Tensor<3> = x.reshape([b, c, shape(4)[0]]).swap_dims(0, 1);
                 lenet_head(x, &linear)
             }
-            ModelKind::LeNet5 => {
+            ModelKind::LeNet5 | ModelKind::LeNet5Rgb => {
                 // `[C·B, in, H, W]`: each client's patches `[C, B·L, in·25]`, in the weight's
                 // `(in, kh, kw)` order, times its weight `[C, in·25, out]`, then ReLU and pooling.
                 let conv = |x: Tensor<4>, k: usize| {
@@ -864,7 +877,7 @@ impl Batched<'_> {
                 lenet_head(x.reshape([c, b, shape(4)[0]]), &linear)
             }
             ModelKind::Mlp => {
-                let x: Tensor<3> = x.reshape([c, b, PIXELS]);
+                let x: Tensor<3> = x.reshape([c, b, self.model.input().pixels()]);
                 linear(relu(linear(x, 0)), 2)
             }
         }

@@ -5,13 +5,15 @@
 //! `Params` for training or evaluation and turned back into `Params` afterwards, so aggregation,
 //! clustering signatures and the wire format are plain slices of floats.
 //!
-//! | model | architecture (input 1×28×28) | parameters | final layer |
-//! | --- | --- | --- | --- |
-//! | [`ModelKind::LeNet5`] | conv 1→6 k5, ReLU, maxpool 2, conv 6→16 k5, ReLU, maxpool 2, fc 256→120 ReLU, 120→84 ReLU, 84→10 | 44 426 | 850 |
-//! | [`ModelKind::Mlp`] | fc 784→32 ReLU, 32→10 | 25 450 | 330 |
+//! | model | input | architecture | parameters | final layer |
+//! | --- | --- | --- | --- | --- |
+//! | [`ModelKind::LeNet5`] | 1×28×28 | conv 1→6 k5, ReLU, maxpool 2, conv 6→16 k5, ReLU, maxpool 2, fc 256→120 ReLU, 120→84 ReLU, 84→10 | 44 426 | 850 |
+//! | [`ModelKind::LeNet5Rgb`] | 3×32×32 | conv 3→6 k5, ReLU, maxpool 2, conv 6→16 k5, ReLU, maxpool 2, fc 400→120 ReLU, 120→84 ReLU, 84→10 | 62 006 | 850 |
+//! | [`ModelKind::Mlp`] | 1×28×28 | fc 784→32 ReLU, 32→10 | 25 450 | 330 |
 //!
-//! LeNet-5 is NIID-Bench's / PACFL's `SimpleCNNMNIST`, the model of FedClust's FMNIST experiments;
-//! the MLP is MT-HFL's FMNIST model. Linear weights are stored in burn's `[d_input, d_output]`
+//! LeNet-5 is NIID-Bench's / PACFL's `SimpleCNNMNIST`, the model of FedClust's FMNIST experiments,
+//! and `SimpleCNN` (3 input channels, 16·5·5 = 400 features into fc1) that of its CIFAR-10 and
+//! SVHN ones; the MLP is MT-HFL's FMNIST model. Linear weights are stored in burn's `[d_input, d_output]`
 //! layout; convolution weights as `[out, in, kh, kw]`.
 //!
 //! Layer sets ([`LayerSet`]) select named tensors: FedClust's final layer, AdaCFL's smallest fully
@@ -31,6 +33,8 @@ use burn::tensor::{Gradients, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+
+use crate::data::catalog::{DatasetKind, ImageShape};
 
 /// Errors from building a model out of flat parameters.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -55,8 +59,22 @@ pub enum ModelError {
         name: String,
     },
     /// An unknown model name.
-    #[error("unknown model {0:?} (expected lenet5 or mlp)")]
+    #[error("unknown model {0:?} (expected lenet5, lenet5-rgb or mlp)")]
     UnknownModel(String),
+    /// The model does not take the data set's images.
+    #[error(
+        "model {model} takes {} images, {}'s are {}: use --model {}",
+        model.input(),
+        dataset.info().name,
+        dataset.info().shape,
+        ModelKind::default_for(*dataset)
+    )]
+    WrongInput {
+        /// The model.
+        model: ModelKind,
+        /// The data set.
+        dataset: DatasetKind,
+    },
     /// An unknown or empty layer-set description.
     #[error("layer set {0:?} selects no tensor of this model")]
     EmptyLayerSet(String),
@@ -69,7 +87,54 @@ impl fmt::Display for ModelKind {
         f.write_str(match self {
             ModelKind::LeNet5 => "lenet5",
             ModelKind::Mlp => "mlp",
+            ModelKind::LeNet5Rgb => "lenet5-rgb",
         })
+    }
+}
+
+impl ModelKind {
+    /// Every model, in `--help` order.
+    pub const ALL: [ModelKind; 3] = [ModelKind::LeNet5, ModelKind::LeNet5Rgb, ModelKind::Mlp];
+
+    /// The images the model takes.
+    pub fn input(self) -> ImageShape {
+        match self {
+            ModelKind::LeNet5 | ModelKind::Mlp => ImageShape::GREY_28,
+            ModelKind::LeNet5Rgb => ImageShape::RGB_32,
+        }
+    }
+
+    /// The data set a run of this model is on when nothing says which (a file or message from
+    /// before data sets were named): Fashion-MNIST for the grey models, CIFAR-10 for the colour
+    /// LeNet-5.
+    pub fn default_dataset(self) -> DatasetKind {
+        match self {
+            ModelKind::LeNet5 | ModelKind::Mlp => DatasetKind::Fmnist,
+            ModelKind::LeNet5Rgb => DatasetKind::Cifar10,
+        }
+    }
+
+    /// [`ModelError::WrongInput`] unless the model takes `dataset`'s images.
+    pub fn check_input(self, dataset: DatasetKind) -> Result<(), ModelError> {
+        if self.input() == dataset.info().shape {
+            Ok(())
+        } else {
+            Err(ModelError::WrongInput {
+                model: self,
+                dataset,
+            })
+        }
+    }
+
+    /// The model a data set is trained with unless `--model` says otherwise: the papers' LeNet-5
+    /// for its image shape.
+    pub fn default_for(dataset: DatasetKind) -> Self {
+        let shape = dataset.info().shape;
+        if shape == ImageShape::RGB_32 {
+            ModelKind::LeNet5Rgb
+        } else {
+            ModelKind::LeNet5
+        }
     }
 }
 
@@ -78,6 +143,7 @@ impl FromStr for ModelKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "lenet5" | "lenet-5" | "lenet" | "cnn" => Ok(ModelKind::LeNet5),
+            "lenet5-rgb" | "lenet5rgb" | "lenet-5-rgb" => Ok(ModelKind::LeNet5Rgb),
             "mlp" => Ok(ModelKind::Mlp),
             _ => Err(ModelError::UnknownModel(s.to_string())),
         }
@@ -137,6 +203,18 @@ impl ParamLayout {
                 ("conv2.bias", vec![16], 150),
                 ("fc1.weight", vec![256, 120], 256),
                 ("fc1.bias", vec![120], 256),
+                ("fc2.weight", vec![120, 84], 120),
+                ("fc2.bias", vec![84], 120),
+                ("fc3.weight", vec![84, 10], 84),
+                ("fc3.bias", vec![10], 84),
+            ],
+            ModelKind::LeNet5Rgb => vec![
+                ("conv1.weight", vec![6, 3, 5, 5], 75),
+                ("conv1.bias", vec![6], 75),
+                ("conv2.weight", vec![16, 6, 5, 5], 150),
+                ("conv2.bias", vec![16], 150),
+                ("fc1.weight", vec![400, 120], 400),
+                ("fc1.bias", vec![120], 400),
                 ("fc2.weight", vec![120, 84], 120),
                 ("fc2.bias", vec![84], 120),
                 ("fc3.weight", vec![84, 10], 84),
@@ -380,7 +458,8 @@ impl Params {
     }
 }
 
-/// LeNet-5 (NIID-Bench `SimpleCNNMNIST`).
+/// LeNet-5 (NIID-Bench `SimpleCNNMNIST`, and `SimpleCNN` with 3 input channels): the two
+/// differ only in their tensors' shapes.
 #[derive(Module, Debug)]
 pub struct LeNet5 {
     conv1: Conv2d,
@@ -463,7 +542,7 @@ impl Net {
             linear(w, b, shape, device)
         };
         match params.model {
-            ModelKind::LeNet5 => {
+            ModelKind::LeNet5 | ModelKind::LeNet5Rgb => {
                 let cv = |l: &str| {
                     let (w, shape) = get(&format!("{l}.weight"));
                     let (b, _) = get(&format!("{l}.bias"));
@@ -490,6 +569,7 @@ impl Net {
     /// The architecture.
     pub fn kind(&self) -> ModelKind {
         match self {
+            Net::LeNet5(m) if m.conv1.weight.dims()[1] == 3 => ModelKind::LeNet5Rgb,
             Net::LeNet5(_) => ModelKind::LeNet5,
             Net::Mlp(_) => ModelKind::Mlp,
         }
@@ -609,7 +689,7 @@ impl Net {
         out.2
     }
 
-    /// Logits `[batch, 10]` for images `[batch, 1, 28, 28]`.
+    /// Logits `[batch, 10]` for images `[batch, C, H, W]` of the model's [`ModelKind::input`].
     pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
         match self {
             Net::LeNet5(m) => {

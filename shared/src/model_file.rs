@@ -4,6 +4,7 @@
 //! | model | PyTorch module | tensors (PyTorch layout) |
 //! | --- | --- | --- |
 //! | [`ModelKind::LeNet5`] | NIID-Bench's `SimpleCNNMNIST(16*4*4, [120, 84], 10)` | `conv1.weight [6,1,5,5]`, `conv1.bias [6]`, `conv2.weight [16,6,5,5]`, `conv2.bias [16]`, `fc1.weight [120,256]`, `fc1.bias [120]`, `fc2.weight [84,120]`, `fc2.bias [84]`, `fc3.weight [10,84]`, `fc3.bias [10]` |
+//! | [`ModelKind::LeNet5Rgb`] | NIID-Bench's `SimpleCNN(16*5*5, [120, 84], 10)` | `conv1.weight [6,3,5,5]`, `conv1.bias [6]`, `conv2.weight [16,6,5,5]`, `conv2.bias [16]`, `fc1.weight [120,400]`, `fc1.bias [120]`, `fc2.weight [84,120]`, `fc2.bias [84]`, `fc3.weight [10,84]`, `fc3.bias [10]` |
 //! | [`ModelKind::Mlp`] | `fc1 = Linear(784, 32)`, ReLU, `fc2 = Linear(32, 10)` | `fc1.weight [32,784]`, `fc1.bias [32]`, `fc2.weight [10,32]`, `fc2.bias [10]` |
 //!
 //! Every tensor is little-endian `F32`. burn keeps a linear layer's weight as `[in, out]`
@@ -11,9 +12,9 @@
 //! on the way out and back on the way in. Convolution weights are `[out, in, kh, kw]` in both.
 //!
 //! The `__metadata__` header (string to string, as the format allows) says where the model comes
-//! from and how to feed it: [`key`] lists the keys. Input: a `[N, 1, 28, 28]` float tensor
-//! of grey levels `x = (p / 255 − input_mean) / input_std` (this project trains with mean 0 and
-//! std 1, i.e. `p / 255`).
+//! from and how to feed it: [`key`] lists the keys. Input: a `[N, C, H, W]` float tensor
+//! (`input_shape`, the model's [`ModelKind::input`]) of levels `x = (p / 255 − input_mean) /
+//! input_std` (this project trains with mean 0 and std 1, i.e. `p / 255`).
 //!
 //! [`read`] never panics on a bad file: a truncated file, an unknown model, a missing or extra
 //! tensor, a wrong shape or dtype, a non-finite value each have their [`ModelFileError`].
@@ -25,16 +26,16 @@ use burn::prelude::*;
 use burn::tensor::TensorData;
 use safetensors::tensor::{Dtype, SafeTensorError, TensorView};
 
-use crate::data::fmnist::{CLASS_NAMES, IMAGE_COLS, IMAGE_ROWS, IMAGE_SIZE, NUM_CLASSES};
+use crate::data::catalog::DatasetKind;
 use crate::model::{ModelError, ModelKind, Net, ParamLayout, Params};
 
 /// The keys of the `__metadata__` header.
 pub mod key {
     /// `"pt"`: the convention of `safetensors.torch` and Hugging Face tools.
     pub const FORMAT: &str = "format";
-    /// `lenet5` or `mlp` ([`ModelKind`](crate::model::ModelKind)'s name).
+    /// `lenet5`, `lenet5-rgb` or `mlp` ([`ModelKind`](crate::model::ModelKind)'s name).
     pub const MODEL: &str = "model";
-    /// The PyTorch module the tensors load into (`SimpleCNNMNIST`, `MLP`).
+    /// The PyTorch module the tensors load into (`SimpleCNNMNIST`, `SimpleCNN`, `MLP`).
     pub const ARCHITECTURE: &str = "architecture";
     /// The run id.
     pub const RUN_ID: &str = "run_id";
@@ -48,7 +49,10 @@ pub mod key {
     pub const ROUND: &str = "round";
     /// Mean local test accuracy of the members at their last evaluation (0 to 1).
     pub const ACCURACY: &str = "accuracy";
-    /// `[1, 28, 28]`: one input's shape (JSON array).
+    /// The data set the model was trained on (`fmnist`, `mnist`, `cifar10`); absent: the model's
+    /// default ([`ModelKind::default_dataset`](crate::model::ModelKind::default_dataset)).
+    pub const DATASET: &str = "dataset";
+    /// `[C, H, W]`, e.g. `[1, 28, 28]`: one input's shape (JSON array).
     pub const INPUT_SHAPE: &str = "input_shape";
     /// The grey level's scale before normalising: `1/255`.
     pub const INPUT_SCALE: &str = "input_scale";
@@ -91,6 +95,8 @@ impl InputNorm {
 pub struct ModelMeta {
     /// The architecture.
     pub model: ModelKind,
+    /// The data set it was trained on (its class names are the file's `classes`).
+    pub dataset: DatasetKind,
     /// The run id (`None`: an in-process run without one).
     pub run_id: Option<String>,
     /// The method that trained it.
@@ -112,6 +118,7 @@ impl ModelMeta {
     pub fn of(model: ModelKind) -> Self {
         ModelMeta {
             model,
+            dataset: model.default_dataset(),
             run_id: None,
             method: None,
             cluster: None,
@@ -154,13 +161,22 @@ impl ModelMeta {
         if let Some(a) = self.accuracy.filter(|a| a.is_finite()) {
             put(key::ACCURACY, a.to_string());
         }
-        put(key::INPUT_SHAPE, format!("[1, {IMAGE_ROWS}, {IMAGE_COLS}]"));
+        let shape = self.model.input();
+        // Only where it is not the model's default: a Fashion-MNIST model's file is byte for byte
+        // what it was before data sets were named.
+        if self.dataset != self.model.default_dataset() {
+            put(key::DATASET, self.dataset.to_string());
+        }
+        put(
+            key::INPUT_SHAPE,
+            format!("[{}, {}, {}]", shape.channels, shape.height, shape.width),
+        );
         put(key::INPUT_SCALE, "1/255".into());
         put(key::INPUT_MEAN, self.input.mean.to_string());
         put(key::INPUT_STD, self.input.std.to_string());
         put(
             key::CLASSES,
-            serde_json::to_string(&CLASS_NAMES).unwrap_or_else(|_| "[]".into()),
+            serde_json::to_string(self.dataset.info().class_names).unwrap_or_else(|_| "[]".into()),
         );
         m
     }
@@ -196,10 +212,19 @@ impl ModelMeta {
         }
         if let Some(v) = get(key::INPUT_SHAPE) {
             let shape: Option<Vec<usize>> = serde_json::from_str(v).ok();
-            if shape.as_deref() != Some(&[1, IMAGE_ROWS, IMAGE_COLS][..]) {
+            let own = model.input();
+            if shape.as_deref() != Some(&[own.channels, own.height, own.width][..]) {
                 return Err(bad(key::INPUT_SHAPE, v));
             }
         }
+        let dataset = match get(key::DATASET) {
+            None => model.default_dataset(),
+            Some(v) => v
+                .parse::<DatasetKind>()
+                .ok()
+                .filter(|d| d.info().shape == model.input())
+                .ok_or_else(|| bad(key::DATASET, v))?,
+        };
         let input = InputNorm {
             mean: parse_f32(key::INPUT_MEAN, 0.0)?,
             std: parse_f32(key::INPUT_STD, 1.0)?,
@@ -216,6 +241,7 @@ impl ModelMeta {
             .transpose()?;
         Ok(ModelMeta {
             model,
+            dataset,
             run_id: get(key::RUN_ID).map(String::from),
             method: get(key::METHOD).map(String::from),
             cluster: parse_usize(key::CLUSTER)?,
@@ -231,6 +257,7 @@ impl ModelMeta {
 pub fn architecture(model: ModelKind) -> &'static str {
     match model {
         ModelKind::LeNet5 => "SimpleCNNMNIST",
+        ModelKind::LeNet5Rgb => "SimpleCNN",
         ModelKind::Mlp => "MLP",
     }
 }
@@ -579,8 +606,11 @@ pub fn from_bytes(bytes: &[u8]) -> Result<ModelFile, ModelFileError> {
         Some(m) => m
             .parse::<ModelKind>()
             .map_err(|_| ModelFileError::UnknownModel(m.clone()))?,
-        None if raw.tensor("conv1.weight").is_some() => ModelKind::LeNet5,
-        None => ModelKind::Mlp,
+        None => match raw.tensor("conv1.weight").map(|t| t.shape.get(1).copied()) {
+            Some(Some(3)) => ModelKind::LeNet5Rgb,
+            Some(_) => ModelKind::LeNet5,
+            None => ModelKind::Mlp,
+        },
     };
     let layout = ParamLayout::of(model);
     // Extra tensors first (the first by name, for a deterministic error).
@@ -653,12 +683,13 @@ pub fn header(bytes: &[u8]) -> Result<BTreeMap<String, String>, ModelFileError> 
     Ok(parse(bytes)?.header.metadata.unwrap_or_default())
 }
 
-/// Logits (`images.len() / 784` rows of [`NUM_CLASSES`], row-major) of `net` for 28 × 28 grey
-/// images, `input` normalised, in batches of `batch`.
+/// Logits (one row of 10 per image, row-major) of `net` for images of its
+/// [`ModelKind::input`] shape (`C × H × W` bytes each), `input` normalised, in batches of
+/// `batch`.
 ///
 /// # Errors
 ///
-/// [`ModelFileError::Format`] when `images` is not a whole number of 28 × 28 images.
+/// [`ModelFileError::Format`] when `images` is not a whole number of such images.
 pub fn logits(
     net: &Net,
     images: &[u8],
@@ -666,17 +697,19 @@ pub fn logits(
     batch: usize,
     device: &Device,
 ) -> Result<Vec<f32>, ModelFileError> {
-    if !images.len().is_multiple_of(IMAGE_SIZE) {
+    let shape = net.kind().input();
+    let size = shape.pixels();
+    if !images.len().is_multiple_of(size) {
         return Err(ModelFileError::Format(format!(
-            "{} pixels are not a whole number of {IMAGE_ROWS}×{IMAGE_COLS} images",
+            "{} pixels are not a whole number of {shape} images",
             images.len()
         )));
     }
-    let mut out = Vec::with_capacity(images.len() / IMAGE_SIZE * NUM_CLASSES);
-    for chunk in images.chunks(batch.max(1) * IMAGE_SIZE) {
-        let n = chunk.len() / IMAGE_SIZE;
+    let mut out = Vec::with_capacity(images.len() / size * 10);
+    for chunk in images.chunks(batch.max(1) * size) {
+        let n = chunk.len() / size;
         let px: Vec<f32> = chunk.iter().map(|&p| input.apply(p)).collect();
-        let x = Tensor::<4>::from_data(TensorData::new(px, [n, 1, IMAGE_ROWS, IMAGE_COLS]), device);
+        let x = Tensor::<4>::from_data(TensorData::new(px, shape.batch(n)), device);
         let data = net.forward(x).into_data();
         match data.as_slice::<f32>() {
             Ok(v) => out.extend_from_slice(v),
@@ -738,7 +771,7 @@ mod tests {
 
     #[test]
     fn write_then_read_gives_identical_parameters_and_header() {
-        for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+        for model in ModelKind::ALL {
             let p = Params::init(model, 3);
             let m = meta(model);
             let dir = std::env::temp_dir()
@@ -1009,7 +1042,7 @@ mod tests {
         let device = Device::flex();
         let p = Params::init(ModelKind::LeNet5, 4);
         let back = from_bytes(&to_bytes(&p, &ModelMeta::of(p.model)).unwrap()).unwrap();
-        let images: Vec<u8> = (0..3 * IMAGE_SIZE).map(|i| (i * 7 % 256) as u8).collect();
+        let images: Vec<u8> = (0..3 * 784).map(|i| (i * 7 % 256) as u8).collect();
         let a = logits(
             &Net::from_params(&p, &device),
             &images,

@@ -18,7 +18,7 @@ use crate::cluster::spectral::{Estimate, Gram, Signature};
 use crate::cohort::{
     Convolution, GradientTask, Member, Trained, evaluate_cohort, gradient_cohort, train_cohort,
 };
-use crate::data::fmnist::{Dataset, FashionMnist};
+use crate::data::dataset::{Dataset, Splits};
 use crate::data::partition::{Partition, shift_label};
 use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
 use crate::jobs::{Trainer, Training, Update};
@@ -215,11 +215,7 @@ pub struct SimPool {
 
 impl SimPool {
     /// Builds the clients of `partition` over `data`, training on `backend`.
-    pub fn new(
-        data: &FashionMnist,
-        partition: &Partition,
-        backend: Backend,
-    ) -> Result<Self, TrainError> {
+    pub fn new(data: &Splits, partition: &Partition, backend: Backend) -> Result<Self, TrainError> {
         let device = backend.device()?;
         let mut infos = Vec::new();
         let mut train = Vec::new();
@@ -695,6 +691,7 @@ impl SimPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::fmnist::FashionMnist;
     use crate::jobs::PickJob;
     use crate::model::ModelKind;
 

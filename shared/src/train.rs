@@ -25,13 +25,12 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::data::fmnist::Dataset;
+use crate::data::catalog::ImageShape;
+use crate::data::dataset::Dataset;
 use crate::data::partition::{rotate_image, shift_label};
 use crate::data::spill::SpillFile;
 use crate::model::{ModelError, ModelKind, Net, ParamLayout, Params};
 
-/// Pixels per image (28×28).
-pub const PIXELS: usize = 28 * 28;
 /// Number of classes.
 pub const CLASSES: usize = 10;
 
@@ -118,7 +117,7 @@ impl Backend {
         match self {
             Backend::Flex => true,
             Backend::Ndarray => cfg!(feature = "ndarray"),
-            Backend::Vulkan(_) => cfg!(feature = "vulkan"),
+            Backend::Vulkan(_) => cfg!(feature = "vulkan-backend"),
             Backend::Tch(_) => cfg!(feature = "tch"),
             Backend::Cuda(_) => cfg!(feature = "cuda"),
         }
@@ -164,7 +163,7 @@ impl Backend {
     /// [`TrainError::DeviceUnavailable`], rather than as a panic in the middle of training.
     pub fn device(self) -> Result<Device, TrainError> {
         self.check_compiled()?;
-        #[cfg(any(feature = "vulkan", feature = "cuda"))]
+        #[cfg(feature = "gpu-cache")]
         if matches!(self, Backend::Vulkan(_) | Backend::Cuda(_)) {
             keep_compiled_kernels();
         }
@@ -198,7 +197,7 @@ impl Backend {
         match self {
             #[cfg(feature = "ndarray")]
             Backend::Ndarray => Device::ndarray(),
-            #[cfg(feature = "vulkan")]
+            #[cfg(feature = "vulkan-backend")]
             Backend::Vulkan(adapter) => Device::vulkan(match adapter {
                 VulkanAdapter::Default => burn::tensor::DeviceKind::DefaultDevice,
                 VulkanAdapter::Discrete(i) => burn::tensor::DeviceKind::DiscreteGpu(i),
@@ -259,8 +258,9 @@ fn first_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 /// `~/.cache/cubecl`; keyed by the binary's build, so a rebuilt binary compiles afresh). Off in
 /// CubeCL's defaults; a `cubecl.toml` of the user's ([`cubecl_configuration_file`]) is left to
 /// decide. CubeCL reads its configuration once per process, when a device first starts, so this
-/// runs before; once it was read (another device started first), nothing changes.
-#[cfg(any(feature = "vulkan", feature = "cuda"))]
+/// runs before; once it was read (another device started first), nothing changes. Only with the
+/// cargo feature `gpu-cache` (part of `vulkan` and `cuda`), which compiles CubeCL's caches in.
+#[cfg(feature = "gpu-cache")]
 fn keep_compiled_kernels() {
     use cubecl_runtime::config::{CubeClRuntimeConfig, RuntimeConfig};
     let configured = std::env::current_dir()
@@ -276,7 +276,7 @@ fn keep_compiled_kernels() {
 /// The CubeCL configuration file that CubeCL would read from `dir`: the first of `cubecl.toml`,
 /// `CubeCL.toml`, or a `burn.toml`/`Burn.toml` with a `[cubecl…]` table, in `dir` or the
 /// nearest of its parents (CubeCL's own search order).
-#[cfg_attr(not(any(feature = "vulkan", feature = "cuda")), allow(dead_code))]
+#[cfg_attr(not(feature = "gpu-cache"), allow(dead_code))]
 fn cubecl_configuration_file(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     dir.ancestors().find_map(|dir| {
         let own = ["cubecl.toml", "CubeCL.toml"].map(|name| dir.join(name));
@@ -434,6 +434,20 @@ fn one_thread() -> usize {
     1
 }
 
+/// [`TrainError::InvalidConfig`] unless `data`'s images have the shape `model` takes (no data
+/// fits every model).
+pub(crate) fn check_input(model: ModelKind, data: &LocalData) -> Result<(), TrainError> {
+    if data.is_empty() || data.shape() == model.input() {
+        Ok(())
+    } else {
+        Err(TrainError::InvalidConfig(format!(
+            "model {model} takes {} images, these are {}",
+            model.input(),
+            data.shape()
+        )))
+    }
+}
+
 /// The most threads one training call may split its batches over.
 pub const MAX_TRAIN_THREADS: usize = 256;
 
@@ -445,10 +459,14 @@ pub const MAX_TRAIN_THREADS: usize = 256;
 pub const MIN_PART_MACS: usize = 4_500_000;
 
 /// Multiply-adds of one sample's forward pass: LeNet-5 6·24²·25 + 16·8²·150 + 256·120 + 120·84 +
-/// 84·10 = 281 640, the MLP 784·32 + 32·10 = 25 408.
+/// 84·10 = 281 640, on colour 32 × 32 images 6·28²·75 + 16·10²·150 + 400·120 + 120·84 + 84·10 =
+/// 651 720, the MLP 784·32 + 32·10 = 25 408.
 fn forward_macs(model: ModelKind) -> usize {
     match model {
         ModelKind::LeNet5 => 6 * 24 * 24 * 25 + 16 * 8 * 8 * 150 + 256 * 120 + 120 * 84 + 84 * 10,
+        ModelKind::LeNet5Rgb => {
+            6 * 28 * 28 * 75 + 16 * 10 * 10 * 150 + 400 * 120 + 120 * 84 + 84 * 10
+        }
         ModelKind::Mlp => 784 * 32 + 32 * 10,
     }
 }
@@ -499,10 +517,12 @@ pub struct LocalData {
     pixels: Pixels,
     /// One label per sample.
     pub labels: Vec<u8>,
+    /// The shape of every image.
+    shape: ImageShape,
 }
 
-/// Where a [`LocalData`]'s images are: `len() * 784` grey levels (0 = background), image after
-/// image, each 28 × 28 row-major.
+/// Where a [`LocalData`]'s images are: `len() * shape.pixels()` bytes, image after image, each
+/// `C × H × W`.
 #[derive(Debug, Clone)]
 enum Pixels {
     /// In memory, rotation applied.
@@ -537,28 +557,47 @@ pub fn to_unit(p: u8) -> f32 {
 }
 
 impl LocalData {
-    /// Samples from their pixels (`labels.len() * 784` grey levels, image after image, rotation
-    /// applied) and labels.
+    /// Samples of 28 × 28 grey images (Fashion-MNIST's and MNIST's) from their pixels
+    /// (`labels.len() * 784` grey levels, image after image, rotation applied) and labels.
     pub fn new(pixels: Vec<u8>, labels: Vec<u8>) -> Self {
+        Self::with_shape(ImageShape::GREY_28, pixels, labels)
+    }
+
+    /// Samples of images of `shape` from their pixels (`labels.len() * shape.pixels()` bytes,
+    /// image after image, rotation applied) and labels.
+    pub fn with_shape(shape: ImageShape, pixels: Vec<u8>, labels: Vec<u8>) -> Self {
         LocalData {
             pixels: Pixels::Memory(pixels),
             labels,
+            shape,
         }
     }
 
-    /// Samples whose images are in `file` (`labels.len() * 784` grey levels from byte 0, as
-    /// [`decode_images_selected_to`](crate::data::idx::decode_images_selected_to) writes them),
-    /// rotated by `quarter_turns` × 90° as they are read, every label `y` replaced by
-    /// `(y + label_shift) mod 10`: the samples [`from_owned`](Self::from_owned) makes of the
+    /// Samples whose images of `shape` are in `file` (`labels.len() * shape.pixels()` bytes
+    /// from byte 0, as [`decode_images_selected_to`](crate::data::idx::decode_images_selected_to)
+    /// writes them), rotated by `quarter_turns` × 90° as they are read, every label `y` replaced
+    /// by `(y + label_shift) mod 10`: the samples [`from_owned`](Self::from_owned) makes of the
     /// same images in memory.
-    pub fn spilled(file: SpillFile, labels: Vec<u8>, quarter_turns: u8, label_shift: u8) -> Self {
+    pub fn spilled(
+        file: SpillFile,
+        shape: ImageShape,
+        labels: Vec<u8>,
+        quarter_turns: u8,
+        label_shift: u8,
+    ) -> Self {
         LocalData {
             pixels: Pixels::Spilled(Arc::new(file), quarter_turns % 4),
             labels: labels
                 .into_iter()
                 .map(|l| shift_label(l, label_shift))
                 .collect(),
+            shape,
         }
+    }
+
+    /// The shape of every image.
+    pub fn shape(&self) -> ImageShape {
+        self.shape
     }
 
     /// Takes `indices` of `data`, rotated by `quarter_turns` × 90°.
@@ -576,18 +615,18 @@ impl LocalData {
         quarter_turns: u8,
         label_shift: u8,
     ) -> Self {
-        let mut pixels = Vec::with_capacity(indices.len() * PIXELS);
+        let mut pixels = Vec::with_capacity(indices.len() * data.shape.pixels());
         let mut labels = Vec::with_capacity(indices.len());
         for &i in indices {
             let img = data.image(i);
             if quarter_turns.is_multiple_of(4) {
                 pixels.extend_from_slice(img);
             } else {
-                pixels.extend_from_slice(&rotate_image(img, quarter_turns));
+                pixels.extend_from_slice(&rotate_image(img, data.shape, quarter_turns));
             }
             labels.push(shift_label(data.labels[i], label_shift));
         }
-        LocalData::new(pixels, labels)
+        LocalData::with_shape(data.shape, pixels, labels)
     }
 
     /// All of `data`, in order, rotated and label-shifted as [`from_dataset_shifted`]
@@ -600,17 +639,18 @@ impl LocalData {
         let Dataset {
             images: mut pixels,
             mut labels,
+            shape,
         } = data;
         if !quarter_turns.is_multiple_of(4) {
-            for img in pixels.chunks_exact_mut(PIXELS) {
-                let r = rotate_image(img, quarter_turns);
+            for img in pixels.chunks_exact_mut(shape.pixels()) {
+                let r = rotate_image(img, shape, quarter_turns);
                 img.copy_from_slice(&r);
             }
         }
         for l in &mut labels {
             *l = shift_label(*l, label_shift);
         }
-        LocalData::new(pixels, labels)
+        LocalData::with_shape(shape, pixels, labels)
     }
 
     /// Number of samples.
@@ -628,12 +668,15 @@ impl LocalData {
     pub fn first(&self, n: usize) -> LocalData {
         let n = n.min(self.len());
         let pixels = match &self.pixels {
-            Pixels::Memory(p) => Pixels::Memory(p[..(n * PIXELS).min(p.len())].to_vec()),
+            Pixels::Memory(p) => {
+                Pixels::Memory(p[..(n * self.shape.pixels()).min(p.len())].to_vec())
+            }
             Pixels::Spilled(file, turns) => Pixels::Spilled(Arc::clone(file), *turns),
         };
         LocalData {
             pixels,
             labels: self.labels[..n].to_vec(),
+            shape: self.shape,
         }
     }
 
@@ -662,18 +705,19 @@ impl LocalData {
                 format!("samples {start}..{} of {}", start + count, self.len()),
             ));
         }
+        let px = self.shape.pixels();
         match &self.pixels {
             Pixels::Memory(p) => {
-                let range = start * PIXELS..(start + count) * PIXELS;
+                let range = start * px..(start + count) * px;
                 out.extend_from_slice(p.get(range).ok_or(io::ErrorKind::UnexpectedEof)?);
             }
             Pixels::Spilled(file, turns) => {
                 let at = out.len();
-                out.resize(at + count * PIXELS, 0);
-                file.read_at(&mut out[at..], (start * PIXELS) as u64)?;
+                out.resize(at + count * px, 0);
+                file.read_at(&mut out[at..], (start * px) as u64)?;
                 if *turns != 0 {
-                    for img in out[at..].chunks_exact_mut(PIXELS) {
-                        let r = rotate_image(img, *turns);
+                    for img in out[at..].chunks_exact_mut(px) {
+                        let r = rotate_image(img, self.shape, *turns);
                         img.copy_from_slice(&r);
                     }
                 }
@@ -682,7 +726,7 @@ impl LocalData {
         Ok(())
     }
 
-    /// All the pixels, `len() * 784` bytes (borrowed when in memory).
+    /// All the pixels, `len() * shape().pixels()` bytes (borrowed when in memory).
     ///
     /// # Errors
     ///
@@ -691,28 +735,34 @@ impl LocalData {
         match &self.pixels {
             Pixels::Memory(p) => Ok(Cow::Borrowed(p)),
             Pixels::Spilled(..) => {
-                let mut out = Vec::with_capacity(self.len() * PIXELS);
+                let mut out = Vec::with_capacity(self.len() * self.shape.pixels());
                 self.read_images(0, self.len(), &mut out)?;
                 Ok(Cow::Owned(out))
             }
         }
     }
 
-    /// Sample `i`'s image scaled to `[0, 1]` ([`to_unit`]) into `out` (784 floats).
+    /// Sample `i`'s image scaled to `[0, 1]` ([`to_unit`]) into `out` (`shape().pixels()`
+    /// floats).
     ///
     /// # Errors
     ///
-    /// As [`read_images`](Self::read_images); `out` not 784 long is `InvalidInput`.
+    /// As [`read_images`](Self::read_images); `out` of another length is `InvalidInput`.
     pub(crate) fn unit_image(&self, i: usize, out: &mut [f32]) -> io::Result<()> {
-        if out.len() != PIXELS {
+        let px = self.shape.pixels();
+        if out.len() != px {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "an image is 784 pixels",
+                format!(
+                    "an image of {} is {px} pixels, not {}",
+                    self.shape,
+                    out.len()
+                ),
             ));
         }
         let mut one = Vec::new();
         let img = match &self.pixels {
-            Pixels::Memory(p) => p.get(i * PIXELS..(i + 1) * PIXELS).ok_or_else(|| {
+            Pixels::Memory(p) => p.get(i * px..(i + 1) * px).ok_or_else(|| {
                 io::Error::new(io::ErrorKind::UnexpectedEof, format!("no image {i}"))
             })?,
             Pixels::Spilled(..) => {
@@ -728,8 +778,9 @@ impl LocalData {
     /// cannot be read.
     pub(crate) fn append_unit_images(&self, pixels: &mut Vec<f32>) -> Result<(), TrainError> {
         let at = pixels.len();
-        pixels.resize(at + self.len() * PIXELS, 0.0);
-        for (s, out) in pixels[at..].chunks_exact_mut(PIXELS).enumerate() {
+        let px = self.shape.pixels();
+        pixels.resize(at + self.len() * px, 0.0);
+        for (s, out) in pixels[at..].chunks_exact_mut(px).enumerate() {
             if let Err(e) = self.unit_image(s, out) {
                 pixels.truncate(at);
                 return Err(TrainError::Data(e.to_string()));
@@ -740,13 +791,13 @@ impl LocalData {
 
     /// The batch of samples `idx`, scaled to `[0, 1]`.
     fn images(&self, idx: &[usize], device: &Device) -> Result<Tensor<4>, TrainError> {
-        let mut px = vec![0.0; idx.len() * PIXELS];
-        for (&i, out) in idx.iter().zip(px.chunks_exact_mut(PIXELS)) {
+        let mut px = vec![0.0; idx.len() * self.shape.pixels()];
+        for (&i, out) in idx.iter().zip(px.chunks_exact_mut(self.shape.pixels())) {
             self.unit_image(i, out)
                 .map_err(|e| TrainError::Data(e.to_string()))?;
         }
         Ok(Tensor::<4>::from_data(
-            TensorData::new(px, [idx.len(), 1, 28, 28]),
+            TensorData::new(px, self.shape.batch(idx.len())),
             device,
         ))
     }
@@ -878,6 +929,7 @@ fn train_local_with_shard(
 ) -> Result<(Params, TrainReport), TrainError> {
     cfg.validate()?;
     check_len(params)?;
+    check_input(params.model, data)?;
     if let Some(p) = &prox {
         p.validate(params.model)?;
     }
@@ -1083,11 +1135,12 @@ impl Step {
     }
 }
 
-/// A training call's shard on the device: its images (`[N, 784]`, scaled to `[0, 1]`) and labels,
-/// sent once, so that each step gathers its rows there instead of sending them.
+/// A training call's shard on the device: its images (`[N, C·H·W]`, scaled to `[0, 1]`) and
+/// labels, sent once, so that each step gathers its rows there instead of sending them.
 struct Shard {
     images: Tensor<2>,
     labels: Tensor<1, Int>,
+    shape: ImageShape,
 }
 
 impl Shard {
@@ -1095,18 +1148,23 @@ impl Shard {
         let mut pixels = Vec::new();
         data.append_unit_images(&mut pixels)?;
         let labels: Vec<i64> = data.labels.iter().map(|&l| i64::from(l)).collect();
+        let shape = data.shape();
         Ok(Shard {
-            images: Tensor::from_data(TensorData::new(pixels, [data.len(), PIXELS]), device),
+            images: Tensor::from_data(
+                TensorData::new(pixels, [data.len(), shape.pixels()]),
+                device,
+            ),
             labels: Tensor::from_data(TensorData::new(labels, [data.len()]), device),
+            shape,
         })
     }
 
-    /// The images `[n, 1, 28, 28]` and labels of the samples at `rows`.
+    /// The images `[n, C, H, W]` and labels of the samples at `rows`.
     fn gather(&self, rows: Tensor<1, Int>) -> (Tensor<4>, Tensor<1, Int>) {
         let n = rows.dims()[0];
         let images = self.images.clone().select(0, rows.clone());
         (
-            images.reshape([n, 1, 28, 28]),
+            images.reshape(self.shape.batch(n)),
             self.labels.clone().select(0, rows),
         )
     }
@@ -1278,6 +1336,7 @@ pub fn gradient(
         return Err(TrainError::NoData);
     }
     check_len(params)?;
+    check_input(params.model, data)?;
     let ad = device.clone().autodiff();
     let net = Net::from_params(params, &ad);
     let loss_fn = CrossEntropyLossConfig::new().init(&ad);
@@ -1470,11 +1529,12 @@ pub fn evaluate(
     batch_size: usize,
     device: &Device,
 ) -> Result<EvalReport, TrainError> {
-    let net = Net::from_params(params, device);
     let mut rep = EvalReport::default();
     if data.is_empty() {
         return Ok(rep);
     }
+    check_input(params.model, data)?;
+    let net = Net::from_params(params, device);
     // Every batch's predictions and log-probabilities stay on the device until the end and are
     // read in one transfer each: a GPU is not waited for at every batch.
     let idx: Vec<usize> = (0..data.len()).collect();
@@ -1508,7 +1568,7 @@ mod tests {
     /// 23 samples of made-up images: batches of 5 leave a short last batch.
     fn made_up_data() -> LocalData {
         let n = 23;
-        let pixels = (0..n * PIXELS).map(|i| (i * 7919 % 251) as u8).collect();
+        let pixels = (0..n * 784).map(|i| (i * 7919 % 251) as u8).collect();
         LocalData::new(pixels, (0..n).map(|i| (i * 3 % 10) as u8).collect())
     }
 

@@ -27,7 +27,7 @@ fn config(lambda: Lambda) -> MethodConfig {
     )
 }
 
-fn parts(spec: &str, n: usize) -> (FashionMnist, Partition) {
+fn parts(spec: &str, n: usize) -> (edgecfl_shared::data::Splits, Partition) {
     let data = FashionMnist::bundled().unwrap();
     let spec: PartitionSpec = spec.parse().unwrap();
     let part = partition(&spec, &data.train.labels, n, 7).unwrap();
@@ -85,7 +85,7 @@ fn pairs_form_one_pre_cluster_and_ten_clusters() {
 
 /// 12 clients of `groups:012-34-56-789` (group `i % 4`) reordered so that the last four are one
 /// client of group 0 and the three of group 3: round 0 sees groups 0-2 only.
-fn unseen_group() -> (FashionMnist, Partition, Vec<usize>) {
+fn unseen_group() -> (edgecfl_shared::data::Splits, Partition, Vec<usize>) {
     let (data, mut part) = parts("groups:012-34-56-789", 12);
     let truth = part.truth.clone().unwrap();
     let mut order: Vec<usize> = (0..12).filter(|&i| truth[i] != 3 && i != 8).collect();

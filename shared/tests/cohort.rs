@@ -32,6 +32,38 @@ fn local(n: usize, offset: usize) -> LocalData {
     LocalData::from_dataset(&data.train, &idx, 0)
 }
 
+/// `n` training samples from `offset` for `model`: Fashion-MNIST's images, or for a colour model
+/// (3×32×32) those images framed by 2 pixels of background and made three channels that differ
+/// (R the levels, G inverted, B halved), so that the labels still follow the picture.
+fn local_for(model: ModelKind, n: usize, offset: usize) -> LocalData {
+    let grey = local(n, offset);
+    let shape = model.input();
+    if shape == grey.shape() {
+        return grey;
+    }
+    let px = grey.pixels().unwrap();
+    let mut rgb = Vec::with_capacity(n * shape.pixels());
+    for img in px.chunks_exact(28 * 28) {
+        for c in 0..3 {
+            for r in 0..32 {
+                for col in 0..32 {
+                    let p = if (2..30).contains(&r) && (2..30).contains(&col) {
+                        img[(r - 2) * 28 + col - 2]
+                    } else {
+                        0
+                    };
+                    rgb.push(match c {
+                        0 => p,
+                        1 => 255 - p,
+                        _ => p / 2,
+                    });
+                }
+            }
+        }
+    }
+    LocalData::with_shape(shape, rgb, grey.labels.clone())
+}
+
 fn cfg(epochs: usize, batch_size: usize, lr: f64, momentum: f64, seed: u64) -> TrainConfig {
     TrainConfig {
         epochs,
@@ -61,7 +93,7 @@ fn cut_short(data: &LocalData) -> LocalData {
     let mut five = Vec::new();
     data.read_images(0, 5, &mut five).unwrap();
     file.write_at(&five, 0).unwrap();
-    LocalData::spilled(file, data.labels.clone(), 0, 0)
+    LocalData::spilled(file, data.shape(), data.labels.clone(), 0, 0)
 }
 
 /// Each member trained in one cohort equals it trained alone, whichever way the cohort computes
@@ -102,9 +134,14 @@ fn check_against_alone_with(members: &[Member<'_>], device: &Device, conv: Convo
 fn a_cohort_trains_each_client_as_it_is_trained_alone() {
     let (backend, device) = common::device_from_env("EDGECFL_TEST_COHORT_DEVICE", "cpu");
     eprintln!("cohort against alone on {backend}");
-    for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+    for model in ModelKind::ALL {
         // Unequal shards, each with a short last batch (23 = 2·10 + 3, 37, 8 < one batch, 50).
-        let data = [local(23, 0), local(37, 100), local(8, 200), local(50, 300)];
+        let data = [
+            local_for(model, 23, 0),
+            local_for(model, 37, 100),
+            local_for(model, 8, 200),
+            local_for(model, 50, 300),
+        ];
         let starts: Vec<Params> = (0..4).map(|i| Params::init(model, 10 + i)).collect();
         let anchor = Params::init(model, 99);
         let members = [
@@ -413,13 +450,13 @@ fn a_diverging_client_fails_a_run_in_cohorts_as_it_does_alone() {
 #[test]
 fn a_batched_evaluation_reports_what_each_model_reports_alone() {
     let device = Device::default();
-    for model in [ModelKind::LeNet5, ModelKind::Mlp] {
+    for model in ModelKind::ALL {
         let data = [
-            local(23, 0),
-            local(37, 100),
-            local(8, 200),
-            local(0, 0),
-            local(50, 300),
+            local_for(model, 23, 0),
+            local_for(model, 37, 100),
+            local_for(model, 8, 200),
+            local_for(model, 0, 0),
+            local_for(model, 50, 300),
         ];
         let models: Vec<Params> = (0..5).map(|i| Params::init(model, 40 + i)).collect();
         let tasks: Vec<(&Params, &LocalData)> = models.iter().zip(&data).collect();
@@ -489,8 +526,13 @@ fn a_batched_evaluation_reports_what_each_model_reports_alone() {
 #[test]
 fn batched_gradients_are_each_models_gradient_alone() {
     let device = Device::default();
-    for model in [ModelKind::LeNet5, ModelKind::Mlp] {
-        let data = [local(23, 0), local(37, 100), local(8, 200), local(50, 300)];
+    for model in ModelKind::ALL {
+        let data = [
+            local_for(model, 23, 0),
+            local_for(model, 37, 100),
+            local_for(model, 8, 200),
+            local_for(model, 50, 300),
+        ];
         let models: Vec<Params> = (0..4).map(|i| Params::init(model, 60 + i)).collect();
         for conv in [Convolution::Grouped, Convolution::Im2col] {
             for batches in [[10, 7, 10, 16], [2048; 4]] {

@@ -10,14 +10,16 @@ use std::sync::OnceLock;
 use edgecfl_shared::data::fmnist::{BUNDLED_TEST_PER_CLASS, BUNDLED_TRAIN_PER_CLASS, SYSTEM_DIR};
 use edgecfl_shared::data::idx::{self, IMAGES_MAGIC, LABELS_MAGIC};
 use edgecfl_shared::data::{
-    CLASS_NAMES, ClientShard, DataError, DataSource, Dataset, FashionMnist, IdxError, Partition,
-    PartitionError, PartitionSpec, SpecError, client_datasets, local_test_indices, partition,
-    rotate_image, shift_label,
+    ClientShard, DataError, DataSource, Dataset, DatasetKind, FashionMnist, IdxError, ImageShape,
+    Partition, PartitionError, PartitionSpec, SpecError, Splits, client_datasets,
+    local_test_indices, partition, rotate_image, shift_label,
 };
 use edgecfl_shared::train::LocalData;
 
-fn bundled() -> &'static FashionMnist {
-    static DATA: OnceLock<FashionMnist> = OnceLock::new();
+mod real_data;
+
+fn bundled() -> &'static Splits {
+    static DATA: OnceLock<Splits> = OnceLock::new();
     DATA.get_or_init(|| FashionMnist::bundled().expect("bundled subset loads"))
 }
 
@@ -61,14 +63,14 @@ fn bundled_counts() {
     assert_eq!(d.test.len(), 1000);
     assert_eq!(d.train.images.len(), 3000 * 784);
     assert_eq!(d.test.images.len(), 1000 * 784);
-    assert_eq!(d.train.label_counts(), [BUNDLED_TRAIN_PER_CLASS; 10]);
-    assert_eq!(d.test.label_counts(), [BUNDLED_TEST_PER_CLASS; 10]);
-    assert_eq!(d.train.label_counts(), [300; 10]);
-    assert_eq!(d.test.label_counts(), [100; 10]);
+    assert_eq!(d.train.label_counts(10), [BUNDLED_TRAIN_PER_CLASS; 10]);
+    assert_eq!(d.test.label_counts(10), [BUNDLED_TEST_PER_CLASS; 10]);
+    assert_eq!(d.train.label_counts(10), [300; 10]);
+    assert_eq!(d.test.label_counts(10), [100; 10]);
     // Not blank: real images have ink.
     assert!(d.train.image(0).iter().any(|&p| p > 0));
     assert!(d.source.to_string().contains("bundled"));
-    assert_eq!(CLASS_NAMES[9], "Ankle boot");
+    assert_eq!(DatasetKind::Fmnist.info().class_names[9], "Ankle boot");
 }
 
 #[test]
@@ -87,8 +89,8 @@ fn full_dataset_counts_when_installed() {
     assert_eq!(d.source, DataSource::Dir(dir.to_path_buf()));
     assert_eq!(d.train.len(), 60_000);
     assert_eq!(d.test.len(), 10_000);
-    assert_eq!(d.train.label_counts(), [6000; 10]);
-    assert_eq!(d.test.label_counts(), [1000; 10]);
+    assert_eq!(d.train.label_counts(10), [6000; 10]);
+    assert_eq!(d.test.label_counts(10), [1000; 10]);
     // The bundled subset is the first 300 / 100 of each class in file order.
     let b = bundled();
     let first = |set: &Dataset, per: usize| {
@@ -302,7 +304,7 @@ fn loader_errors_name_the_path_and_do_not_fall_back() {
     let missing = Path::new("/nonexistent/edgecfl-fmnist");
     let err = FashionMnist::load(Some(missing)).unwrap_err();
     assert!(
-        matches!(&err, DataError::MissingDir { path } if path == missing),
+        matches!(&err, DataError::MissingDir { path, .. } if path == missing),
         "{err:?}"
     );
     let msg = err.to_string();
@@ -318,7 +320,7 @@ fn loader_errors_name_the_path_and_do_not_fall_back() {
     t.write("train-labels-idx1-ubyte.gz", &gzip(&idx_labels(&[0, 9])));
     let err = FashionMnist::load(Some(&t.0)).unwrap_err();
     match &err {
-        DataError::MissingFile { path } => {
+        DataError::MissingFile { path, .. } => {
             assert_eq!(path, &t.0.join("t10k-images-idx3-ubyte"));
         }
         other => panic!("expected MissingFile, got {other:?}"),
@@ -350,8 +352,11 @@ fn loader_errors_name_the_path_and_do_not_fall_back() {
     assert!(matches!(
         FashionMnist::load(Some(&t.0)),
         Err(DataError::WrongImageSize {
-            rows: 27,
-            cols: 28,
+            got: ImageShape {
+                channels: 1,
+                height: 27,
+                width: 28
+            },
             ..
         })
     ));
@@ -769,10 +774,16 @@ fn rotate_groups_are_iid_with_rotation() {
     let data = bundled();
     let (train, test) = client_datasets(data, &p.clients[1]).unwrap();
     let first = p.clients[1].train[0];
-    assert_eq!(train.image(0), rotate_image(data.train.image(first), 1));
+    assert_eq!(
+        train.image(0),
+        rotate_image(data.train.image(first), ImageShape::GREY_28, 1)
+    );
     let local = local_test_indices(&p.clients[1], &data.test.labels);
     assert_eq!(test.len(), local.len());
-    assert_eq!(test.image(0), rotate_image(data.test.image(local[0]), 1));
+    assert_eq!(
+        test.image(0),
+        rotate_image(data.test.image(local[0]), ImageShape::GREY_28, 1)
+    );
 }
 
 #[test]
@@ -1065,33 +1076,69 @@ fn rotate_image_direction_and_identity() {
     let img: Vec<u8> = (0..784).map(|i| (i % 251) as u8).collect();
     let mut r = img.clone();
     for _ in 0..4 {
-        r = rotate_image(&r, 1);
+        r = rotate_image(&r, ImageShape::GREY_28, 1);
     }
     assert_eq!(r, img);
-    assert_eq!(rotate_image(&img, 4), img);
-    assert_eq!(rotate_image(&rotate_image(&img, 1), 3), img);
-    assert_eq!(rotate_image(&rotate_image(&img, 2), 2), img);
+    assert_eq!(rotate_image(&img, ImageShape::GREY_28, 4), img);
+    assert_eq!(
+        rotate_image(
+            &rotate_image(&img, ImageShape::GREY_28, 1),
+            ImageShape::GREY_28,
+            3
+        ),
+        img
+    );
+    assert_eq!(
+        rotate_image(
+            &rotate_image(&img, ImageShape::GREY_28, 2),
+            ImageShape::GREY_28,
+            2
+        ),
+        img
+    );
 
     // Counter-clockwise: the pixel at row 0, column 27 (top right) goes to row 0, column 0 (top
     // left); the pixel at row 2, column 5 goes to row 27 - 5 = 22, column 2.
     let mut one = vec![0u8; 784];
     one[27] = 200;
     one[2 * 28 + 5] = 100;
-    let r = rotate_image(&one, 1);
+    let r = rotate_image(&one, ImageShape::GREY_28, 1);
     assert_eq!(r[0], 200);
     assert_eq!(r[22 * 28 + 2], 100);
     assert_eq!(r.iter().filter(|&&p| p != 0).count(), 2);
     // Half turn: (2, 5) -> (25, 22); three quarter turns (clockwise): (2, 5) -> (5, 25).
-    assert_eq!(rotate_image(&one, 2)[25 * 28 + 22], 100);
-    assert_eq!(rotate_image(&one, 3)[5 * 28 + 25], 100);
+    assert_eq!(
+        rotate_image(&one, ImageShape::GREY_28, 2)[25 * 28 + 22],
+        100
+    );
+    assert_eq!(rotate_image(&one, ImageShape::GREY_28, 3)[5 * 28 + 25], 100);
     // 3 × 3 by hand: [1 2 3 / 4 5 6 / 7 8 9] turned left is [3 6 9 / 2 5 8 / 1 4 7].
     assert_eq!(
-        rotate_image(&[1, 2, 3, 4, 5, 6, 7, 8, 9], 1),
+        rotate_image(&[1, 2, 3, 4, 5, 6, 7, 8, 9], ImageShape::new(1, 3, 3), 1),
         vec![3, 6, 9, 2, 5, 8, 1, 4, 7]
     );
-    // Not square: unchanged, no panic.
-    assert_eq!(rotate_image(&[1, 2, 3], 1), vec![1, 2, 3]);
-    assert!(rotate_image(&[], 1).is_empty());
+    // Colour: each of the three 2 × 2 planes turned alike ([1 2 / 3 4] left is [2 4 / 1 3]).
+    let rgb: Vec<u8> = (1..=12).collect();
+    assert_eq!(
+        rotate_image(&rgb, ImageShape::new(3, 2, 2), 1),
+        vec![2, 4, 1, 3, 6, 8, 5, 7, 10, 12, 9, 11]
+    );
+    // A plane of 2 × 3: half turns only ([1 2 3 / 4 5 6] → [6 5 4 / 3 2 1]).
+    let wide = ImageShape::new(1, 2, 3);
+    assert_eq!(
+        rotate_image(&[1, 2, 3, 4, 5, 6], wide, 2),
+        vec![6, 5, 4, 3, 2, 1]
+    );
+    assert_eq!(
+        rotate_image(&[1, 2, 3, 4, 5, 6], wide, 1),
+        vec![1, 2, 3, 4, 5, 6]
+    );
+    // Not an image of the shape: unchanged, no panic.
+    assert_eq!(
+        rotate_image(&[1, 2, 3], ImageShape::GREY_28, 1),
+        vec![1, 2, 3]
+    );
+    assert!(rotate_image(&[], ImageShape::GREY_28, 1).is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1404,11 +1451,14 @@ fn rotation_times_label_groups() {
     let (train, test) = client_datasets(data, c).unwrap();
     assert_eq!(
         train.image(0),
-        rotate_image(data.train.image(c.train[0]), 1)
+        rotate_image(data.train.image(c.train[0]), ImageShape::GREY_28, 1)
     );
     let local = local_test_indices(c, &data.test.labels);
     assert_eq!(local.len(), 200);
-    assert_eq!(test.image(0), rotate_image(data.test.image(local[0]), 1));
+    assert_eq!(
+        test.image(0),
+        rotate_image(data.test.image(local[0]), ImageShape::GREY_28, 1)
+    );
     // Fewer clients than the 8 groups.
     assert!(matches!(
         partition(&spec("rotate:2*groups:012-34-56-789"), labels, 7, 5),
@@ -1455,4 +1505,110 @@ fn rotation_times_other_bases() {
     ));
     let p = partition(&spec("rotate:4*pairs"), labels, 40, 1).unwrap();
     assert_eq!(p.truth, Some((0..40).collect()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The other data sets: MNIST and CIFAR-10, real and generated in their formats.
+
+/// All of MNIST from its gzipped IDX files: 60 000 + 10 000 digits of 1×28×28, with the labels
+/// and class counts every MNIST user knows (the training set opens 5 0 4 1 9 2 1 3, the test set
+/// 7 2 1 0; class sizes as published).
+#[test]
+fn real_mnist_loads_with_its_known_labels() {
+    let Some(dir) = real_data::real_data("mnist") else {
+        return;
+    };
+    let d = edgecfl_shared::data::load(DatasetKind::Mnist, Some(&dir)).unwrap();
+    assert_eq!(d.kind, DatasetKind::Mnist);
+    assert_eq!((d.train.len(), d.test.len()), (60_000, 10_000));
+    assert_eq!(
+        (d.train.shape, d.test.shape),
+        (ImageShape::GREY_28, ImageShape::GREY_28)
+    );
+    assert_eq!(d.train.labels[..8], [5, 0, 4, 1, 9, 2, 1, 3]);
+    assert_eq!(d.test.labels[..4], [7, 2, 1, 0]);
+    assert_eq!(
+        d.train.label_counts(10),
+        [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+    );
+    assert_eq!(
+        d.test.label_counts(10),
+        [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+    );
+    // MNIST without --data is an error naming what to pass, never Fashion-MNIST instead.
+    let err = edgecfl_shared::data::load(DatasetKind::Mnist, None).unwrap_err();
+    assert!(matches!(err, DataError::NeedsDir { .. }), "{err}");
+}
+
+/// CIFAR-10's JPEG copy as an image folder: 50 000 + 10 000 images of 3×32×32, 5 000 and 1 000
+/// a class, labelled in the official class order, and channels in R, G, B order: the mean of
+/// each channel is CIFAR-10's published training mean (0.4914, 0.4822, 0.4465) within the JPEG
+/// copy's loss.
+#[test]
+fn real_cifar10_jpeg_copy_loads_as_an_image_folder() {
+    let Some(dir) = real_data::cifar10_jpg() else {
+        return;
+    };
+    let d = edgecfl_shared::data::load(DatasetKind::Cifar10, Some(&dir)).unwrap();
+    assert_eq!((d.train.len(), d.test.len()), (50_000, 10_000));
+    assert_eq!(d.train.shape, ImageShape::RGB_32);
+    assert_eq!(d.train.label_counts(10), [5000; 10]);
+    assert_eq!(d.test.label_counts(10), [1000; 10]);
+    assert_eq!((d.train.labels[0], d.train.labels[49_999]), (0, 9));
+    let plane = 32 * 32;
+    let mut sums = [0u64; 3];
+    for i in 0..d.train.len() {
+        for (c, sum) in sums.iter_mut().enumerate() {
+            *sum += d.train.image(i)[c * plane..(c + 1) * plane]
+                .iter()
+                .map(|&p| u64::from(p))
+                .sum::<u64>();
+        }
+    }
+    let means = sums.map(|s| s as f64 / (255.0 * plane as f64 * d.train.len() as f64));
+    for (got, want) in means.iter().zip([0.4914, 0.4822, 0.4465]) {
+        assert!((got - want).abs() < 0.01, "channel means {means:?}");
+    }
+}
+
+/// The image-folder layout on PNG files written here: classes by CIFAR-10's names in its order
+/// (not the folders' order), files in name order, a folder that is not a class named in the
+/// error, a file of another size named in the error.
+#[test]
+fn image_folder_reads_classes_in_the_data_sets_order() {
+    let t = TempDir::new("folder");
+    let png = |w: u32, h: u32, level: u8| {
+        let mut out = Vec::new();
+        let mut enc = png::Encoder::new(&mut out, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.write_header()
+            .unwrap()
+            .write_image_data(&vec![level; (w * h * 3) as usize])
+            .unwrap();
+        out
+    };
+    for (split, class, file, level) in [
+        ("train", "truck", "b.png", 9),
+        ("train", "truck", "a.png", 8),
+        ("train", "airplane", "z.png", 1),
+        ("test", "cat", "x.png", 3),
+    ] {
+        std::fs::create_dir_all(t.0.join(split).join(class)).unwrap();
+        t.write(&format!("{split}/{class}/{file}"), &png(32, 32, level));
+    }
+    t.write("train/truck/notes.txt", b"not an image: skipped");
+    let d = edgecfl_shared::data::load(DatasetKind::Cifar10, Some(&t.0)).unwrap();
+    assert_eq!(d.train.labels, [0, 9, 9]);
+    let first_byte: Vec<u8> = (0..3).map(|i| d.train.image(i)[0]).collect();
+    assert_eq!(first_byte, [1, 8, 9]);
+    assert_eq!(d.test.labels, [3]);
+
+    t.write("test/cat/y.png", &png(31, 32, 0));
+    let err = edgecfl_shared::data::load(DatasetKind::Cifar10, Some(&t.0)).unwrap_err();
+    assert!(matches!(err, DataError::WrongImageSize { .. }), "{err}");
+    assert!(err.to_string().contains("y.png"), "{err}");
+    std::fs::remove_file(t.0.join("test/cat/y.png")).unwrap();
+    std::fs::create_dir_all(t.0.join("test/kitten")).unwrap();
+    let err = edgecfl_shared::data::load(DatasetKind::Cifar10, Some(&t.0)).unwrap_err();
+    assert!(err.to_string().contains("kitten"), "{err}");
 }

@@ -143,3 +143,53 @@ fn cluster_start_members_starts_each_cluster_from_its_members_mean() {
         assert_ne!(m.values, paper.models[k].values);
     }
 }
+
+#[path = "real_data/mod.rs"]
+mod real_data;
+
+/// FedClust on CIFAR-10 (its JPEG copy, the first 200 training and 50 test images of each class):
+/// the colour LeNet-5 trains, its 850-float final layer separates two label groups exactly, and
+/// after three rounds the clusters' models beat the 20 % of chance on their five labels (a
+/// check that it learns, not a figure: BENCHMARKS has those). Reads `../shared/data`.
+#[test]
+fn fedclust_on_cifar10_recovers_label_groups_with_the_colour_lenet5() {
+    use edgecfl_shared::data::{DatasetKind, Splits};
+    use edgecfl_shared::model::ModelKind;
+    let Some(dir) = real_data::cifar10_jpg() else {
+        return;
+    };
+    let full = edgecfl_shared::data::load(DatasetKind::Cifar10, Some(&dir)).unwrap();
+    let first = |set: &edgecfl_shared::data::Dataset, per_class: usize| {
+        let mut seen = [0usize; 10];
+        let idx: Vec<usize> = (0..set.len())
+            .filter(|&i| {
+                let c = &mut seen[usize::from(set.labels[i])];
+                *c += 1;
+                *c <= per_class
+            })
+            .collect();
+        set.select(&idx)
+    };
+    let data = Splits {
+        train: first(&full.train, 200),
+        test: first(&full.test, 50),
+        ..full
+    };
+    let spec: PartitionSpec = "groups:01234-56789".parse().unwrap();
+    let part = partition(&spec, &data.train.labels, 8, 3).unwrap();
+    let truth = part.truth.clone().unwrap();
+    let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
+    let mut cfg = config(Algorithm::FedClust);
+    cfg.federation.dataset = DatasetKind::Cifar10;
+    cfg.federation.model = ModelKind::LeNet5Rgb;
+    cfg.federation.epochs = 4;
+    cfg.federation.rounds = 3;
+    cfg.federation.lr = 0.05;
+    cfg.federation.frac = 1.0;
+    let r = algorithms::run(&cfg, &mut pool, &RunContext::with_truth(truth), &mut Quiet).unwrap();
+    assert_eq!(r.ari, Some(1.0), "assignment {:?}", r.assignment);
+    assert_eq!(r.signature_len, 850);
+    let acc = r.final_accuracy().unwrap();
+    eprintln!("CIFAR-10 accuracy {acc}");
+    assert!(acc > 0.25, "accuracy {acc}");
+}

@@ -12,7 +12,7 @@
 //! a GPU) and `tch` (libtorch's CPU); `EDGECFL_TEST_VULKAN_DEVICE` / `EDGECFL_TEST_TCH_DEVICE`
 //! name another (e.g. `vulkan:0`, `tch:cuda:0`).
 
-#![cfg(any(feature = "vulkan", feature = "tch"))]
+#![cfg(any(feature = "vulkan-backend", feature = "tch"))]
 
 mod common;
 
@@ -98,7 +98,7 @@ fn relevance_close_to_cpu(backend: Backend, device: &Device) {
     assert!(diff < 1e-4, "{backend}: relevance differs by {diff}");
 }
 
-#[cfg(feature = "vulkan")]
+#[cfg(feature = "vulkan-backend")]
 #[test]
 fn vulkan_trains_a_few_steps_and_matches_cpu() {
     let (backend, device) = device_from_env("EDGECFL_TEST_VULKAN_DEVICE", "vulkan");

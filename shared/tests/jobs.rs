@@ -5,6 +5,7 @@
 
 use edgecfl_shared::client::ClientData;
 use edgecfl_shared::cluster::spectral::{Estimate, Gram, Signature};
+use edgecfl_shared::data::ImageShape;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::federation::{Answer, Job, Training};
 use edgecfl_shared::jobs::{
@@ -13,7 +14,10 @@ use edgecfl_shared::jobs::{
 };
 use edgecfl_shared::model::{LayerSet, ModelKind, Params};
 use edgecfl_shared::protocol::{Encoding, LabelEval, Tensor, ToCoordinator};
-use edgecfl_shared::train::{Backend, LocalData, PIXELS, TrainConfig};
+use edgecfl_shared::train::{Backend, LocalData, TrainConfig};
+
+/// Pixels of a Fashion-MNIST image.
+const PIXELS: usize = ImageShape::GREY_28.pixels();
 
 fn training(start: &Params, seed: u64) -> Training<'_> {
     Training {
@@ -33,7 +37,7 @@ fn training(start: &Params, seed: u64) -> Training<'_> {
 /// A client of labels 0 and 1: 40 training and 20 test images of the bundled subset.
 fn client_data() -> (LocalData, LocalData) {
     let data = FashionMnist::bundled().unwrap();
-    let pick = |d: &edgecfl_shared::data::fmnist::Dataset, n: usize| -> Vec<usize> {
+    let pick = |d: &edgecfl_shared::data::Dataset, n: usize| -> Vec<usize> {
         (0..d.labels.len())
             .filter(|&i| d.labels[i] < 2)
             .take(n)
@@ -144,6 +148,7 @@ fn mthfl_jobs_compute_the_signature_and_the_row() {
     };
     let device = Backend::Flex.device().unwrap();
     let gram = Job::GramSignature(GramJob {
+        d: PIXELS,
         k: 2,
         encoding: Encoding::F16,
     });
@@ -335,6 +340,7 @@ fn mthfl_answers_are_checked() {
         .unwrap();
     let eig = |s: &Signature| ToCoordinator::Eigenpairs(s.to_wire(Encoding::F32));
     let gram = Job::GramSignature(GramJob {
+        d: PIXELS,
         k: 2,
         encoding: Encoding::F32,
     });

@@ -20,8 +20,8 @@ use edgecfl_shared::train::{Device, LocalData};
 
 const S: f64 = std::f64::consts::FRAC_1_SQRT_2;
 
-fn fmnist() -> &'static FashionMnist {
-    static DATA: OnceLock<FashionMnist> = OnceLock::new();
+fn fmnist() -> &'static edgecfl_shared::data::Splits {
+    static DATA: OnceLock<edgecfl_shared::data::Splits> = OnceLock::new();
     DATA.get_or_init(|| FashionMnist::load(None).expect("Fashion-MNIST loads"))
 }
 

@@ -18,8 +18,8 @@ use edgecfl_shared::train::Backend;
 
 const CLIENTS: usize = 10;
 
-fn data() -> &'static FashionMnist {
-    static DATA: OnceLock<FashionMnist> = OnceLock::new();
+fn data() -> &'static edgecfl_shared::data::Splits {
+    static DATA: OnceLock<edgecfl_shared::data::Splits> = OnceLock::new();
     DATA.get_or_init(|| FashionMnist::bundled().expect("the bundled subset loads"))
 }
 

@@ -624,7 +624,7 @@ fn largest_messages_fit_the_broker_limits() {
                 trained: u32::MAX,
             })
             .collect();
-        let pixels = edgecfl_shared::train::PIXELS;
+        let pixels = edgecfl_shared::data::ImageShape::GREY_28.pixels();
         let sent = [
             (
                 "Update",

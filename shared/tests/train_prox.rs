@@ -8,8 +8,8 @@ use burn::prelude::Device;
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::model::{ModelKind, ParamLayout, Params};
 use edgecfl_shared::train::{
-    CLASSES, LocalData, MAX_TRAIN_THREADS, PIXELS, Proximal, TrainConfig, TrainError, evaluate,
-    gradient, min_part_samples, to_unit, train_local, train_local_prox,
+    CLASSES, LocalData, MAX_TRAIN_THREADS, Proximal, TrainConfig, TrainError, evaluate, gradient,
+    min_part_samples, to_unit, train_local, train_local_prox,
 };
 
 const KINDS: [ModelKind; 2] = [ModelKind::Mlp, ModelKind::LeNet5];
@@ -116,6 +116,19 @@ fn logits(model: ModelKind, p: &P, img: &[f64]) -> Vec<f64> {
             relu(&mut x);
             linear(&x, p.get("fc3.weight"), p.get("fc3.bias"))
         }
+        ModelKind::LeNet5Rgb => {
+            let mut x = conv5(img, 3, 32, p.get("conv1.weight"), p.get("conv1.bias"));
+            relu(&mut x);
+            let x = maxpool2(&x, 6, 28);
+            let mut x = conv5(&x, 6, 14, p.get("conv2.weight"), p.get("conv2.bias"));
+            relu(&mut x);
+            let x = maxpool2(&x, 16, 10);
+            let mut x = linear(&x, p.get("fc1.weight"), p.get("fc1.bias"));
+            relu(&mut x);
+            let mut x = linear(&x, p.get("fc2.weight"), p.get("fc2.bias"));
+            relu(&mut x);
+            linear(&x, p.get("fc3.weight"), p.get("fc3.bias"))
+        }
     }
 }
 
@@ -127,8 +140,9 @@ fn mean_loss(model: ModelKind, v: &[f64], data: &LocalData) -> f64 {
     };
     let mut sum = 0.0;
     let pixels = data.pixels().unwrap();
+    let px = data.shape().pixels();
     for (i, &label) in data.labels.iter().enumerate() {
-        let img: Vec<f64> = pixels[i * PIXELS..(i + 1) * PIXELS]
+        let img: Vec<f64> = pixels[i * px..(i + 1) * px]
             .iter()
             .map(|&x| f64::from(to_unit(x)))
             .collect();
@@ -142,6 +156,55 @@ fn mean_loss(model: ModelKind, v: &[f64], data: &LocalData) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/// The colour LeNet-5 (3×32×32, NIID-Bench's `SimpleCNN`) that burn runs is the hand-written one
+/// above: the same mean loss on made-up colour images, and a gradient of the same loss.
+#[test]
+fn colour_lenet5_is_the_hand_written_network() {
+    let kind = ModelKind::LeNet5Rgb;
+    let shape = kind.input();
+    let n = 6;
+    let pixels: Vec<u8> = (0..n * shape.pixels())
+        .map(|i| (i * 7919 % 253) as u8)
+        .collect();
+    let data = LocalData::with_shape(shape, pixels, (0..n).map(|i| (i * 7 % 10) as u8).collect());
+    let device = Device::flex();
+    let params = Params::init(kind, 9);
+    let v: Vec<f64> = params.values.iter().map(|&x| f64::from(x)).collect();
+    let reference = mean_loss(kind, &v, &data);
+    let eval = evaluate(&params, &data, 4, &device).unwrap();
+    let burn_loss = eval.loss_sum / eval.total as f64;
+    assert!(
+        (reference - burn_loss).abs() < 1e-5,
+        "f64 loss {reference} vs burn {burn_loss}"
+    );
+    // One coordinate of each tensor: the central difference of the f64 loss is burn's gradient.
+    let g = gradient(&params, &data, 6, &device).unwrap();
+    let h = 1e-4;
+    for e in &params.layout().entries {
+        let i = e
+            .range()
+            .max_by(|&a, &b| g[a].abs().total_cmp(&g[b].abs()))
+            .unwrap();
+        let (mut up, mut down) = (v.clone(), v.clone());
+        up[i] += h;
+        down[i] -= h;
+        let fd = (mean_loss(kind, &up, &data) - mean_loss(kind, &down, &data)) / (2.0 * h);
+        let got = f64::from(g[i]);
+        assert!(
+            (fd - got).abs() <= 1e-3 * fd.abs().max(1e-2),
+            "{}: finite difference {fd} vs burn {got}",
+            e.name
+        );
+    }
+    // Its images must be colour ones: Fashion-MNIST's are refused, with both shapes named.
+    let grey = local(4, 0);
+    let err = evaluate(&params, &grey, 4, &device).unwrap_err();
+    assert!(
+        err.to_string().contains("3×32×32") && err.to_string().contains("1×28×28"),
+        "{err}"
+    );
+}
 
 #[test]
 fn gradient_matches_finite_differences() {

@@ -168,6 +168,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         &cfg.partition,
         cfg.method.federation.seed,
         cfg.clients,
+        cfg.method.federation.dataset,
         cfg.data.as_deref(),
     )
     .with_context(|| {
@@ -302,6 +303,7 @@ fn spawn_fleet(
             .args(["--seed", &cfg.method.federation.seed.to_string()])
             .args(["--index", &i.to_string(), "--of", &cfg.clients.to_string()])
             .args(["--device", &cfg.backend.to_string()])
+            .args(["--dataset", &cfg.method.federation.dataset.to_string()])
             .arg("--model-out")
             .arg(device_model(&cfg.out, id))
             .env_remove("EDGECFL_PASSWORD")

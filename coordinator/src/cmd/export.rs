@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use edgecfl_shared::data::DatasetKind;
 use edgecfl_shared::federation::{self, ClientInfo, RunResult};
 use edgecfl_shared::model::Params;
 use edgecfl_shared::model_file::{self, ModelMeta};
@@ -79,9 +80,9 @@ pub fn file_name(cluster: usize) -> String {
 
 /// A run's cluster models with their headers: members by assignment, accuracy as the mean of
 /// the members' last local test accuracies (`accuracy(p)` of client position `p`; `None` or NaN:
-/// never evaluated, left out of the mean).
+/// never evaluated, left out of the mean); trained on `dataset`.
 pub fn cluster_models(
-    method: &str,
+    (method, dataset): (&str, DatasetKind),
     run_id: Option<&str>,
     round: usize,
     clients: &[ClientInfo],
@@ -110,6 +111,7 @@ pub fn cluster_models(
                     members: members.iter().map(|&p| clients[p].id.clone()).collect(),
                     round: Some(round),
                     accuracy: (!acc.is_empty()).then(|| acc.iter().sum::<f64>() / acc.len() as f64),
+                    dataset,
                     ..ModelMeta::of(params.model)
                 },
             }
@@ -118,9 +120,13 @@ pub fn cluster_models(
 }
 
 /// The cluster models at the end of a run.
-pub fn of_result(result: &RunResult, run_id: Option<&str>) -> Vec<ClusterModel> {
+pub fn of_result(
+    result: &RunResult,
+    run_id: Option<&str>,
+    dataset: DatasetKind,
+) -> Vec<ClusterModel> {
     cluster_models(
-        result.method,
+        (result.method, dataset),
         run_id,
         result.rounds.len(),
         &result.clients,
@@ -132,8 +138,12 @@ pub fn of_result(result: &RunResult, run_id: Option<&str>) -> Vec<ClusterModel> 
 
 /// The cluster models of a checkpoint (after its round `checkpoint.round`).
 pub fn of_checkpoint(c: &federation::Checkpoint, run_id: Option<&str>) -> Vec<ClusterModel> {
+    let dataset = c.config["dataset"]
+        .as_str()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_default();
     cluster_models(
-        c.config["algorithm"].as_str().unwrap_or("?"),
+        (c.config["algorithm"].as_str().unwrap_or("?"), dataset),
         run_id,
         c.round,
         &c.clients,
@@ -277,7 +287,7 @@ mod tests {
         ];
         let acc = [Some(0.5), Some(f64::NAN), None, Some(1.0)];
         let m = cluster_models(
-            "fedclust",
+            ("fedclust", DatasetKind::Fmnist),
             Some("r1"),
             3,
             &clients,

@@ -368,6 +368,8 @@ fn settings(a: &LpsAssignment) -> Result<(MethodConfig, Params, CommonLayers), L
     let cfg = MethodConfig::new(
         Algorithm::FedAvg,
         FederationConfig {
+            // The assignment names no data set: the LPS only needs one its model takes.
+            dataset: a.model.default_dataset(),
             model: a.model,
             rounds: a.rounds as usize,
             frac: a.frac,
@@ -526,7 +528,7 @@ fn serve_cluster(
         ..NetFlags::default()
     };
     let mut pool = MqttPool::join_members(link, topics.clone(), run.clone(), &net, &a.members)?;
-    pool.vouch(net.sample_cap, None);
+    pool.vouch(net.sample_cap, fed.federation.dataset, None);
     let mut cfg = RunConfig::load(None)?;
     cfg.clients = a.members.len();
     cfg.out = out.to_path_buf();
@@ -577,7 +579,8 @@ fn serve_cluster(
     write(MODEL_FILE, f32_bytes(&model.values))?;
     write(COMMON_FILE, f32_bytes(&common_values))?;
     // Its cluster's model as safetensors, under the GPS's cluster index.
-    let mut models = crate::cmd::export::of_result(&result, Some(run.as_str()));
+    let mut models =
+        crate::cmd::export::of_result(&result, Some(run.as_str()), cfg.method.federation.dataset);
     for m in &mut models {
         m.meta.cluster = Some(a.cluster as usize);
     }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, ensure};
-use edgecfl_shared::data::fmnist::FashionMnist;
+use edgecfl_shared::data::DatasetKind;
 use edgecfl_shared::data::partition::{PartitionSpec, partition, shift_label};
 use serde_json::{Value, json};
 
@@ -35,8 +35,12 @@ pub struct PartitionArgs {
     /// Master seed (as `simulate --seed`).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Fashion-MNIST directory (default: $EDGECFL_FMNIST_DIR, Debian's package, the bundled subset).
-    #[arg(long)]
+    /// The data set: fmnist | mnist | cifar10.
+    #[arg(long, value_name = "NAME", default_value_t = DatasetKind::Fmnist)]
+    pub dataset: DatasetKind,
+    /// The data set's directory (as `simulate --data`; for fmnist the default is
+    /// $EDGECFL_FMNIST_DIR, Debian's package, the bundled subset).
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// A run's `clusters.json`: compare its assignment with the clients' label sets.
     #[arg(long)]
@@ -45,7 +49,8 @@ pub struct PartitionArgs {
 
 /// Runs `coordinator partition` and returns the JSON it prints.
 pub fn run(args: &PartitionArgs) -> anyhow::Result<Value> {
-    let data = FashionMnist::load(args.data.as_deref()).context("loading Fashion-MNIST")?;
+    let data = edgecfl_shared::data::load(args.dataset, args.data.as_deref())
+        .with_context(|| format!("loading {}", args.dataset.info().name))?;
     let part = partition(&args.partition, &data.train.labels, args.clients, args.seed)
         .with_context(|| format!("partition {}", args.partition))?;
     let assignment = args

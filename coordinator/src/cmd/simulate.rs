@@ -2,7 +2,6 @@
 
 use anyhow::Context;
 use edgecfl_shared::algorithms;
-use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::partition;
 use edgecfl_shared::federation::{RunContext, RunResult};
 use edgecfl_shared::sim::SimPool;
@@ -23,9 +22,12 @@ pub fn run(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
 }
 
 fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
-    let data = FashionMnist::load(cfg.data.as_deref()).context("loading Fashion-MNIST")?;
+    let dataset = cfg.method.federation.dataset;
+    let data = edgecfl_shared::data::load(dataset, cfg.data.as_deref())
+        .with_context(|| format!("loading {}", dataset.info().name))?;
     info!(
-        "data: {} ({} train / {} test images)",
+        "data: {} from {} ({} train / {} test images)",
+        dataset.info().name,
         data.source,
         data.train.len(),
         data.test.len()
@@ -84,7 +86,7 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
     )?;
     progress.finish();
     report::write_all(&cfg.out, cfg, &result, &data.source.to_string(), None)?;
-    export::write_run(&cfg.out, &export::of_result(&result, None))?;
+    export::write_run(&cfg.out, &export::of_result(&result, None, dataset))?;
     let plots = plots::write_all(&cfg.out, &result)?;
     for p in plots {
         info!("plot: {}", p.display());

@@ -9,6 +9,7 @@
 //! | MT-HFL | [`mthfl`] | one-shot HAC on the relevance of Gram-matrix eigenvectors; LPS/GPS |
 //! | AdaCFL | [`adacfl`] | one-shot: pre-clusters by label count and entropy, HC on the smallest FC layer; ε rule for newcomers |
 //! | CFL | [`cfl`] | one cluster, bi-partitioned by the cosine of the updates when it is stationary (ε₁, ε₂) |
+//! | PACFL | [`pacfl`] | one-shot HC on the angles between the clients' data subspaces (each class's top left singular vectors) |
 //! | random groups | [`random`] | MT-HFL's baseline: a seeded random split into k groups |
 //! | FedAvg | [`fedavg`] | one global model |
 //! | Local | [`local`] | every client alone |
@@ -44,6 +45,7 @@ pub mod fesem;
 pub mod ifca;
 pub mod local;
 pub mod mthfl;
+pub mod pacfl;
 pub mod random;
 pub mod stocfl;
 
@@ -53,6 +55,9 @@ pub mod stocfl;
 pub enum Algorithm {
     /// One-shot HC on final-layer weights, then cluster-wise FedAvg.
     FedClust,
+    /// PACFL: one-shot HC on the angles between the clients' data subspaces, then cluster-wise
+    /// FedAvg.
+    Pacfl,
     /// One global model.
     FedAvg,
     /// Every client trains alone (no communication).
@@ -99,6 +104,10 @@ pub struct MethodSettings {
     #[serde(flatten)]
     #[cfg_attr(feature = "cli", command(flatten))]
     pub mthfl: mthfl::Settings,
+    /// PACFL's.
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub pacfl: pacfl::Settings,
     /// AdaCFL's.
     #[serde(flatten)]
     #[cfg_attr(feature = "cli", command(flatten))]
@@ -162,6 +171,7 @@ impl<'de> Deserialize<'de> for NoOtherKeys {
 const NAMES: &[(Algorithm, &str)] = &[
     (Algorithm::FedClust, "fedclust"),
     (Algorithm::MtHfl, "mthfl"),
+    (Algorithm::Pacfl, "pacfl"),
     (Algorithm::Random, "random"),
     (Algorithm::StoCfl, "stocfl"),
     (Algorithm::Ifca, "ifca"),
@@ -184,6 +194,7 @@ impl Algorithm {
         Ok(match self {
             Algorithm::FedClust => Box::new(fedclust::FedClust::new(cfg)),
             Algorithm::MtHfl => Box::new(mthfl::MtHfl::new(cfg)),
+            Algorithm::Pacfl => Box::new(pacfl::Pacfl::new(cfg)),
             Algorithm::Random => Box::new(random::Random::new(cfg)?),
             Algorithm::AdaCfl => Box::new(adacfl::AdaCfl::new(cfg)),
             Algorithm::Cfl => Box::new(cfl::Cfl::new(cfg)),
@@ -205,6 +216,7 @@ impl Algorithm {
         match self {
             Algorithm::FedClust => fedclust::check(cfg),
             Algorithm::MtHfl => mthfl::check(cfg),
+            Algorithm::Pacfl => pacfl::check(cfg),
             Algorithm::Random => random::check(cfg),
             Algorithm::FedProx => fedprox::check(cfg),
             Algorithm::FeSem => fesem::check(cfg),
@@ -260,7 +272,11 @@ impl Algorithm {
     pub fn cuts_a_tree(self) -> bool {
         matches!(
             self,
-            Algorithm::FedClust | Algorithm::AdaCfl | Algorithm::MtHfl | Algorithm::Random
+            Algorithm::FedClust
+                | Algorithm::AdaCfl
+                | Algorithm::MtHfl
+                | Algorithm::Pacfl
+                | Algorithm::Random
         )
     }
 

@@ -68,7 +68,7 @@ use crate::federation::{
 };
 use crate::jobs::{GramJob, RelevanceJob};
 use crate::protocol::Encoding;
-use crate::train::{Device, PIXELS};
+use crate::train::Device;
 use serde::{Deserialize, Serialize};
 
 /// MT-HFL's own settings: `[federation]` keys and run flags of the same names (the cut is the
@@ -187,7 +187,7 @@ pub fn assign_newcomer(relevance: &[f64], clustering: &Clustering) -> Result<usi
 /// MT-HFL's largest upload: the k eigenpairs (k × (d + 1)) or a relevance row (one value per
 /// client), whichever is longer.
 pub(crate) fn largest_upload_floats(cfg: &MethodConfig, clients: usize) -> usize {
-    (cfg.methods.mthfl.eigenvectors() * (PIXELS + 1)).max(clients)
+    (cfg.methods.mthfl.eigenvectors() * (image_dim(cfg) + 1)).max(clients)
 }
 
 /// MT-HFL's own keys of `summary.json`, in the order of [`summary_fields`].
@@ -220,12 +220,19 @@ pub(crate) fn summary_fields(
     SUMMARY_KEYS.into_iter().zip(values).collect()
 }
 
-/// Checks MT-HFL's settings: 1 ≤ k ≤ 784 eigenpairs.
+/// The dimension of the data signatures: the pixels of one of the model's input images (Φ is the
+/// identity, the paper's FMNIST mode: 784 for 1×28×28, 3 072 for 3×32×32).
+fn image_dim(cfg: &MethodConfig) -> usize {
+    cfg.federation.model.input().pixels()
+}
+
+/// Checks MT-HFL's settings: 1 ≤ k ≤ d eigenpairs (d pixels an image).
 pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
     let k = cfg.methods.mthfl.eigenvectors();
-    if !(1..=PIXELS).contains(&k) {
+    let d = image_dim(cfg);
+    if !(1..=d).contains(&k) {
         return Err(FederationError::Config(format!(
-            "eigenvectors must be between 1 and {PIXELS}, got {k}"
+            "eigenvectors must be between 1 and {d} (the pixels of an image), got {k}"
         )));
     }
     Ok(())
@@ -267,6 +274,8 @@ pub fn newcomer_relevance(
 pub struct MtHfl {
     /// Its settings.
     settings: Settings,
+    /// The signatures' dimension, [`image_dim`].
+    d: usize,
     /// The round-0 clients' signatures, by position.
     signatures: Vec<Signature>,
     /// The round-0 clustering.
@@ -278,15 +287,17 @@ impl MtHfl {
     pub fn new(cfg: &MethodConfig) -> Self {
         MtHfl {
             settings: cfg.methods.mthfl.clone(),
+            d: image_dim(cfg),
             ..MtHfl::default()
         }
     }
 }
 
-/// The signature job of round 0 (and of a newcomer).
-fn signature_job<'a>(settings: &Settings) -> Job<'a> {
+/// The signature job of round 0 (and of a newcomer), for signatures of dimension `d`.
+fn signature_job<'a>(settings: &Settings, d: usize) -> Job<'a> {
     Job::GramSignature(GramJob {
         k: settings.eigenvectors(),
+        d,
         encoding: settings.signature_encoding(),
     })
 }
@@ -334,7 +345,9 @@ impl Strategy for MtHfl {
     fn init(&mut self, env: &mut Env<'_>) -> Result<Init, FederationError> {
         let cfg = env.cfg;
         let n = env.clients.len();
-        let jobs = (0..n).map(|p| (p, signature_job(&self.settings))).collect();
+        let jobs = (0..n)
+            .map(|p| (p, signature_job(&self.settings, self.d)))
+            .collect();
         let (mut sigs, mut absent) = round0_uploads(n, signatures_of(env.run(0, jobs)?))?;
         let rows = match self.settings.relevance() {
             Relevance::Server => {
@@ -416,7 +429,7 @@ impl Strategy for MtHfl {
     ) -> Result<Vec<Result<Placement, NewcomerError>>, FederationError> {
         let base = state.assignment().len();
         let jobs = (base..base + fresh.len())
-            .map(|p| (p, signature_job(&self.settings)))
+            .map(|p| (p, signature_job(&self.settings, self.d)))
             .collect();
         let mut sigs: std::collections::HashMap<usize, Signature> =
             signatures_of(env.run(0, jobs)?).into_iter().collect();

@@ -6,6 +6,7 @@
 //! | [`hc`] | [`linkage`] equal to `scipy.cluster.hierarchy.linkage` (single, complete, average, weighted, ward), [`Dendrogram`] cuts |
 //! | [`clustering`] | the one-shot clustering of signatures the methods share: [`Lambda`], the tree cut, centroids, [`Clustering`] |
 //! | [`cut`] | the automatic cut: [`silhouette_cut`] (best mean silhouette over the candidate cuts, the default `auto`) and [`gap_cut`] (largest gap) |
+//! | [`subspace`] | PACFL's data signature (each class's top left singular vectors) and the angles between two clients' subspaces |
 //! | [`spectral`] | MT-HFL's data signature (leading eigenpairs of the Gram matrix) and the relevance between clients |
 //! | [`metrics`] | [`adjusted_rand_index`] and [`rand_index`] equal to scikit-learn's |
 //! | [`robust`] | the guards of the one-shot cut against one client's upload: norm outliers rescaled, isolated clients quarantined |
@@ -32,6 +33,7 @@ pub mod hc;
 pub mod metrics;
 pub mod robust;
 pub mod spectral;
+pub mod subspace;
 
 pub use clustering::{
     Clustering, ClusteringError, Lambda, LambdaParseError, centroids, cluster_distances,

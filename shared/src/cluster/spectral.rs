@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::distance::{CondensedMatrix, DistanceError};
 use crate::parallel::{cores, par_map_on};
 use crate::protocol::{Eigenpairs, Encoding, ProtocolError};
-use crate::train::{Device, LocalData, PIXELS, to_unit};
+use crate::train::{Device, LocalData, to_unit};
 
 /// The paper's number of kept eigenvectors (§III, Fig. 4).
 pub const DEFAULT_EIGENVECTORS: usize = 5;
@@ -205,7 +205,8 @@ impl Gram {
         Ok(Gram::accumulate(features, d, f64::from))
     }
 
-    /// The Gram matrix of a client's training pixels (`d = 784`, values in `[0, 1]`).
+    /// The Gram matrix of a client's training pixels (`d` the pixels of one image, 784 for
+    /// 1×28×28; values in `[0, 1]`).
     ///
     /// # Errors
     ///
@@ -215,16 +216,17 @@ impl Gram {
         // the client's data is held (nor, for images in a scratch file, more than a block of
         // them), and the sums are those `from_features` makes on them.
         let n = data.len();
+        let d = data.shape().pixels();
         if n == 0 {
-            return Err(SpectralError::BadFeatures { len: 0, d: PIXELS });
+            return Err(SpectralError::BadFeatures { len: 0, d });
         }
-        let mut g = DMatrix::<f64>::zeros(PIXELS, PIXELS);
-        let mut block = Vec::with_capacity(GRAM_BLOCK.min(n) * PIXELS);
+        let mut g = DMatrix::<f64>::zeros(d, d);
+        let mut block = Vec::with_capacity(GRAM_BLOCK.min(n) * d);
         for start in (0..n).step_by(GRAM_BLOCK) {
             block.clear();
             data.read_images(start, GRAM_BLOCK.min(n - start), &mut block)
                 .map_err(|e| SpectralError::Data(e.to_string()))?;
-            Gram::add_block(&mut g, &block, PIXELS, n, |p| f64::from(to_unit(p)));
+            Gram::add_block(&mut g, &block, d, n, |p| f64::from(to_unit(p)));
         }
         Ok(Gram::finish(g, n))
     }

@@ -24,10 +24,11 @@
 //! Fashion-MNIST is © 2017 Zalando SE, released under the MIT licence
 //! (<https://github.com/zalandoresearch/fashion-mnist>).
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::idx::{self, IdxError};
+use super::catalog::{DatasetKind, ImageShape};
+use super::dataset::{DataError, DataSource, Dataset, Splits, check_labels};
+use super::idx;
 use super::spill::SpillFile;
 
 /// Rows of a Fashion-MNIST image.
@@ -38,20 +39,6 @@ pub const IMAGE_COLS: usize = 28;
 pub const IMAGE_SIZE: usize = IMAGE_ROWS * IMAGE_COLS;
 /// Number of classes.
 pub const NUM_CLASSES: usize = 10;
-
-/// The class names, indexed by label.
-pub const CLASS_NAMES: [&str; NUM_CLASSES] = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-];
 
 /// Environment variable naming a directory with the Fashion-MNIST IDX files.
 pub const ENV_DIR: &str = "EDGECFL_FMNIST_DIR";
@@ -70,157 +57,10 @@ const TRAIN_LABELS: &str = "train-labels-idx1-ubyte";
 const TEST_IMAGES: &str = "t10k-images-idx3-ubyte";
 const TEST_LABELS: &str = "t10k-labels-idx1-ubyte";
 
-const HINT: &str = "install the Debian package `dataset-fashion-mnist` (it puts the files in \
-                    /usr/share/datasets/fashion-mnist) or pass --data DIR with the four IDX files";
-
-/// Errors from loading Fashion-MNIST.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DataError {
-    /// The data directory does not exist.
-    #[error("Fashion-MNIST directory {} does not exist: {HINT}", path.display())]
-    MissingDir {
-        /// The directory that was looked up.
-        path: PathBuf,
-    },
-    /// A required file is missing from the data directory (neither plain nor `.gz`).
-    #[error("Fashion-MNIST file {} (or {}.gz) not found: {HINT}", path.display(), path.display())]
-    MissingFile {
-        /// The path of the missing file, without `.gz`.
-        path: PathBuf,
-    },
-    /// An IDX file could not be read or is malformed.
-    #[error(transparent)]
-    Idx(#[from] IdxError),
-    /// The images are not 28 × 28.
-    #[error("{}: images are {rows}x{cols}, Fashion-MNIST needs 28x28", path.display())]
-    WrongImageSize {
-        /// The image file.
-        path: PathBuf,
-        /// Rows per image in the file.
-        rows: usize,
-        /// Columns per image in the file.
-        cols: usize,
-    },
-    /// The image and label files hold different numbers of samples.
-    #[error(
-        "{} holds {n_images} images but {} holds {n_labels} labels",
-        images.display(),
-        labels.display()
-    )]
-    CountMismatch {
-        /// The image file.
-        images: PathBuf,
-        /// The label file.
-        labels: PathBuf,
-        /// Number of images.
-        n_images: usize,
-        /// Number of labels.
-        n_labels: usize,
-    },
-    /// A label is not in `0..10`.
-    #[error("{}: label {label} of sample {index} is not in 0..10", path.display())]
-    LabelOutOfRange {
-        /// The label file.
-        path: PathBuf,
-        /// The sample index.
-        index: usize,
-        /// The offending label.
-        label: u8,
-    },
-    /// No data directory was found and the crate was built without the `bundled-data` feature.
-    #[error("no Fashion-MNIST data: built without the `bundled-data` feature; {HINT}")]
-    NoBundledData,
-}
-
-/// A set of labelled 28 × 28 grey-scale images.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Dataset {
-    /// `len() × 784` pixels, image after image, each 28 × 28 row-major (0 = background).
-    pub images: Vec<u8>,
-    /// One label in `0..10` per image (see [`CLASS_NAMES`]).
-    pub labels: Vec<u8>,
-}
-
-impl Dataset {
-    /// Number of samples.
-    pub fn len(&self) -> usize {
-        self.labels.len()
-    }
-
-    /// Whether the dataset holds no samples.
-    pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
-    }
-
-    /// The 784 pixels of image `i`, row-major.
-    ///
-    /// # Panics
-    ///
-    /// If `i` is out of range, like slice indexing.
-    pub fn image(&self, i: usize) -> &[u8] {
-        &self.images[i * IMAGE_SIZE..(i + 1) * IMAGE_SIZE]
-    }
-
-    /// A new dataset holding the samples at `indices`, in that order (repeats allowed).
-    ///
-    /// # Panics
-    ///
-    /// If an index is out of range, like slice indexing.
-    pub fn select(&self, indices: &[usize]) -> Dataset {
-        let mut images = Vec::with_capacity(indices.len() * IMAGE_SIZE);
-        let mut labels = Vec::with_capacity(indices.len());
-        for &i in indices {
-            images.extend_from_slice(self.image(i));
-            labels.push(self.labels[i]);
-        }
-        Dataset { images, labels }
-    }
-
-    /// The number of samples of each label. Labels outside `0..10` are not counted (loading never
-    /// produces them).
-    pub fn label_counts(&self) -> [usize; NUM_CLASSES] {
-        let mut counts = [0; NUM_CLASSES];
-        for &l in &self.labels {
-            if let Some(c) = counts.get_mut(l as usize) {
-                *c += 1;
-            }
-        }
-        counts
-    }
-}
-
-/// Where a [`FashionMnist`] was loaded from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DataSource {
-    /// IDX files in this directory.
-    Dir(PathBuf),
-    /// The subset compiled into the crate (feature `bundled-data`).
-    Bundled,
-}
-
-impl fmt::Display for DataSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DataSource::Dir(p) => write!(f, "{}", p.display()),
-            DataSource::Bundled => write!(
-                f,
-                "bundled subset ({BUNDLED_TRAIN_PER_CLASS} train + {BUNDLED_TEST_PER_CLASS} test images per class)"
-            ),
-        }
-    }
-}
-
-/// The Fashion-MNIST training and test sets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FashionMnist {
-    /// The training set (60,000 samples in full, 3,000 bundled).
-    pub train: Dataset,
-    /// The test set (10,000 samples in full, 1,000 bundled).
-    pub test: Dataset,
-    /// Where the data came from.
-    pub source: DataSource,
-}
+/// Fashion-MNIST's reader: [`FashionMnist::load`] finds the files by the rule of the
+/// [module docs](self).
+#[derive(Debug, Clone, Copy)]
+pub struct FashionMnist;
 
 impl FashionMnist {
     /// Loads Fashion-MNIST from `dir`, else [`ENV_DIR`], else [`SYSTEM_DIR`], else the bundled
@@ -232,7 +72,7 @@ impl FashionMnist {
     /// variable's directory) or one of its files is missing, [`DataError::Idx`] and the other
     /// variants if a file is malformed, [`DataError::NoBundledData`] if nothing was found and the
     /// subset is not compiled in.
-    pub fn load(dir: Option<&Path>) -> Result<FashionMnist, DataError> {
+    pub fn load(dir: Option<&Path>) -> Result<Splits, DataError> {
         match resolve(dir) {
             Some(dir) => Self::load_dir(&dir),
             None => Self::bundled(),
@@ -244,19 +84,8 @@ impl FashionMnist {
     /// # Errors
     ///
     /// As for [`FashionMnist::load`], never [`DataError::NoBundledData`].
-    pub fn load_dir(dir: &Path) -> Result<FashionMnist, DataError> {
-        if !dir.is_dir() {
-            return Err(DataError::MissingDir {
-                path: dir.to_path_buf(),
-            });
-        }
-        let train = load_split(dir, TRAIN_IMAGES, TRAIN_LABELS)?;
-        let test = load_split(dir, TEST_IMAGES, TEST_LABELS)?;
-        Ok(FashionMnist {
-            train,
-            test,
-            source: DataSource::Dir(dir.to_path_buf()),
-        })
+    pub fn load_dir(dir: &Path) -> Result<Splits, DataError> {
+        load_idx_dir(dir, DatasetKind::Fmnist)
     }
 
     /// The subset bundled with the crate: the first 300 training images and the first 100 test
@@ -265,7 +94,7 @@ impl FashionMnist {
     /// # Errors
     ///
     /// [`DataError::NoBundledData`] if the crate was built without the `bundled-data` feature.
-    pub fn bundled() -> Result<FashionMnist, DataError> {
+    pub fn bundled() -> Result<Splits, DataError> {
         bundled::load()
     }
 }
@@ -281,6 +110,25 @@ fn resolve(dir: Option<&Path>) -> Option<PathBuf> {
     }
     let system = Path::new(SYSTEM_DIR);
     system.is_dir().then(|| system.to_path_buf())
+}
+
+/// Loads `kind` (Fashion-MNIST or MNIST, which share the layout) from the four IDX files in
+/// `dir`.
+pub(crate) fn load_idx_dir(dir: &Path, kind: DatasetKind) -> Result<Splits, DataError> {
+    if !dir.is_dir() {
+        return Err(DataError::MissingDir {
+            path: dir.to_path_buf(),
+            dataset: kind,
+        });
+    }
+    let train = load_split(dir, kind, TRAIN_IMAGES, TRAIN_LABELS)?;
+    let test = load_split(dir, kind, TEST_IMAGES, TEST_LABELS)?;
+    Ok(Splits {
+        kind,
+        train,
+        test,
+        source: DataSource::Dir(dir.to_path_buf()),
+    })
 }
 
 /// Fashion-MNIST's labels, and where its images are: the first step of loading only part of it.
@@ -299,6 +147,8 @@ pub struct FashionMnistLabels {
     pub test: Vec<u8>,
     /// Where the data come from.
     pub source: DataSource,
+    /// Fashion-MNIST or MNIST.
+    kind: DatasetKind,
     /// The image files (`None`: the bundled subset).
     images: Option<[PathBuf; 2]>,
 }
@@ -323,19 +173,31 @@ impl FashionMnistLabels {
     ///
     /// As for [`FashionMnist::load_dir`].
     pub fn load_dir(dir: &Path) -> Result<FashionMnistLabels, DataError> {
+        Self::load_idx_dir(dir, DatasetKind::Fmnist)
+    }
+
+    /// Reads the labels of `kind` (Fashion-MNIST or MNIST, which share the layout) from the four
+    /// IDX files in `dir`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`FashionMnist::load_dir`].
+    pub fn load_idx_dir(dir: &Path, kind: DatasetKind) -> Result<FashionMnistLabels, DataError> {
         if !dir.is_dir() {
             return Err(DataError::MissingDir {
                 path: dir.to_path_buf(),
+                dataset: kind,
             });
         }
-        let train_images = find(dir, TRAIN_IMAGES)?;
-        let train_labels = find(dir, TRAIN_LABELS)?;
-        let test_images = find(dir, TEST_IMAGES)?;
-        let test_labels = find(dir, TEST_LABELS)?;
+        let train_images = find(dir, kind, TRAIN_IMAGES)?;
+        let train_labels = find(dir, kind, TRAIN_LABELS)?;
+        let test_images = find(dir, kind, TEST_IMAGES)?;
+        let test_labels = find(dir, kind, TEST_LABELS)?;
         Ok(FashionMnistLabels {
-            train: check_labels(idx::read_labels(&train_labels)?, &train_labels)?,
-            test: check_labels(idx::read_labels(&test_labels)?, &test_labels)?,
+            train: check_labels(idx::read_labels(&train_labels)?, NUM_CLASSES, &train_labels)?,
+            test: check_labels(idx::read_labels(&test_labels)?, NUM_CLASSES, &test_labels)?,
             source: DataSource::Dir(dir.to_path_buf()),
+            kind,
             images: Some([train_images, test_images]),
         })
     }
@@ -348,12 +210,17 @@ impl FashionMnistLabels {
     pub fn bundled() -> Result<FashionMnistLabels, DataError> {
         let labels = |name: &str| -> Result<Vec<u8>, DataError> {
             let path = bundled_path(name);
-            check_labels(idx::decode_labels(bundled::file(name)?, &path)?, &path)
+            check_labels(
+                idx::decode_labels(bundled::file(name)?, &path)?,
+                NUM_CLASSES,
+                &path,
+            )
         };
         Ok(FashionMnistLabels {
             train: labels(TRAIN_LABELS)?,
             test: labels(TEST_LABELS)?,
             source: DataSource::Bundled,
+            kind: DatasetKind::Fmnist,
             images: None,
         })
     }
@@ -364,7 +231,7 @@ impl FashionMnistLabels {
     /// # Errors
     ///
     /// [`DataError::Idx`] if the image file is malformed or an index is out of range
-    /// ([`IdxError::IndexOutOfRange`]), [`DataError::WrongImageSize`] /
+    /// ([`IdxError::IndexOutOfRange`](super::idx::IdxError::IndexOutOfRange)), [`DataError::WrongImageSize`] /
     /// [`DataError::CountMismatch`] as for [`FashionMnist::load`].
     pub fn select_train(&self, indices: &[usize]) -> Result<Dataset, DataError> {
         self.select(0, &self.train, indices, None)
@@ -408,6 +275,7 @@ impl FashionMnistLabels {
                 // index is checked against the image count.
                 let (count, rows, cols) = idx::read_images_header(path)?;
                 check_shape(
+                    self.kind,
                     count,
                     rows,
                     cols,
@@ -434,6 +302,7 @@ impl FashionMnistLabels {
             }
         };
         check_shape(
+            self.kind,
             img.count,
             img.rows,
             img.cols,
@@ -444,6 +313,7 @@ impl FashionMnistLabels {
         Ok(Dataset {
             images: img.pixels,
             labels: indices.iter().map(|&i| labels[i]).collect(),
+            shape: ImageShape::GREY_28,
         })
     }
 
@@ -458,7 +328,7 @@ impl FashionMnistLabels {
 }
 
 /// Finds `dir/name`, else `dir/name.gz`.
-fn find(dir: &Path, name: &str) -> Result<PathBuf, DataError> {
+fn find(dir: &Path, kind: DatasetKind, name: &str) -> Result<PathBuf, DataError> {
     let plain = dir.join(name);
     if plain.is_file() {
         return Ok(plain);
@@ -467,25 +337,35 @@ fn find(dir: &Path, name: &str) -> Result<PathBuf, DataError> {
     if gz.is_file() {
         return Ok(gz);
     }
-    Err(DataError::MissingFile { path: plain })
+    Err(DataError::MissingFile {
+        path: plain,
+        dataset: kind,
+    })
 }
 
-fn load_split(dir: &Path, images: &str, labels: &str) -> Result<Dataset, DataError> {
-    let images = find(dir, images)?;
-    let labels = find(dir, labels)?;
+fn load_split(
+    dir: &Path,
+    kind: DatasetKind,
+    images: &str,
+    labels: &str,
+) -> Result<Dataset, DataError> {
+    let images = find(dir, kind, images)?;
+    let labels = find(dir, kind, labels)?;
     let img = idx::read_images(&images)?;
     let lab = idx::read_labels(&labels)?;
-    check(img, lab, &images, &labels)
+    check(kind, img, lab, &images, &labels)
 }
 
 /// Checks shape, counts and label range; builds the dataset.
 fn check(
+    kind: DatasetKind,
     img: idx::IdxImages,
     labels: Vec<u8>,
     images_path: &Path,
     labels_path: &Path,
 ) -> Result<Dataset, DataError> {
     check_shape(
+        kind,
         img.count,
         img.rows,
         img.cols,
@@ -495,12 +375,14 @@ fn check(
     )?;
     Ok(Dataset {
         images: img.pixels,
-        labels: check_labels(labels, labels_path)?,
+        labels: check_labels(labels, NUM_CLASSES, labels_path)?,
+        shape: ImageShape::GREY_28,
     })
 }
 
 /// 28 × 28 images, as many as labels.
 fn check_shape(
+    kind: DatasetKind,
     count: usize,
     rows: usize,
     cols: usize,
@@ -511,8 +393,9 @@ fn check_shape(
     if rows != IMAGE_ROWS || cols != IMAGE_COLS {
         return Err(DataError::WrongImageSize {
             path: images_path.to_path_buf(),
-            rows,
-            cols,
+            dataset: kind,
+            expected: ImageShape::GREY_28,
+            got: ImageShape::new(1, rows, cols),
         });
     }
     if count != n_labels {
@@ -524,22 +407,6 @@ fn check_shape(
         });
     }
     Ok(())
-}
-
-/// Every label in `0..10`.
-fn check_labels(labels: Vec<u8>, path: &Path) -> Result<Vec<u8>, DataError> {
-    if let Some((index, &label)) = labels
-        .iter()
-        .enumerate()
-        .find(|&(_, &l)| l as usize >= NUM_CLASSES)
-    {
-        return Err(DataError::LabelOutOfRange {
-            path: path.to_path_buf(),
-            index,
-            label,
-        });
-    }
-    Ok(labels)
 }
 
 #[cfg(feature = "bundled-data")]
@@ -570,11 +437,12 @@ mod bundled {
         let labels_path = bundled_path(label_name);
         let img = idx::decode_images(file(image_name)?, &images_path)?;
         let lab = idx::decode_labels(file(label_name)?, &labels_path)?;
-        check(img, lab, &images_path, &labels_path)
+        check(DatasetKind::Fmnist, img, lab, &images_path, &labels_path)
     }
 
-    pub(super) fn load() -> Result<FashionMnist, DataError> {
-        Ok(FashionMnist {
+    pub(super) fn load() -> Result<Splits, DataError> {
+        Ok(Splits {
+            kind: DatasetKind::Fmnist,
             train: split(TRAIN_IMAGES, TRAIN_LABELS)?,
             test: split(TEST_IMAGES, TEST_LABELS)?,
             source: DataSource::Bundled,
@@ -590,7 +458,7 @@ mod bundled {
         Err(DataError::NoBundledData)
     }
 
-    pub(super) fn load() -> Result<FashionMnist, DataError> {
+    pub(super) fn load() -> Result<Splits, DataError> {
         Err(DataError::NoBundledData)
     }
 }
@@ -605,6 +473,7 @@ mod tests {
     use std::io::Read;
 
     use super::*;
+    use crate::data::idx::IdxError;
 
     /// Indices with repeats, out of order, first and last.
     fn some_indices(len: usize) -> Vec<usize> {
@@ -613,7 +482,7 @@ mod tests {
 
     /// `FashionMnistLabels` gives the same labels, and the same images for the same indices, as
     /// the full loader.
-    fn assert_same(full: &FashionMnist, labels: &FashionMnistLabels) {
+    fn assert_same(full: &Splits, labels: &FashionMnistLabels) {
         assert_eq!(labels.source, full.source);
         assert_eq!(labels.train, full.train.labels);
         assert_eq!(labels.test, full.test.labels);

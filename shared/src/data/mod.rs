@@ -1,9 +1,15 @@
-//! Data: the Fashion-MNIST IDX reader, the bundled subset and the NIID-Bench partitions.
+//! Data: the data sets and their readers, the bundled Fashion-MNIST subset and the NIID-Bench
+//! partitions.
 //!
 //! | module | what it holds |
 //! | --- | --- |
+//! | [`catalog`] | [`DatasetKind`] (`--dataset fmnist\|mnist\|cifar10`), each one's [`DatasetInfo`] (image shape, classes), and [`load`] |
+//! | [`dataset`] | [`Dataset`] (labelled images of one [`ImageShape`]), [`Splits`] (train and test), [`DataError`] |
+//! | [`cifar`] | CIFAR-10's official binary version |
+//! | [`folder`] | the image-folder layout (`train/<class>/*.png\|jpg`) |
 //! | [`idx`] | reading IDX files (plain or gzip'd) with exact magic and length checks; [`idx::read_images_selected`] streams an image file keeping only chosen images |
-//! | [`fmnist`] | [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class); [`FashionMnistLabels`]: the labels first, then only the images a client keeps |
+//! | [`fmnist`] | the four IDX files of Fashion-MNIST and MNIST; [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class); [`FashionMnistLabels`]: the labels first, then only the images a client keeps |
+//! | [`shards`] | [`DataLabels`](shards::DataLabels): any data set's labels first, then only the images a client keeps |
 //! | [`spill`] | [`SpillFile`](spill::SpillFile): an anonymous scratch file that holds a client's training images when they are too many to keep in memory |
 //! | [`partition`](mod@partition) | [`PartitionSpec`] (`iid`, `label:K`, `dir:BETA`, `groups:…`, `rotate:G`, `shift:G`, `rotate:R*BASE`, `dominant:ALPHA`, `pairs`, `tasks:fmnist3`), [`partition()`](partition::partition), local test sets, image rotation, label shifts |
 //!
@@ -22,14 +28,22 @@
 //! # }
 //! ```
 
+pub mod catalog;
+pub mod cifar;
+pub mod dataset;
 pub mod fmnist;
+pub mod folder;
 pub mod idx;
 pub mod partition;
+pub mod shards;
 pub mod spill;
 
-pub use fmnist::{CLASS_NAMES, DataError, DataSource, Dataset, FashionMnist, FashionMnistLabels};
+pub use catalog::{DatasetInfo, DatasetKind, ImageShape, load};
+pub use dataset::{DataError, DataSource, Dataset, Splits};
+pub use fmnist::{FashionMnist, FashionMnistLabels};
 pub use idx::IdxError;
 pub use partition::{
     ClientShard, DOMINANT_CLASSES, FMNIST3_TASKS, Partition, PartitionError, PartitionSpec,
     SpecError, client_datasets, local_test_indices, partition, rotate_image, shift_label,
 };
+pub use shards::DataLabels;

@@ -123,7 +123,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Gamma};
 use serde::{Deserialize, Serialize};
 
-use super::fmnist::{Dataset, FashionMnist, IMAGE_COLS, IMAGE_ROWS, NUM_CLASSES};
+use super::catalog::ImageShape;
+use super::dataset::{Dataset, Splits};
+use super::fmnist::NUM_CLASSES;
 
 /// The minimum number of samples every client must get from a `dir:` partition (NIID-Bench's
 /// `min_require_size`).
@@ -1319,27 +1321,30 @@ pub fn local_test_indices(shard: &ClientShard, test_labels: &[u8]) -> Vec<usize>
         .collect()
 }
 
-/// Turns a square image `quarter_turns` quarter turns **counter-clockwise** (`quarter_turns` is
-/// taken modulo 4). One turn moves the top-right pixel to the top-left corner: pixel `(r, c)` of a
-/// `s × s` image goes to `(s − 1 − c, r)`.
+/// Turns an image of `shape` `quarter_turns` quarter turns **counter-clockwise** (`quarter_turns`
+/// is taken modulo 4), each channel alike. One turn moves the top-right pixel to the top-left
+/// corner: pixel `(r, c)` of an `s × s` plane goes to `(s − 1 − c, r)`.
 ///
-/// Meant for 28 × 28 Fashion-MNIST images but works for any square image; a slice whose length is
-/// not a perfect square is returned unchanged.
-pub fn rotate_image(img: &[u8], quarter_turns: u8) -> Vec<u8> {
-    let s = img.len().isqrt();
+/// Every data set of the catalog has square images. A plane that is not square is turned only by
+/// half turns (odd turns leave it as it is: a quarter turn would change its shape), and a slice
+/// that is not `shape.pixels()` long is returned unchanged.
+pub fn rotate_image(img: &[u8], shape: ImageShape, quarter_turns: u8) -> Vec<u8> {
+    let (h, w) = (shape.height, shape.width);
     let turns = quarter_turns % 4;
-    if s * s != img.len() || turns == 0 {
+    if img.len() != shape.pixels() || turns == 0 || (h != w && turns != 2) {
         return img.to_vec();
     }
     let mut out = vec![0u8; img.len()];
-    for r in 0..s {
-        for c in 0..s {
-            let (nr, nc) = match turns {
-                1 => (s - 1 - c, r),
-                2 => (s - 1 - r, s - 1 - c),
-                _ => (c, s - 1 - r),
-            };
-            out[nr * s + nc] = img[r * s + c];
+    for (plane, dst) in img.chunks_exact(h * w).zip(out.chunks_exact_mut(h * w)) {
+        for r in 0..h {
+            for c in 0..w {
+                let (nr, nc) = match turns {
+                    1 => (w - 1 - c, r),
+                    2 => (h - 1 - r, w - 1 - c),
+                    _ => (c, h - 1 - r),
+                };
+                dst[nr * w + nc] = plane[r * w + c];
+            }
         }
     }
     out
@@ -1353,7 +1358,7 @@ pub fn rotate_image(img: &[u8], quarter_turns: u8) -> Vec<u8> {
 /// [`PartitionError::IndexOutOfRange`] if the shard was made for a different (larger) training
 /// set.
 pub fn client_datasets(
-    data: &FashionMnist,
+    data: &Splits,
     shard: &ClientShard,
 ) -> Result<(Dataset, Dataset), PartitionError> {
     let len = data.train.len();
@@ -1366,11 +1371,10 @@ pub fn client_datasets(
         .select(&local_test_indices(shard, &data.test.labels));
     if !shard.rotation.is_multiple_of(4) {
         for set in [&mut train, &mut test] {
-            let size = IMAGE_ROWS * IMAGE_COLS;
             let rotated: Vec<u8> = set
                 .images
-                .chunks_exact(size)
-                .flat_map(|img| rotate_image(img, shard.rotation))
+                .chunks_exact(set.shape.pixels())
+                .flat_map(|img| rotate_image(img, set.shape, shard.rotation))
                 .collect();
             set.images = rotated;
         }

@@ -7,6 +7,7 @@ use crate::aggregate::Aggregate;
 use crate::cluster::clustering::Lambda;
 use crate::cluster::hc::Linkage;
 use crate::cluster::robust::Guard;
+use crate::data::catalog::DatasetKind;
 use crate::hierarchy::CommonLayers;
 use crate::model::{LayerSet, ModelKind};
 use crate::train::{LocalTest, TrainConfig};
@@ -16,6 +17,10 @@ use crate::train::{LocalTest, TrainConfig};
 /// ([`crate::algorithms::MethodConfig`], whose `[federation]` table flattens this one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FederationConfig {
+    /// The data set (`fmnist`, `mnist`, `cifar10`; [`crate::data::catalog`]); unwritten:
+    /// Fashion-MNIST. Its images must be what `model` takes.
+    #[serde(default, skip_serializing_if = "DatasetKind::is_default")]
+    pub dataset: DatasetKind,
     /// Which model.
     pub model: ModelKind,
     /// Training rounds after the clustering round.
@@ -200,6 +205,7 @@ impl Default for FederationConfig {
     /// FedClust's FMNIST settings (GUIDE §2), with 50 rounds.
     fn default() -> Self {
         FederationConfig {
+            dataset: DatasetKind::Fmnist,
             model: ModelKind::LeNet5,
             rounds: 50,
             frac: 0.1,
@@ -234,6 +240,9 @@ impl FederationConfig {
     /// are checked by the registry ([`crate::algorithms::MethodConfig::validate`]).
     pub fn validate(&self) -> Result<(), FederationError> {
         let bad = |m: String| Err(FederationError::Config(m));
+        if let Err(e) = self.model.check_input(self.dataset) {
+            return bad(e.to_string());
+        }
         if !(self.frac > 0.0 && self.frac <= 1.0) {
             return bad(format!("frac must be in (0, 1], got {}", self.frac));
         }

@@ -9,7 +9,7 @@
 use crate::client::{ClientData, ClientError};
 use crate::cluster::spectral::{self, Signature};
 use crate::protocol::{Encoding, ToClient, ToCoordinator};
-use crate::train::{Device, PIXELS};
+use crate::train::Device;
 
 use super::{JobKind, Rejected, Trainer, Uploads, WireError, unexpected};
 
@@ -18,6 +18,8 @@ use super::{JobKind, Rejected, Trainer, Uploads, WireError, unexpected};
 pub struct GramJob {
     /// Eigenpairs.
     pub k: usize,
+    /// The dimension the eigenvectors must have: the pixels of one image of the run's model.
+    pub d: usize,
     /// Upload encoding.
     pub encoding: Encoding,
 }
@@ -57,7 +59,7 @@ impl JobKind for GramSignature {
     /// eigenvectors of unit length ([`Signature::from_wire`]).
     fn accept(job: &GramJob, body: ToCoordinator) -> Result<Signature, Rejected> {
         match body {
-            ToCoordinator::Eigenpairs(wire) => Ok(Signature::from_wire(&wire, job.k, PIXELS)?),
+            ToCoordinator::Eigenpairs(wire) => Ok(Signature::from_wire(&wire, job.k, job.d)?),
             body => Err(unexpected(&body)),
         }
     }

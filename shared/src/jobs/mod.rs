@@ -26,6 +26,7 @@
 //! | [`gradient`] | [`Job::Gradient`] | [`Answer::Gradient`] | StoCFL's anchor gradient |
 //! | [`gram_signature`] | [`Job::GramSignature`] | [`Answer::Eigenpairs`] | MT-HFL round 0 |
 //! | [`relevance`] | [`Job::Relevance`] | [`Answer::Row`] | MT-HFL round 0, relevance on the clients |
+//! | [`subspace`] | [`Job::Subspace`] | [`Answer::Subspace`] | PACFL round 0 |
 //! | [`evaluate`] | [`Job::Evaluate`] | [`Answer::Evaluation`] | every method |
 //!
 //! MT-HFL's two jobs keep state between messages on a device (the exact own signature, the relay
@@ -47,6 +48,7 @@ pub mod pick;
 pub mod rejection;
 pub mod relevance;
 pub mod signature;
+pub mod subspace;
 pub mod train;
 pub mod train_pair;
 
@@ -57,6 +59,7 @@ pub use pick::{PickJob, Picked};
 pub use rejection::{Rejected, Rejection};
 pub use relevance::RelevanceJob;
 pub use signature::{LabelStats, SignatureJob, SignatureUpload};
+pub use subspace::SubspaceJob;
 pub use train::{Alone, Prox, Trainer, Training, Update};
 pub use train_pair::{Pair, PairJob};
 
@@ -390,6 +393,8 @@ registry! {
     GramSignature(gram_signature::GramSignature) => Eigenpairs,
     /// MT-HFL: the relevance row against every client's signature.
     Relevance(relevance::Relevance) => Row,
+    /// PACFL: the top left singular vectors of each class's images.
+    Subspace(subspace::SubspaceSignature) => Subspace,
     /// Evaluate a model on the local test set.
     Evaluate(evaluate::Evaluate) => Evaluation,
     /// A job for the unit tests: count the training samples of each label.

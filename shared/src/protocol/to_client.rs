@@ -18,6 +18,8 @@ pub enum ModelKind {
     LeNet5,
     /// MLP 784→32→10 (MT-HFL's FMNIST model).
     Mlp,
+    /// LeNet-5 for 32×32 colour images (NIID-Bench `SimpleCNN`: CIFAR-10, SVHN).
+    LeNet5Rgb,
 }
 
 /// How client `i` estimates the eigenvalue of client `j`'s eigenvector `v` under its own Gram

@@ -414,7 +414,11 @@ fn run_inner(
             (pool, None)
         }
     };
-    pool.vouch(net.sample_cap, cfg.data.as_deref());
+    pool.vouch(
+        net.sample_cap,
+        cfg.method.federation.dataset,
+        cfg.data.as_deref(),
+    );
     let round0 = resume.as_ref().map_or(pool.members.len(), |r| r.1);
     net.live
         .fleet(&federation::ClientPool::clients(&pool)[..round0.min(pool.members.len())]);
@@ -481,9 +485,9 @@ fn run_inner(
         "wire_bytes": pool.wire,
     });
     // The GPS holds the round-0 models only: each remote LPS writes and sends its trained one.
-    let models = gps_link
-        .is_none()
-        .then(|| crate::cmd::export::of_result(&result, Some(run.as_str())));
+    let models = gps_link.is_none().then(|| {
+        crate::cmd::export::of_result(&result, Some(run.as_str()), cfg.method.federation.dataset)
+    });
     let gps = match gps_link {
         None => {
             let models = models.as_deref().unwrap_or_default();

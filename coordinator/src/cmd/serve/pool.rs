@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use edgecfl_shared::data::DatasetKind;
 use edgecfl_shared::data::partition::PartitionSpec;
 use edgecfl_shared::federation::{self, Answer, ClientInfo, ClientPool, Job, PoolError};
 use edgecfl_shared::jobs::{Uploads, WireError};
@@ -203,13 +204,13 @@ impl MqttPool {
     /// What this process can vouch for: caps the counts the clients declared at `k` times their
     /// median (`k = 0`: no cap) and, in testbed mode (every client holds a shard of one partition,
     /// [`MqttPool::partition`]), computes that partition from its own labels (`data`, found by
-    /// `FashionMnist::load`'s rule) for the ground truth ([`MqttPool::truth`]) and to cap each
+    /// `edgecfl_shared::data::load`'s rule) for the ground truth ([`MqttPool::truth`]) and to cap each
     /// client's counts at its shard's sizes. Labels unlike the clients' (most declare more than
     /// their shard would hold) leave the sizes unchecked, with a warning.
-    pub fn vouch(&mut self, k: u64, data: Option<&Path>) {
+    pub fn vouch(&mut self, k: u64, dataset: DatasetKind, data: Option<&Path>) {
         self.testbed = self.partition().and_then(|(spec, seed)| {
             let of = self.members.first()?.hello.shard.as_ref()?.of as usize;
-            Testbed::compute(&spec, seed, of, data)
+            Testbed::compute(&spec, seed, of, dataset, data)
                 .inspect_err(|e| {
                     warn!("testbed: cannot compute the clients' partition {spec} (seed {seed}): {e:#}; no ground truth, shard sizes unchecked")
                 })

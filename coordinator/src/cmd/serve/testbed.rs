@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use anyhow::Context;
-use edgecfl_shared::data::fmnist::FashionMnistLabels;
 use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
+use edgecfl_shared::data::{DataLabels, DatasetKind};
 
 /// The partition of a testbed, as the coordinator computes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,8 +22,8 @@ pub struct Testbed {
 }
 
 impl Testbed {
-    /// Partitions the labels that `FashionMnist::load`'s rule finds from `data` into `of` shards
-    /// by `spec` and `seed`, as each testbed client does.
+    /// Partitions the labels of `dataset` in `data` (for Fashion-MNIST by `FashionMnist::load`'s
+    /// rule) into `of` shards by `spec` and `seed`, as each testbed client does.
     ///
     /// # Errors
     ///
@@ -32,9 +32,11 @@ impl Testbed {
         spec: &PartitionSpec,
         seed: u64,
         of: usize,
+        dataset: DatasetKind,
         data: Option<&Path>,
     ) -> anyhow::Result<Testbed> {
-        let labels = FashionMnistLabels::load(data).context("loading Fashion-MNIST's labels")?;
+        let labels = DataLabels::load(dataset, data)
+            .with_context(|| format!("loading {}'s labels", dataset.info().name))?;
         let p = partition(spec, &labels.train, of, seed)
             .with_context(|| format!("partitioning {} into {of} shards", labels.source))?;
         let sizes = p
@@ -84,7 +86,7 @@ mod tests {
     fn groups_on_the_bundled_subset_by_hand() {
         let spec: PartitionSpec = "groups:012-34-56-789".parse().unwrap();
         let subset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/fmnist-subset");
-        let t = Testbed::compute(&spec, 0, 8, Some(&subset)).unwrap();
+        let t = Testbed::compute(&spec, 0, 8, DatasetKind::Fmnist, Some(&subset)).unwrap();
         assert_eq!(t.truth, Some(vec![0, 1, 2, 3, 0, 1, 2, 3]));
         let labels = [3u64, 2, 2, 3];
         for (i, &(train, test)) in t.sizes.iter().enumerate() {

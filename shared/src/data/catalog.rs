@@ -1,0 +1,276 @@
+//! The data sets the product knows: each one's image shape and classes ([`DatasetInfo`]), chosen
+//! with `--dataset` ([`DatasetKind`]), and [`load`], which reads one from the files a user has.
+//!
+//! | `--dataset` | images | classes | read from (`--data DIR`) |
+//! | --- | --- | --- | --- |
+//! | `fmnist` (default) | 1×28×28 | 10 | the four IDX files, plain or `.gz` (without `--data`: `EDGECFL_FMNIST_DIR`, the Debian package, the bundled subset) |
+//! | `mnist` | 1×28×28 | 10 | the four IDX files, plain or `.gz` (the same names as Fashion-MNIST's) |
+//! | `cifar10` | 3×32×32 | 10 | the official binary version (`data_batch_1..5.bin`, `test_batch.bin`, in `DIR` or `DIR/cifar-10-batches-bin`), or an image folder (`DIR/train/<class>/*`, `DIR/test/<class>/*`, PNG or JPEG) |
+//!
+//! Every image is kept as bytes, channel after channel (`C × H × W`, row-major within a channel),
+//! as PyTorch's `ToTensor` lays it out; training scales each byte to `[0, 1]`.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::dataset::{DataError, Splits};
+
+/// The shape of one image: `channels × height × width` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ImageShape {
+    /// Colour channels (1 grey, 3 RGB).
+    pub channels: usize,
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+}
+
+impl ImageShape {
+    /// 28 × 28 grey levels: MNIST, Fashion-MNIST.
+    pub const GREY_28: ImageShape = ImageShape::new(1, 28, 28);
+    /// 32 × 32 RGB: CIFAR-10, CIFAR-100, SVHN.
+    pub const RGB_32: ImageShape = ImageShape::new(3, 32, 32);
+
+    /// `channels × height × width`.
+    pub const fn new(channels: usize, height: usize, width: usize) -> Self {
+        ImageShape {
+            channels,
+            height,
+            width,
+        }
+    }
+
+    /// Bytes of one image, `channels × height × width`.
+    pub const fn pixels(self) -> usize {
+        self.channels * self.height * self.width
+    }
+
+    /// Bytes of one channel, `height × width`.
+    pub const fn plane(self) -> usize {
+        self.height * self.width
+    }
+
+    /// The burn tensor shape of a batch of `n` such images, `[n, C, H, W]`.
+    pub const fn batch(self, n: usize) -> [usize; 4] {
+        [n, self.channels, self.height, self.width]
+    }
+}
+
+/// Fashion-MNIST's: the product's first data set, and what a [`Dataset`](super::Dataset) made
+/// without a shape holds.
+impl Default for ImageShape {
+    fn default() -> Self {
+        ImageShape::GREY_28
+    }
+}
+
+impl fmt::Display for ImageShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}×{}×{}", self.channels, self.height, self.width)
+    }
+}
+
+/// A data set by name (`--dataset`, the TOML's `dataset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum DatasetKind {
+    /// Fashion-MNIST (Zalando): 70 000 grey 28 × 28 images of clothes, 10 classes.
+    #[default]
+    Fmnist,
+    /// MNIST (LeCun et al.): 70 000 grey 28 × 28 hand-written digits.
+    Mnist,
+    /// CIFAR-10 (Krizhevsky): 60 000 colour 32 × 32 images, 10 classes.
+    Cifar10,
+}
+
+impl DatasetKind {
+    /// Every kind, in `--help` order.
+    pub const ALL: [DatasetKind; 3] = [
+        DatasetKind::Fmnist,
+        DatasetKind::Mnist,
+        DatasetKind::Cifar10,
+    ];
+
+    /// Its description.
+    pub fn info(self) -> &'static DatasetInfo {
+        match self {
+            DatasetKind::Fmnist => &FMNIST,
+            DatasetKind::Mnist => &MNIST,
+            DatasetKind::Cifar10 => &CIFAR10,
+        }
+    }
+
+    /// Whether this is the default, Fashion-MNIST (configurations leave it unwritten).
+    pub fn is_default(&self) -> bool {
+        *self == DatasetKind::default()
+    }
+}
+
+impl fmt::Display for DatasetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.info().key)
+    }
+}
+
+/// An unknown `--dataset` name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown data set {0:?} (expected fmnist, mnist or cifar10)")]
+pub struct UnknownDataset(pub String);
+
+impl FromStr for DatasetKind {
+    type Err = UnknownDataset;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let key = s.to_ascii_lowercase().replace(['-', '_'], "");
+        DatasetKind::ALL
+            .into_iter()
+            .find(|k| {
+                k.info().key.replace('-', "") == key || k.info().aliases.contains(&key.as_str())
+            })
+            .ok_or_else(|| UnknownDataset(s.to_string()))
+    }
+}
+
+/// What the product needs to know of a data set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatasetInfo {
+    /// `--dataset` name.
+    pub key: &'static str,
+    /// Other accepted spellings (lower case, without `-` and `_`).
+    pub aliases: &'static [&'static str],
+    /// Its usual name, for messages.
+    pub name: &'static str,
+    /// One image.
+    pub shape: ImageShape,
+    /// The class names, indexed by label.
+    pub class_names: &'static [&'static str],
+    /// What `--data DIR` must hold, for error messages.
+    pub layout: &'static str,
+}
+
+impl DatasetInfo {
+    /// Number of classes.
+    pub fn classes(&self) -> usize {
+        self.class_names.len()
+    }
+}
+
+/// Fashion-MNIST.
+pub static FMNIST: DatasetInfo = DatasetInfo {
+    key: "fmnist",
+    aliases: &["fashionmnist"],
+    name: "Fashion-MNIST",
+    shape: ImageShape::GREY_28,
+    class_names: &[
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
+    ],
+    layout: "the four IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, \
+             t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (plain or .gz)",
+};
+
+/// MNIST.
+pub static MNIST: DatasetInfo = DatasetInfo {
+    key: "mnist",
+    aliases: &[],
+    name: "MNIST",
+    shape: ImageShape::GREY_28,
+    class_names: &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
+    layout: "the four IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, \
+             t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (plain or .gz)",
+};
+
+/// CIFAR-10 (class order of the official `batches.meta.txt`).
+pub static CIFAR10: DatasetInfo = DatasetInfo {
+    key: "cifar10",
+    aliases: &[],
+    name: "CIFAR-10",
+    shape: ImageShape::RGB_32,
+    class_names: &[
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
+    ],
+    layout: "the binary version's data_batch_1.bin..data_batch_5.bin and test_batch.bin (in DIR or \
+             DIR/cifar-10-batches-bin), or an image folder DIR/train/<class>/*.png|jpg and \
+             DIR/test/<class>/*",
+};
+
+/// Loads `kind` from `dir`: for Fashion-MNIST by [`FashionMnist::load`](super::FashionMnist::load)'s
+/// rule (`dir`, else `EDGECFL_FMNIST_DIR`, the Debian package, the bundled subset); every other
+/// data set needs `dir`.
+///
+/// # Errors
+///
+/// [`DataError::NeedsDir`] without `dir` for a data set other than Fashion-MNIST; otherwise the
+/// reader's error, which names the file.
+pub fn load(kind: DatasetKind, dir: Option<&Path>) -> Result<Splits, DataError> {
+    match kind {
+        DatasetKind::Fmnist => super::FashionMnist::load(dir),
+        DatasetKind::Mnist => super::fmnist::load_idx_dir(need_dir(kind, dir)?, kind),
+        DatasetKind::Cifar10 => super::cifar::load_cifar10(need_dir(kind, dir)?),
+    }
+}
+
+fn need_dir(kind: DatasetKind, dir: Option<&Path>) -> Result<&Path, DataError> {
+    dir.ok_or(DataError::NeedsDir { dataset: kind })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_shapes_are_the_papers() {
+        for k in DatasetKind::ALL {
+            assert_eq!(k.to_string().parse::<DatasetKind>().unwrap(), k);
+            assert_eq!(k.info().classes(), 10);
+        }
+        assert_eq!(
+            "Fashion-MNIST".parse::<DatasetKind>().unwrap(),
+            DatasetKind::Fmnist
+        );
+        assert_eq!(
+            "CIFAR-10".parse::<DatasetKind>().unwrap(),
+            DatasetKind::Cifar10
+        );
+        assert!("cifar".parse::<DatasetKind>().is_err());
+        assert_eq!(DatasetKind::Cifar10.info().shape.pixels(), 3072);
+        assert_eq!(DatasetKind::Mnist.info().shape.pixels(), 784);
+        assert_eq!(ImageShape::RGB_32.to_string(), "3×32×32");
+    }
+
+    #[test]
+    fn other_data_sets_need_a_directory() {
+        let err = load(DatasetKind::Cifar10, None).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DataError::NeedsDir {
+                    dataset: DatasetKind::Cifar10
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("data_batch_1.bin"), "{err}");
+    }
+}
