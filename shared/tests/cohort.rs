@@ -526,7 +526,9 @@ fn a_batched_evaluation_reports_what_each_model_reports_alone() {
 #[test]
 fn batched_gradients_are_each_models_gradient_alone() {
     let device = Device::default();
-    for model in ModelKind::ALL {
+    // The colour LeNet-5 is left to the training and evaluation cases (its gradients are
+    // those of training; CI time).
+    for model in [ModelKind::LeNet5, ModelKind::Mlp] {
         let data = [
             local_for(model, 23, 0),
             local_for(model, 37, 100),

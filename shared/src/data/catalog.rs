@@ -1,5 +1,5 @@
 //! The data sets the product knows: each one's image shape and classes ([`DatasetInfo`]), chosen
-//! with `--dataset` ([`DatasetKind`]), and [`load`], which reads one from the files a user has.
+//! with `--dataset` ([`DatasetKind`]); [`super::load`] reads one from the files a user has.
 //!
 //! | `--dataset` | images | classes | read from (`--data DIR`) |
 //! | --- | --- | --- | --- |
@@ -11,12 +11,9 @@
 //! as PyTorch's `ToTensor` lays it out; training scales each byte to `[0, 1]`.
 
 use std::fmt;
-use std::path::Path;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-
-use super::dataset::{DataError, Splits};
 
 /// The shape of one image: `channels × height × width` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -215,26 +212,6 @@ pub static CIFAR10: DatasetInfo = DatasetInfo {
              DIR/test/<class>/*",
 };
 
-/// Loads `kind` from `dir`: for Fashion-MNIST by [`FashionMnist::load`](super::FashionMnist::load)'s
-/// rule (`dir`, else `EDGECFL_FMNIST_DIR`, the Debian package, the bundled subset); every other
-/// data set needs `dir`.
-///
-/// # Errors
-///
-/// [`DataError::NeedsDir`] without `dir` for a data set other than Fashion-MNIST; otherwise the
-/// reader's error, which names the file.
-pub fn load(kind: DatasetKind, dir: Option<&Path>) -> Result<Splits, DataError> {
-    match kind {
-        DatasetKind::Fmnist => super::FashionMnist::load(dir),
-        DatasetKind::Mnist => super::fmnist::load_idx_dir(need_dir(kind, dir)?, kind),
-        DatasetKind::Cifar10 => super::cifar::load_cifar10(need_dir(kind, dir)?),
-    }
-}
-
-fn need_dir(kind: DatasetKind, dir: Option<&Path>) -> Result<&Path, DataError> {
-    dir.ok_or(DataError::NeedsDir { dataset: kind })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,20 +234,5 @@ mod tests {
         assert_eq!(DatasetKind::Cifar10.info().shape.pixels(), 3072);
         assert_eq!(DatasetKind::Mnist.info().shape.pixels(), 784);
         assert_eq!(ImageShape::RGB_32.to_string(), "3×32×32");
-    }
-
-    #[test]
-    fn other_data_sets_need_a_directory() {
-        let err = load(DatasetKind::Cifar10, None).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                DataError::NeedsDir {
-                    dataset: DatasetKind::Cifar10
-                }
-            ),
-            "{err}"
-        );
-        assert!(err.to_string().contains("data_batch_1.bin"), "{err}");
     }
 }

@@ -178,6 +178,11 @@ impl Dataset {
     }
 }
 
+/// Training images per class in the bundled Fashion-MNIST subset ([`DataSource::Bundled`]).
+pub const BUNDLED_TRAIN_PER_CLASS: usize = 300;
+/// Test images per class in the bundled Fashion-MNIST subset.
+pub const BUNDLED_TEST_PER_CLASS: usize = 100;
+
 /// Where a data set was loaded from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataSource {
@@ -193,9 +198,8 @@ impl fmt::Display for DataSource {
             DataSource::Dir(p) => write!(f, "{}", p.display()),
             DataSource::Bundled => write!(
                 f,
-                "bundled subset ({} train + {} test images per class)",
-                super::fmnist::BUNDLED_TRAIN_PER_CLASS,
-                super::fmnist::BUNDLED_TEST_PER_CLASS
+                "bundled subset ({BUNDLED_TRAIN_PER_CLASS} train + {BUNDLED_TEST_PER_CLASS} test \
+                 images per class)"
             ),
         }
     }

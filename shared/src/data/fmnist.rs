@@ -46,10 +46,7 @@ pub const ENV_DIR: &str = "EDGECFL_FMNIST_DIR";
 /// Where the Debian package `dataset-fashion-mnist` installs the dataset (four `.gz` IDX files).
 pub const SYSTEM_DIR: &str = "/usr/share/datasets/fashion-mnist";
 
-/// Training images per class in the bundled subset.
-pub const BUNDLED_TRAIN_PER_CLASS: usize = 300;
-/// Test images per class in the bundled subset.
-pub const BUNDLED_TEST_PER_CLASS: usize = 100;
+pub use super::dataset::{BUNDLED_TEST_PER_CLASS, BUNDLED_TRAIN_PER_CLASS};
 
 /// Standard file names, without the optional `.gz`.
 const TRAIN_IMAGES: &str = "train-images-idx3-ubyte";

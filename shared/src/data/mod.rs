@@ -3,7 +3,7 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | [`catalog`] | [`DatasetKind`] (`--dataset fmnist\|mnist\|cifar10`), each one's [`DatasetInfo`] (image shape, classes), and [`load`] |
+//! | [`catalog`] | [`DatasetKind`] (`--dataset fmnist\|mnist\|cifar10`), each one's [`DatasetInfo`] (image shape, classes); [`load`] (here) reads one |
 //! | [`dataset`] | [`Dataset`] (labelled images of one [`ImageShape`]), [`Splits`] (train and test), [`DataError`] |
 //! | [`cifar`] | CIFAR-10's official binary version |
 //! | [`folder`] | the image-folder layout (`train/<class>/*.png\|jpg`) |
@@ -38,7 +38,7 @@ pub mod partition;
 pub mod shards;
 pub mod spill;
 
-pub use catalog::{DatasetInfo, DatasetKind, ImageShape, load};
+pub use catalog::{DatasetInfo, DatasetKind, ImageShape};
 pub use dataset::{DataError, DataSource, Dataset, Splits};
 pub use fmnist::{FashionMnist, FashionMnistLabels};
 pub use idx::IdxError;
@@ -47,3 +47,45 @@ pub use partition::{
     SpecError, client_datasets, local_test_indices, partition, rotate_image, shift_label,
 };
 pub use shards::DataLabels;
+
+use std::path::Path;
+
+/// Loads `kind` from `dir`: for Fashion-MNIST by [`FashionMnist::load`]'s
+/// rule (`dir`, else `EDGECFL_FMNIST_DIR`, the Debian package, the bundled subset); every other
+/// data set needs `dir`.
+///
+/// # Errors
+///
+/// [`DataError::NeedsDir`] without `dir` for a data set other than Fashion-MNIST; otherwise the
+/// reader's error, which names the file.
+pub fn load(kind: DatasetKind, dir: Option<&Path>) -> Result<Splits, DataError> {
+    match kind {
+        DatasetKind::Fmnist => FashionMnist::load(dir),
+        DatasetKind::Mnist => fmnist::load_idx_dir(need_dir(kind, dir)?, kind),
+        DatasetKind::Cifar10 => cifar::load_cifar10(need_dir(kind, dir)?),
+    }
+}
+
+fn need_dir(kind: DatasetKind, dir: Option<&Path>) -> Result<&Path, DataError> {
+    dir.ok_or(DataError::NeedsDir { dataset: kind })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_data_sets_need_a_directory() {
+        let err = load(DatasetKind::Cifar10, None).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DataError::NeedsDir {
+                    dataset: DatasetKind::Cifar10
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("data_batch_1.bin"), "{err}");
+    }
+}
