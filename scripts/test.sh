@@ -12,7 +12,7 @@
 #   nostd   the wire protocol built without std, for a bare-metal target when it is installed
 #   build   the test build of the whole workspace
 #   test    every test of the workspace, from that build
-#   fuzz    the three fuzzers, for EDGECFL_FUZZ_SECONDS_{WIRE,ROUNDS,GATE} seconds (90, 30, 10)
+#   fuzz    the three fuzzers, for EDGECFL_FUZZ_SECONDS_{WIRE,ROUNDS,GATE} seconds (60, 30, 10)
 #
 # Every step that builds or runs the tests uses the same cargo command line (`--workspace`), so
 # none of them rebuilds what another built (tests/util.rs's nested cargo included).
@@ -44,7 +44,7 @@ fuzz() {
   # build burn twice more. The seed: EDGECFL_FUZZ_SEED, else from the commit.
   local seed=${EDGECFL_FUZZ_SEED:-$((16#$(git rev-parse --short=8 HEAD 2>/dev/null || echo 0)))}
   local name secs
-  for name in wire:${EDGECFL_FUZZ_SECONDS_WIRE:-90} rounds:${EDGECFL_FUZZ_SECONDS_ROUNDS:-30} \
+  for name in wire:${EDGECFL_FUZZ_SECONDS_WIRE:-60} rounds:${EDGECFL_FUZZ_SECONDS_ROUNDS:-30} \
     gate:${EDGECFL_FUZZ_SECONDS_GATE:-10}; do
     secs=${name#*:}
     name=fuzz_${name%%:*}
