@@ -140,10 +140,17 @@ impl DataLabels {
             ..Dataset::default()
         };
         let mut image = Vec::with_capacity(shape.pixels());
+        // Each binary file opened once per selection, not once per record.
+        let mut handles: Vec<Option<File>> = match &self.images {
+            Images::CifarBinary(files) => files[split].iter().map(|_| None).collect(),
+            _ => Vec::new(),
+        };
         for (p, &i) in indices.iter().enumerate() {
             image.clear();
             match &self.images {
-                Images::CifarBinary(files) => read_record(&files[split], i, &mut image)?,
+                Images::CifarBinary(files) => {
+                    read_record(&files[split], &mut handles, i, &mut image)?
+                }
                 Images::Folder(files) => {
                     folder::decode_into(&files[split][i], self.kind, shape, &mut image)?
                 }
@@ -244,19 +251,24 @@ fn record_labels(path: &Path) -> Result<Vec<u8>, DataError> {
     Ok(labels)
 }
 
-/// Appends the image of record `i` of a split (`files` with their record counts) to `out`.
+/// Appends the image of record `i` of a split (`files` with their record counts) to `out`,
+/// opening a file into its slot of `handles` the first time it is read.
 fn read_record(
     files: &[(PathBuf, usize)],
+    handles: &mut [Option<File>],
     mut i: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), DataError> {
-    for (path, count) in files {
+    for ((path, count), handle) in files.iter().zip(handles.iter_mut()) {
         if i < *count {
             let io = |source| DataError::Io {
                 path: path.clone(),
                 source,
             };
-            let mut file = open(path)?;
+            let file = match handle {
+                Some(f) => f,
+                None => handle.insert(open(path)?),
+            };
             file.seek(SeekFrom::Start((i * CIFAR10_RECORD + 1) as u64))
                 .map_err(io)?;
             let at = out.len();
