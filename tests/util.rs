@@ -263,6 +263,22 @@ pub fn fleet_of(
     of: usize,
     seed: u64,
 ) -> Vec<(Proc, PathBuf)> {
+    let data = ["--data".to_string(), bundled_data().display().to_string()];
+    fleet_on(dir, broker_port, prefix, partition, shards, of, seed, &data)
+}
+
+/// [`fleet_of`] on the data set `data` names (`--dataset NAME --data DIR`, or `--data DIR`).
+#[allow(clippy::too_many_arguments)]
+pub fn fleet_on(
+    dir: &Path,
+    broker_port: u16,
+    prefix: &str,
+    partition: &str,
+    shards: std::ops::Range<usize>,
+    of: usize,
+    seed: u64,
+    data: &[String],
+) -> Vec<(Proc, PathBuf)> {
     shards
         .map(|i| {
             let id = format!("c{i}");
@@ -276,8 +292,7 @@ pub fn fleet_of(
             .args(["--id", &id, "--prefix", prefix, "--partition", partition])
             .args(["--seed", &seed.to_string(), "--index", &i.to_string()])
             .args(["--of", &of.to_string()])
-            .arg("--data")
-            .arg(bundled_data())
+            .args(data)
             .arg("--model-out")
             .arg(kept_model(dir, &id));
             if i % 2 == 1 {

@@ -258,13 +258,12 @@ pub struct RunFlags {
     /// Master seed (partition, initial model, sampling, local shuffles).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// The data set: fmnist | mnist | cifar10 (default: the configuration's, fmnist).
-    #[arg(long, value_name = "NAME")]
+    /// The data set (default: the configuration's, fmnist).
+    #[arg(long, value_name = "NAME",
+          help = format!("{} (default: the configuration's, fmnist)", edgecfl_shared::data::catalog::dataset_flag_help()))]
     pub dataset: Option<DatasetKind>,
-    /// The data set's directory: IDX files (.gz or plain) for fmnist and mnist; for cifar10 the
-    /// binary version's data_batch_*.bin and test_batch.bin, or an image folder
-    /// (train/<class>/*.png|jpg, test/<class>/*). Needed for all but fmnist.
-    #[arg(long, value_name = "DIR")]
+    /// The data set's directory.
+    #[arg(long, value_name = "DIR", help = edgecfl_shared::data::catalog::data_flag_help())]
     pub data: Option<PathBuf>,
     /// Where the coordinator's tensor work (simulated clients, MT-HFL server-side relevance) runs:
     /// cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N]. All

@@ -20,13 +20,13 @@ use edgecfl_shared::train::LocalData;
 /// Where the client's data come from.
 #[derive(Debug, Clone, Args)]
 pub struct ShardArgs {
-    /// The data set: fmnist | mnist | cifar10.
-    #[arg(long, value_name = "NAME", default_value_t = DatasetKind::Fmnist)]
+    /// The data set.
+    #[arg(long, value_name = "NAME", default_value_t = DatasetKind::Fmnist,
+          help = edgecfl_shared::data::catalog::dataset_flag_help())]
     pub dataset: DatasetKind,
-    /// The data set's directory (IDX files for fmnist and mnist; CIFAR-10's binary version or an
-    /// image folder for cifar10; without it, fmnist is looked for in $EDGECFL_FMNIST_DIR, the
-    /// Debian package, the bundled subset). Without --partition, all of it is this client's data.
-    #[arg(long, value_name = "DIR")]
+    /// The data set's directory (without --partition, all of it is this client's data).
+    #[arg(long, value_name = "DIR",
+          help = format!("{} Without --partition, all of it is this client's data.", edgecfl_shared::data::catalog::data_flag_help()))]
     pub data: Option<PathBuf>,
     /// Take one shard of this partition (iid | label:K | dir:BETA | groups:… | rotate:G | shift:G |
     /// rotate:R*BASE | dominant:ALPHA | pairs | tasks:fmnist3).

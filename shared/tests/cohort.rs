@@ -9,11 +9,11 @@
 //! backend's feature), e.g. on libtorch's CPU or a GPU:
 //!
 //! ```text
-//! EDGECFL_TEST_COHORT_DEVICE=tch LIBTORCH_USE_PYTORCH=1 cargo test -p edgecfl-shared --features tch --test cohort
-//! EDGECFL_TEST_COHORT_DEVICE=vulkan cargo test -p edgecfl-shared --features vulkan --test cohort
+//! EDGECFL_TEST_COHORT_DEVICE=tch LIBTORCH_USE_PYTORCH=1 cargo test -p edgecfl-shared --features tch --test suite cohort::
+//! EDGECFL_TEST_COHORT_DEVICE=vulkan cargo test -p edgecfl-shared --features vulkan --test suite cohort::
 //! ```
 
-mod common;
+use crate::common;
 
 use burn::prelude::Device;
 use edgecfl_shared::cohort::{

@@ -16,7 +16,7 @@ use edgecfl_shared::data::{
 };
 use edgecfl_shared::train::LocalData;
 
-mod real_data;
+use crate::real_data;
 
 fn bundled() -> &'static Splits {
     static DATA: OnceLock<Splits> = OnceLock::new();

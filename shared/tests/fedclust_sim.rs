@@ -144,8 +144,7 @@ fn cluster_start_members_starts_each_cluster_from_its_members_mean() {
     }
 }
 
-#[path = "real_data/mod.rs"]
-mod real_data;
+use crate::real_data;
 
 /// FedClust on CIFAR-10 (its JPEG copy, the first 200 training and 50 test images of each class):
 /// the colour LeNet-5 trains, its 850-float final layer separates two label groups exactly, and

@@ -35,12 +35,12 @@ pub struct PartitionArgs {
     /// Master seed (as `simulate --seed`).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// The data set: fmnist | mnist | cifar10.
-    #[arg(long, value_name = "NAME", default_value_t = DatasetKind::Fmnist)]
+    /// The data set.
+    #[arg(long, value_name = "NAME", default_value_t = DatasetKind::Fmnist,
+          help = edgecfl_shared::data::catalog::dataset_flag_help())]
     pub dataset: DatasetKind,
-    /// The data set's directory (as `simulate --data`; for fmnist the default is
-    /// $EDGECFL_FMNIST_DIR, Debian's package, the bundled subset).
-    #[arg(long, value_name = "DIR")]
+    /// The data set's directory.
+    #[arg(long, value_name = "DIR", help = edgecfl_shared::data::catalog::data_flag_help())]
     pub data: Option<PathBuf>,
     /// A run's `clusters.json`: compare its assignment with the clients' label sets.
     #[arg(long)]

@@ -5,7 +5,9 @@
 //! | --- | --- | --- | --- |
 //! | `fmnist` (default) | 1×28×28 | 10 | the four IDX files, plain or `.gz` (without `--data`: `EDGECFL_FMNIST_DIR`, the Debian package, the bundled subset) |
 //! | `mnist` | 1×28×28 | 10 | the four IDX files, plain or `.gz` (the same names as Fashion-MNIST's) |
-//! | `cifar10` | 3×32×32 | 10 | the official binary version (`data_batch_1..5.bin`, `test_batch.bin`, in `DIR` or `DIR/cifar-10-batches-bin`), or an image folder (`DIR/train/<class>/*`, `DIR/test/<class>/*`, PNG or JPEG) |
+//! | `cifar10` | 3×32×32 | 10 | the official binary version (`data_batch_1..5.bin`, `test_batch.bin`, in `DIR` or `DIR/cifar-10-batches-bin`), the python version torchvision downloads (`data_batch_1..5`, `test_batch`, in `DIR` or `DIR/cifar-10-batches-py`), or an image folder (`DIR/train/<class>/*`, `DIR/test/<class>/*`, PNG or JPEG) |
+//!
+//! | `svhn` | 3×32×32 | 10 | the cropped digits' `train_32x32.mat` and `test_32x32.mat` (MATLAB Level 5, compressed or not; the files' label 10 is the digit 0) |
 //!
 //! Every image is kept as bytes, channel after channel (`C × H × W`, row-major within a channel),
 //! as PyTorch's `ToTensor` lays it out; training scales each byte to `[0, 1]`.
@@ -83,14 +85,17 @@ pub enum DatasetKind {
     Mnist,
     /// CIFAR-10 (Krizhevsky): 60 000 colour 32 × 32 images, 10 classes.
     Cifar10,
+    /// SVHN (Netzer et al.): 99 289 colour 32 × 32 crops of house-number digits.
+    Svhn,
 }
 
 impl DatasetKind {
     /// Every kind, in `--help` order.
-    pub const ALL: [DatasetKind; 3] = [
+    pub const ALL: [DatasetKind; 4] = [
         DatasetKind::Fmnist,
         DatasetKind::Mnist,
         DatasetKind::Cifar10,
+        DatasetKind::Svhn,
     ];
 
     /// Its description.
@@ -99,6 +104,7 @@ impl DatasetKind {
             DatasetKind::Fmnist => &FMNIST,
             DatasetKind::Mnist => &MNIST,
             DatasetKind::Cifar10 => &CIFAR10,
+            DatasetKind::Svhn => &SVHN,
         }
     }
 
@@ -114,9 +120,27 @@ impl fmt::Display for DatasetKind {
     }
 }
 
+/// `--dataset`'s help, every name from [`DatasetKind::ALL`] (the flags of every command take it).
+pub fn dataset_flag_help() -> String {
+    let names: Vec<&str> = DatasetKind::ALL.iter().map(|k| k.info().key).collect();
+    format!("The data set: {}", names.join(" | "))
+}
+
+/// `--data`'s help: what the directory holds for each data set.
+pub fn data_flag_help() -> String {
+    let mut help = String::from(
+        "The data set's directory, needed for all but fmnist (which without it is looked for in \
+         $EDGECFL_FMNIST_DIR, Debian's package, then the bundled subset).",
+    );
+    for k in DatasetKind::ALL {
+        help.push_str(&format!(" {}: {}.", k.info().key, k.info().layout));
+    }
+    help
+}
+
 /// An unknown `--dataset` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown data set {0:?} (expected fmnist, mnist or cifar10)")]
+#[error("unknown data set {0:?} (expected fmnist, mnist, cifar10 or svhn)")]
 pub struct UnknownDataset(pub String);
 
 impl FromStr for DatasetKind {
@@ -208,8 +232,21 @@ pub static CIFAR10: DatasetInfo = DatasetInfo {
         "truck",
     ],
     layout: "the binary version's data_batch_1.bin..data_batch_5.bin and test_batch.bin (in DIR or \
-             DIR/cifar-10-batches-bin), or an image folder DIR/train/<class>/*.png|jpg and \
+             DIR/cifar-10-batches-bin), the python version's data_batch_1..data_batch_5 and \
+             test_batch (in DIR or DIR/cifar-10-batches-py, as torchvision downloads it), or an \
+             image folder DIR/train/<class>/*.png|jpg and \
              DIR/test/<class>/*",
+};
+
+/// SVHN's cropped digits (labels 0-9 are the digits; the files' 10 is read as 0).
+pub static SVHN: DatasetInfo = DatasetInfo {
+    key: "svhn",
+    aliases: &[],
+    name: "SVHN",
+    shape: ImageShape::RGB_32,
+    class_names: &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"],
+    layout: "the cropped digits' train_32x32.mat and test_32x32.mat (MATLAB files, as \
+             ufldl.stanford.edu/housenumbers gives them)",
 };
 
 #[cfg(test)]

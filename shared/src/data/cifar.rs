@@ -1,4 +1,5 @@
-//! CIFAR-10 from the files users have: the official binary version, or an image folder.
+//! CIFAR-10 from the files users have: the official binary version, the pickled "python version"
+//! (what torchvision downloads), or an image folder.
 //!
 //! The binary version (`cifar-10-binary.tar.gz`, unpacked to `cifar-10-batches-bin/`) is five
 //! training files `data_batch_1.bin` … `data_batch_5.bin` and `test_batch.bin`, each of records of
@@ -7,9 +8,15 @@
 //! bytes are the image as they are. The official files hold 10 000 records each; any whole number
 //! of records is accepted, and a length that is not one is an error naming the file.
 //!
-//! `--data DIR` may name `cifar-10-batches-bin/` itself or the folder it was unpacked into;
-//! a `DIR` with `train/` and `test/` folders is read as an image folder instead
-//! ([`super::folder`]), e.g. the JPEG copy of CIFAR-10 with `train/airplane/0001.jpg`.
+//! The python version (`cifar-10-python.tar.gz`, unpacked to `cifar-10-batches-py/`, the folder
+//! torchvision's `CIFAR10(root, download=True)` leaves in `root`) is `data_batch_1` …
+//! `data_batch_5` and `test_batch`, each a pickled dict whose `data` is a NumPy `uint8` array of
+//! 10 000 × 3 072 (the same planes as a binary record's) and `labels` a list of ints; read with
+//! [`super::pickle`], which evaluates nothing.
+//!
+//! `--data DIR` may name `cifar-10-batches-bin/` or `cifar-10-batches-py/` itself or the folder
+//! it was unpacked into; a `DIR` with `train/` and `test/` folders is read as an image folder
+//! instead ([`super::folder`]), e.g. the JPEG copy of CIFAR-10 with `train/airplane/0001.jpg`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,6 +24,7 @@ use std::path::{Path, PathBuf};
 use super::catalog::{DatasetKind, ImageShape};
 use super::dataset::{DataError, DataSource, Dataset, Splits, check_labels};
 use super::folder;
+use super::pickle::{self, Value};
 
 /// Bytes of one record of the binary version: a label byte and a 3 × 32 × 32 image.
 pub const CIFAR10_RECORD: usize = 1 + ImageShape::RGB_32.pixels();
@@ -33,8 +41,21 @@ pub const CIFAR10_TRAIN_FILES: [&str; 5] = [
 /// The test file of the binary version.
 pub const CIFAR10_TEST_FILE: &str = "test_batch.bin";
 
+/// The training files of the python version, in order.
+pub const CIFAR10_PY_TRAIN_FILES: [&str; 5] = [
+    "data_batch_1",
+    "data_batch_2",
+    "data_batch_3",
+    "data_batch_4",
+    "data_batch_5",
+];
+
+/// The test file of the python version.
+pub const CIFAR10_PY_TEST_FILE: &str = "test_batch";
+
 /// Loads CIFAR-10 from `dir`: the binary version in `dir` or `dir/cifar-10-batches-bin`, else
-/// an image folder (`dir/train`, `dir/test`).
+/// the python version in `dir` or `dir/cifar-10-batches-py`, else an image folder (`dir/train`,
+/// `dir/test`).
 ///
 /// # Errors
 ///
@@ -58,12 +79,152 @@ pub fn load_cifar10(dir: &Path) -> Result<Splits, DataError> {
                 source: DataSource::Dir(bin),
             })
         }
-        None if folder::is_image_folder(dir) => folder::load_image_folder(dir, kind),
-        None => Err(DataError::MissingFile {
-            path: dir.join(CIFAR10_TRAIN_FILES[0]),
-            dataset: kind,
-        }),
+        None => match python_dir(dir) {
+            Some(py) => {
+                let train: Vec<PathBuf> =
+                    CIFAR10_PY_TRAIN_FILES.iter().map(|f| py.join(f)).collect();
+                Ok(Splits {
+                    kind,
+                    train: read_python(&train)?,
+                    test: read_python(&[py.join(CIFAR10_PY_TEST_FILE)])?,
+                    source: DataSource::Dir(py),
+                })
+            }
+            None if folder::is_image_folder(dir) => folder::load_image_folder(dir, kind),
+            None => Err(DataError::MissingFile {
+                path: dir.join(CIFAR10_TRAIN_FILES[0]),
+                dataset: kind,
+            }),
+        },
     }
+}
+
+/// Where the python version is: `dir` itself or `dir/cifar-10-batches-py`, whichever holds
+/// `data_batch_1`.
+pub fn python_dir(dir: &Path) -> Option<PathBuf> {
+    [dir.to_path_buf(), dir.join("cifar-10-batches-py")]
+        .into_iter()
+        .find(|d| d.join(CIFAR10_PY_TRAIN_FILES[0]).is_file())
+}
+
+/// One pickled batch of the python version: its labels, and its images (or where they are).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PyBatch {
+    /// The labels, checked against the classes.
+    pub labels: Vec<u8>,
+    /// The byte offset of the first image in the file, when the pickle holds the pixels as one
+    /// run of raw bytes (every file Python 2 or NumPy's own reduction at protocol 3 and up
+    /// wrote); `None` for Python 3's protocol 2, which re-encodes them.
+    pub offset: Option<u64>,
+    /// The images (`C × H × W` each), when asked for or when there is no `offset`.
+    pub images: Vec<u8>,
+}
+
+/// Reads the pickled batch `path`: its `data` array (`uint8`, `n × 3 072` or `n × 3 × 32 × 32`,
+/// C order) and its `labels_key` list (or integer array) of `n` labels; the images are kept when
+/// `keep_images` (or when they are not one run of the file).
+///
+/// # Errors
+///
+/// [`DataError::MissingFile`] / [`DataError::Io`]; [`DataError::Format`] naming the file for a
+/// pickle that cannot be read or whose dict is not the python version's;
+/// [`DataError::LabelOutOfRange`].
+pub(crate) fn read_python_batch(
+    path: &Path,
+    labels_key: &str,
+    keep_images: bool,
+) -> Result<PyBatch, DataError> {
+    let kind = DatasetKind::Cifar10;
+    let bytes = fs::read(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => DataError::MissingFile {
+            path: path.to_path_buf(),
+            dataset: kind,
+        },
+        _ => DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    })?;
+    let format = |reason: String| DataError::Format {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let root = pickle::parse(&bytes).map_err(|e| format(format!("not a readable pickle: {e}")))?;
+    let Some(Value::Array(data)) = root.get_in(&bytes, "data") else {
+        return Err(format(
+            "no NumPy array under the key 'data' (is this a batch of the python version?)".into(),
+        ));
+    };
+    let per = ImageShape::RGB_32.pixels();
+    let n = data.shape.first().copied().unwrap_or(0);
+    if data.dtype.trim_start_matches(['|', '=']) != "u1"
+        || data.fortran
+        || data.len() != n * per
+        || n == 0
+    {
+        return Err(format(format!(
+            "'data' is a {}-array of shape {:?}{}: the python version's is uint8 (u1) of n × 3072, \
+             C order",
+            data.dtype,
+            data.shape,
+            if data.fortran {
+                " in Fortran order"
+            } else {
+                ""
+            }
+        )));
+    }
+    let raw = data
+        .raw(&bytes)
+        .filter(|r| r.len() == n * per)
+        .ok_or_else(|| format(format!("'data' holds other than {} bytes", n * per)))?;
+    let labels = root
+        .get_in(&bytes, labels_key)
+        .and_then(|v| v.ints(&bytes))
+        .ok_or_else(|| format(format!("no list of ints under the key '{labels_key}'")))?;
+    if labels.len() != n {
+        return Err(format(format!(
+            "{} labels under '{labels_key}' for {n} images",
+            labels.len()
+        )));
+    }
+    let classes = kind.info().classes();
+    let labels = labels
+        .into_iter()
+        .map(|l| u8::try_from(l).unwrap_or(u8::MAX))
+        .collect();
+    let labels = check_labels(labels, classes, path)?;
+    let offset = match &data.data {
+        Value::Bytes(r) => Some(r.start as u64),
+        _ => None,
+    };
+    Ok(PyBatch {
+        labels,
+        offset,
+        images: if keep_images || offset.is_none() {
+            raw.to_vec()
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// The images and labels of the pickled batches `files`, one after the other.
+///
+/// # Errors
+///
+/// As [`read_python_batch`].
+pub fn read_python(files: &[PathBuf]) -> Result<Dataset, DataError> {
+    let mut data = Dataset {
+        shape: ImageShape::RGB_32,
+        ..Dataset::default()
+    };
+    for path in files {
+        let batch = read_python_batch(path, "labels", true)?;
+        data.labels.extend(batch.labels);
+        data.images.extend(batch.images);
+    }
+    Ok(data)
 }
 
 /// Where the binary version is: `dir` itself or `dir/cifar-10-batches-bin`, whichever holds

@@ -3,10 +3,13 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | [`catalog`] | [`DatasetKind`] (`--dataset fmnist\|mnist\|cifar10`), each one's [`DatasetInfo`] (image shape, classes); [`load`] (here) reads one |
+//! | [`catalog`] | [`DatasetKind`] (`--dataset fmnist\|mnist\|cifar10\|svhn`), each one's [`DatasetInfo`] (image shape, classes); [`load`] (here) reads one |
 //! | [`dataset`] | [`Dataset`] (labelled images of one [`ImageShape`]), [`Splits`] (train and test), [`DataError`] |
-//! | [`cifar`] | CIFAR-10's official binary version |
+//! | [`cifar`] | CIFAR-10's official binary version and its pickled python version |
+//! | [`pickle`] | reading the pickles of data sets (dicts, lists, NumPy arrays) without evaluating them |
 //! | [`folder`] | the image-folder layout (`train/<class>/*.png\|jpg`) |
+//! | [`svhn`] | SVHN's cropped digits (`train_32x32.mat`, `test_32x32.mat`) |
+//! | [`mat`] | reading MATLAB Level 5 MAT-files' numeric arrays (compressed or not) |
 //! | [`idx`] | reading IDX files (plain or gzip'd) with exact magic and length checks; [`idx::read_images_selected`] streams an image file keeping only chosen images |
 //! | [`fmnist`] | the four IDX files of Fashion-MNIST and MNIST; [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class); [`FashionMnistLabels`]: the labels first, then only the images a client keeps |
 //! | [`shards`] | [`DataLabels`](shards::DataLabels): any data set's labels first, then only the images a client keeps |
@@ -34,9 +37,12 @@ pub mod dataset;
 pub mod fmnist;
 pub mod folder;
 pub mod idx;
+pub mod mat;
 pub mod partition;
+pub mod pickle;
 pub mod shards;
 pub mod spill;
+pub mod svhn;
 
 pub use catalog::{DatasetInfo, DatasetKind, ImageShape};
 pub use dataset::{DataError, DataSource, Dataset, Splits};
@@ -63,6 +69,7 @@ pub fn load(kind: DatasetKind, dir: Option<&Path>) -> Result<Splits, DataError> 
         DatasetKind::Fmnist => FashionMnist::load(dir),
         DatasetKind::Mnist => fmnist::load_idx_dir(need_dir(kind, dir)?, kind),
         DatasetKind::Cifar10 => cifar::load_cifar10(need_dir(kind, dir)?),
+        DatasetKind::Svhn => svhn::load_svhn(need_dir(kind, dir)?),
     }
 }
 

@@ -1,5 +1,5 @@
 //! One client's part of a data set without the rest: [`DataLabels::load`] reads only the labels
-//! (IDX label files; CIFAR-10's label bytes; an image folder's listing), the caller cuts its
+//! (IDX label files; CIFAR-10's label bytes or pickled label lists; an image folder's listing), the caller cuts its
 //! shard from them (a [`partition`](super::partition::partition())), then
 //! [`select_train`](DataLabels::select_train) / [`select_test`](DataLabels::select_test) read
 //! only those images. The result equals [`Dataset::select`] on [`super::load`]'s data, byte for
@@ -11,7 +11,10 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::catalog::{DatasetKind, ImageShape};
-use super::cifar::{CIFAR10_RECORD, CIFAR10_TEST_FILE, CIFAR10_TRAIN_FILES};
+use super::cifar::{
+    CIFAR10_PY_TEST_FILE, CIFAR10_PY_TRAIN_FILES, CIFAR10_RECORD, CIFAR10_TEST_FILE,
+    CIFAR10_TRAIN_FILES,
+};
 use super::dataset::{DataError, DataSource, Dataset, check_labels};
 use super::fmnist::FashionMnistLabels;
 use super::folder;
@@ -31,13 +34,25 @@ pub struct DataLabels {
     images: Images,
 }
 
+/// `count` images in `path`, the first at byte `start`, one every `stride` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Run {
+    path: PathBuf,
+    count: usize,
+    start: u64,
+    stride: u64,
+}
+
 /// Where the images of each split are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Images {
     /// Fashion-MNIST or MNIST: the IDX reader's own selection.
     Idx(FashionMnistLabels),
-    /// CIFAR-10's binary version: each split's files and their record counts, in order.
-    CifarBinary([Vec<(PathBuf, usize)>; 2]),
+    /// Images at a fixed stride in files (CIFAR-10's binary and python versions): each split's
+    /// files, in order.
+    Runs([Vec<Run>; 2]),
+    /// Images held in memory (SVHN; a pickle that re-encodes its pixels): each split's.
+    Memory([Vec<u8>; 2]),
     /// An image folder: each split's files, in reading order.
     Folder([Vec<PathBuf>; 2]),
 }
@@ -66,6 +81,18 @@ impl DataLabels {
             DatasetKind::Cifar10 => {
                 let dir = dir.ok_or(DataError::NeedsDir { dataset: kind })?;
                 cifar10(dir)
+            }
+            // SVHN's labels follow its images inside one compressed stream: the whole file is
+            // read, and the images kept (225 MB for the training file).
+            DatasetKind::Svhn => {
+                let full = super::load(kind, dir)?;
+                Ok(DataLabels {
+                    kind,
+                    train: full.train.labels,
+                    test: full.test.labels,
+                    source: full.source,
+                    images: Images::Memory([full.train.images, full.test.images]),
+                })
             }
         }
     }
@@ -140,16 +167,17 @@ impl DataLabels {
             ..Dataset::default()
         };
         let mut image = Vec::with_capacity(shape.pixels());
-        // Each binary file opened once per selection, not once per record.
+        // Each file opened once per selection, not once per image.
         let mut handles: Vec<Option<File>> = match &self.images {
-            Images::CifarBinary(files) => files[split].iter().map(|_| None).collect(),
+            Images::Runs(files) => files[split].iter().map(|_| None).collect(),
             _ => Vec::new(),
         };
         for (p, &i) in indices.iter().enumerate() {
             image.clear();
             match &self.images {
-                Images::CifarBinary(files) => {
-                    read_record(&files[split], &mut handles, i, &mut image)?
+                Images::Runs(files) => read_run(&files[split], &mut handles, i, shape, &mut image)?,
+                Images::Memory(images) => {
+                    image.extend_from_slice(&images[split][i * shape.pixels()..][..shape.pixels()])
                 }
                 Images::Folder(files) => {
                     folder::decode_into(&files[split][i], self.kind, shape, &mut image)?
@@ -178,8 +206,8 @@ impl DataLabels {
     }
 }
 
-/// CIFAR-10's labels: the binary version's label bytes, else an image folder's listing (as
-/// [`super::cifar::load_cifar10`] chooses).
+/// CIFAR-10's labels: the binary version's label bytes, else the python version's label lists,
+/// else an image folder's listing (as [`super::cifar::load_cifar10`] chooses).
 fn cifar10(dir: &Path) -> Result<DataLabels, DataError> {
     let kind = DatasetKind::Cifar10;
     if !dir.is_dir() {
@@ -194,7 +222,12 @@ fn cifar10(dir: &Path) -> Result<DataLabels, DataError> {
         let train = CIFAR10_TRAIN_FILES.iter().map(|f| (0, bin.join(f)));
         for (split, path) in train.chain([(1, bin.join(CIFAR10_TEST_FILE))]) {
             let own = record_labels(&path)?;
-            files[split].push((path.clone(), own.len()));
+            files[split].push(Run {
+                path: path.clone(),
+                count: own.len(),
+                start: 1,
+                stride: CIFAR10_RECORD as u64,
+            });
             labels[split].extend(check_labels(own, kind.info().classes(), &path)?);
         }
         let [train, test] = labels;
@@ -203,7 +236,43 @@ fn cifar10(dir: &Path) -> Result<DataLabels, DataError> {
             train,
             test,
             source: DataSource::Dir(bin),
-            images: Images::CifarBinary(files),
+            images: Images::Runs(files),
+        });
+    }
+    if let Some(py) = super::cifar::python_dir(dir) {
+        let mut labels = [Vec::new(), Vec::new()];
+        let mut files = [Vec::new(), Vec::new()];
+        let mut runs = true;
+        let train = CIFAR10_PY_TRAIN_FILES.iter().map(|f| (0, py.join(f)));
+        for (split, path) in train.chain([(1, py.join(CIFAR10_PY_TEST_FILE))]) {
+            let batch = super::cifar::read_python_batch(&path, "labels", false)?;
+            let count = batch.labels.len();
+            labels[split].extend(batch.labels);
+            match batch.offset {
+                Some(start) => files[split].push(Run {
+                    path,
+                    count,
+                    start,
+                    stride: ImageShape::RGB_32.pixels() as u64,
+                }),
+                None => runs = false,
+            }
+        }
+        // Python 2 and NumPy's own reduction (protocol 3 and up) write the pixels as one run of
+        // raw bytes; Python 3's protocol 2 re-encodes them, and such a copy is held in memory.
+        let images = if runs {
+            Images::Runs(files)
+        } else {
+            let full = super::cifar::load_cifar10(&py)?;
+            Images::Memory([full.train.images, full.test.images])
+        };
+        let [train, test] = labels;
+        return Ok(DataLabels {
+            kind,
+            train,
+            test,
+            source: DataSource::Dir(py),
+            images,
         });
     }
     if folder::is_image_folder(dir) {
@@ -251,15 +320,25 @@ fn record_labels(path: &Path) -> Result<Vec<u8>, DataError> {
     Ok(labels)
 }
 
-/// Appends the image of record `i` of a split (`files` with their record counts) to `out`,
-/// opening a file into its slot of `handles` the first time it is read.
-fn read_record(
-    files: &[(PathBuf, usize)],
+/// Appends image `i` of a split (its `files`) to `out`, opening a file into its slot of
+/// `handles` the first time it is read.
+fn read_run(
+    files: &[Run],
     handles: &mut [Option<File>],
     mut i: usize,
+    shape: ImageShape,
     out: &mut Vec<u8>,
 ) -> Result<(), DataError> {
-    for ((path, count), handle) in files.iter().zip(handles.iter_mut()) {
+    for (
+        Run {
+            path,
+            count,
+            start,
+            stride,
+        },
+        handle,
+    ) in files.iter().zip(handles.iter_mut())
+    {
         if i < *count {
             let io = |source| DataError::Io {
                 path: path.clone(),
@@ -269,16 +348,16 @@ fn read_record(
                 Some(f) => f,
                 None => handle.insert(open(path)?),
             };
-            file.seek(SeekFrom::Start((i * CIFAR10_RECORD + 1) as u64))
+            file.seek(SeekFrom::Start(start + i as u64 * stride))
                 .map_err(io)?;
             let at = out.len();
-            out.resize(at + CIFAR10_RECORD - 1, 0);
+            out.resize(at + shape.pixels(), 0);
             return file.read_exact(&mut out[at..]).map_err(io);
         }
         i -= count;
     }
     Err(DataError::Format {
-        path: files.last().map_or_else(PathBuf::new, |(p, _)| p.clone()),
+        path: files.last().map_or_else(PathBuf::new, |r| r.path.clone()),
         reason: "fewer records than when the labels were read".into(),
     })
 }

@@ -17,7 +17,7 @@ use crate::train::{LocalTest, TrainConfig};
 /// ([`crate::algorithms::MethodConfig`], whose `[federation]` table flattens this one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FederationConfig {
-    /// The data set (`fmnist`, `mnist`, `cifar10`; [`crate::data::catalog`]); unwritten:
+    /// The data set (`fmnist`, `mnist`, `cifar10`, `svhn`; [`crate::data::catalog`]); unwritten:
     /// Fashion-MNIST. Its images must be what `model` takes.
     #[serde(default, skip_serializing_if = "DatasetKind::is_default")]
     pub dataset: DatasetKind,
