@@ -383,8 +383,8 @@ fn stocfl_coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
 }
 
 /// Runs `name` with `method` flags and `frac` uninterrupted, then stopped by `signal` (`KILL`:
-/// a crash; `TERM`: a stop, which says how to resume) at a random round and resumed, and
-/// compares the two summaries.
+/// a crash; `TERM`: a stop, which says how to resume, then resumed by `--resume DIR` alone) at a
+/// random round and resumed, and compares the two summaries.
 fn killed_and_resumed(name: &str, frac: f64, method: &[&str], signal: &str) {
     const N: usize = 4;
     const ROUNDS: u32 = 4;
@@ -495,7 +495,14 @@ fn killed_and_resumed(name: &str, frac: f64, method: &[&str], signal: &str) {
         resume_dir.to_str().unwrap().to_string(),
     ]);
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let mut resumed = serve_embedded(&dir, port, &prefix, &flags, &extra, "resumed.log");
+    // After a stop, `--resume DIR` alone: the run's settings come from the checkpoint (only the
+    // broker's and the pool's flags are given). After a crash, every flag again.
+    let run = if signal == "TERM" {
+        &[][..]
+    } else {
+        &flags[..]
+    };
+    let mut resumed = serve_embedded(&dir, port, &prefix, run, &extra, "resumed.log");
     resumed.wait_ok(Duration::from_secs(600), &dir.join("resumed.log"));
     for (mut p, log) in clients {
         p.wait_ok(Duration::from_secs(60), &log);

@@ -294,6 +294,11 @@ impl RunFlags {
         self.apply(RunConfig::parse(text, name)?)
     }
 
+    /// `base` (e.g. a checkpoint's configuration) with these flags applied, validated.
+    pub fn resolve_over(&self, base: RunConfig) -> anyhow::Result<RunConfig> {
+        self.apply(base)
+    }
+
     fn apply(&self, mut c: RunConfig) -> anyhow::Result<RunConfig> {
         let (algorithm, f, methods) = (
             &mut c.method.algorithm,

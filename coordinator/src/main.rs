@@ -90,7 +90,7 @@ fn main() -> ExitCode {
     coordinator::interrupt::install();
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args).map(|s| final_line(&s.result, &s.out)),
-        Command::Serve(args) => args.run.resolve().and_then(|cfg| {
+        Command::Serve(args) => serve::resolve(&args.run, &args.net).and_then(|cfg| {
             let broker = serve::broker_for(&args.net, &cfg)?;
             let mut net = args.net.clone();
             let (view, server) = live::start_served(&args.http, &net, &cfg, "serve")?;

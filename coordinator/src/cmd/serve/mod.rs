@@ -77,8 +77,9 @@ pub struct NetFlags {
     pub embedded: BrokerSecurity,
     /// Resume the run checkpointed in DIR (its `checkpoint.json`, written after every round
     /// into `--out`), e.g. after a crash: same run id, same clients, same clusters and models;
-    /// the run goes on after its last completed round. Give the same run flags (and seed) as
-    /// the interrupted run. `serve` only. With `--lps remote` the GPS goes on after its last
+    /// the run goes on after its last completed round, with the settings it was started with
+    /// (results into DIR); a run flag given beside it must equal the checkpoint's (a differing
+    /// one is named, and nothing starts). `serve` only. With `--lps remote` the GPS goes on after its last
     /// GPS round (`gps-checkpoint.json`); its LPS processes must still be running.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
@@ -173,7 +174,7 @@ pub use testbed::Testbed;
 
 pub use pool::{DropReason, Dropout, MqttPool, WireStats};
 pub use resume::CHECKPOINT_FILE;
-use resume::read_checkpoint;
+use resume::{CheckpointTo, read_checkpoint};
 
 /// The clients that dropped out at least once (gone or timed out), each with the round and
 /// phase it first did and how: `summary.json`'s `dropped_clients`.
@@ -284,6 +285,25 @@ pub fn run(
     served
 }
 
+/// The configuration `serve` runs: `run`'s flags over the configuration file (or the default);
+/// with `--resume DIR` and no `--config`, over the checkpoint's own configuration instead, so that
+/// `serve --resume DIR` alone goes on with the run as it was started (its settings, its clients,
+/// its results in `DIR`), and a flag given beside it that differs from the checkpoint is named,
+/// with both values, by the comparison that runs before anything connects.
+///
+/// # Errors
+///
+/// The checkpoint does not read, or the flags do not make a valid configuration.
+pub fn resolve(run: &crate::config::RunFlags, net: &NetFlags) -> anyhow::Result<RunConfig> {
+    let (Some(dir), None) = (&net.resume, &run.config) else {
+        return run.resolve();
+    };
+    let base = read_checkpoint(dir)?
+        .config(dir)
+        .with_context(|| format!("--resume {}", dir.display()))?;
+    run.resolve_over(base)
+}
+
 /// What `serve` says when SIGINT or SIGTERM stops it: where the run stands on disk and the
 /// commands that go on with it (resume) or take its models so far (export).
 fn paused(signal: &str, out: &std::path::Path) -> String {
@@ -310,7 +330,8 @@ fn paused(signal: &str, out: &std::path::Path) -> String {
 /// The commands that go on with the run checkpointed in `out`, and that take its models so far.
 fn resume_commands(out: &std::path::Path) -> String {
     format!(
-        "  resume:         coordinator serve --resume {} (with the flags it was started with)\n  \
+        "  resume:         coordinator serve --resume {} (its settings are the checkpoint's; \
+         give the broker and login flags it was started with)\n  \
          models so far:  coordinator export {}",
         out.display(),
         out.display()
@@ -405,12 +426,12 @@ fn run_inner(
                 // Round 0 is all this pool did; its clients now serve their LPSs.
                 LpsMode::Remote => MqttPool::restore(link, topics.clone(), net, saved.serve),
             };
-            pool.checkpoint = Some((cfg.out.clone(), round0));
+            pool.checkpoint = Some(CheckpointTo::new(cfg, round0)?);
             (pool, Some((saved.federation, round0)))
         }
         None => {
             let mut pool = MqttPool::join(link, topics.clone(), run.clone(), net, min_clients)?;
-            pool.checkpoint = Some((cfg.out.clone(), pool.members.len()));
+            pool.checkpoint = Some(CheckpointTo::new(cfg, pool.members.len())?);
             (pool, None)
         }
     };

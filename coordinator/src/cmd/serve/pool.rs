@@ -2,7 +2,7 @@
 //! `summary.json` reports.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use edgecfl_shared::data::DatasetKind;
@@ -132,8 +132,8 @@ pub struct MqttPool {
     /// The counts each client first declared ([`super::join::Declared`]).
     pub(super) declared: super::join::Declared,
     /// Where the checkpoint goes after every round (`serve`: `--out`), with what a resumed run
-    /// needs of this pool.
-    pub(super) checkpoint: Option<(PathBuf, usize)>,
+    /// needs besides the round driver's state.
+    pub(super) checkpoint: Option<super::resume::CheckpointTo>,
     /// The live view (`--http`; off: no-ops).
     pub(super) live: crate::live::Live,
     /// Testbed mode: the clients' partition as this process computed it ([`MqttPool::vouch`]).

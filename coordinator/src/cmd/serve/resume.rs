@@ -13,6 +13,7 @@ use edgecfl_shared::protocol::{Envelope, Hello, Id, ToClient, ToCoordinator, Top
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use crate::config::RunConfig;
 use crate::rounds::{Tally, until, wait};
 
 use super::NetFlags;
@@ -49,6 +50,62 @@ pub(super) struct SavedPool {
 pub(super) struct SavedRun {
     pub(super) serve: SavedPool,
     pub(super) federation: federation::Checkpoint,
+    /// The run's settings ([`RunConfig`] without `out`: the method's, and the partition, the
+    /// clients, the data…), so that `serve --resume DIR` alone goes on with them; absent in
+    /// checkpoints of older versions, which need the flags the run was started with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) run: Option<serde_json::Value>,
+}
+
+/// Where a pool checkpoints, and what a resumed run needs besides the round driver's state.
+#[derive(Debug, Clone)]
+pub(super) struct CheckpointTo {
+    /// The results directory (`--out`).
+    pub(super) dir: std::path::PathBuf,
+    /// Round-0 clients.
+    pub(super) round0: usize,
+    /// [`SavedRun::run`].
+    pub(super) run: serde_json::Value,
+}
+
+impl CheckpointTo {
+    /// Checkpoints of the run `cfg` with `round0` round-0 clients, into its `--out`.
+    pub(super) fn new(cfg: &RunConfig, round0: usize) -> anyhow::Result<Self> {
+        let mut run = serde_json::to_value(cfg).context("the run's settings")?;
+        if let Some(map) = run.as_object_mut() {
+            map.remove("out");
+        }
+        Ok(CheckpointTo {
+            dir: cfg.out.clone(),
+            round0,
+            run,
+        })
+    }
+}
+
+impl SavedRun {
+    /// The configuration the checkpointed run was started with, its results in `dir`.
+    ///
+    /// # Errors
+    ///
+    /// A checkpoint of an older version (no run settings), or one whose settings do not read.
+    pub(super) fn config(&self, dir: &std::path::Path) -> anyhow::Result<RunConfig> {
+        let Some(serde_json::Value::Object(run)) = &self.run else {
+            anyhow::bail!(
+                "{} holds no run settings (written by an older version): give the flags the run \
+                 was started with beside --resume",
+                dir.join(CHECKPOINT_FILE).display()
+            );
+        };
+        let mut run = run.clone();
+        run.insert("out".into(), serde_json::to_value(dir)?);
+        serde_json::from_value(serde_json::Value::Object(run)).with_context(|| {
+            format!(
+                "{}: the run's settings do not read",
+                dir.join(CHECKPOINT_FILE).display()
+            )
+        })
+    }
 }
 
 /// Reads `dir/checkpoint.json`.
@@ -208,7 +265,7 @@ impl MqttPool {
         &self,
         checkpoint: &federation::Checkpoint,
     ) -> Result<(), PoolError> {
-        let Some((dir, round0)) = &self.checkpoint else {
+        let Some(CheckpointTo { dir, round0, run }) = &self.checkpoint else {
             return Ok(());
         };
         let saved = SavedRun {
@@ -231,6 +288,7 @@ impl MqttPool {
                 dropouts: self.dropouts.clone(),
             },
             federation: checkpoint.clone(),
+            run: Some(run.clone()),
         };
         let fail = |e: String| PoolError::Job {
             job: "checkpoint",
