@@ -110,6 +110,11 @@ fn assert_bytes_are_the_wire(s: &Value, run: &str) {
 
 /// Serves `method` with `extra` flags to a fleet of [`CLIENTS`] and compares with `simulate`.
 fn served_equals_simulated(method: &str, extra: &[&str]) -> Value {
+    served_equals_simulated_in(method, extra).0
+}
+
+/// [`served_equals_simulated`], with the run's scratch directory.
+fn served_equals_simulated_in(method: &str, extra: &[&str]) -> (Value, PathBuf) {
     let (served, flags, dir) = serve(method, extra, &[]);
     let twin = simulate(&flags, &dir.join("simulate"));
     assert_eq!(
@@ -139,7 +144,7 @@ fn served_equals_simulated(method: &str, extra: &[&str]) -> Value {
             round + 1
         );
     }
-    served
+    (served, dir)
 }
 
 fn final_clusters(s: &Value) -> u64 {
@@ -285,7 +290,7 @@ fn pacfl_on_cifar10_over_mqtt_equals_simulate() {
         return;
     };
     let data = data.display().to_string();
-    let s = served_equals_simulated(
+    let (s, dir) = served_equals_simulated_in(
         "pacfl",
         &["--dataset", "cifar10", "--data", &data, "--lambda", "4.2"],
     );
@@ -297,4 +302,39 @@ fn pacfl_on_cifar10_over_mqtt_equals_simulate() {
     );
     assert_eq!(s["model"].as_str(), Some("lenet5-rgb"), "{s:#}");
     assert_eq!(final_clusters(&s), 4, "{s:#}");
+    // The model a device kept scores, under `edge-client predict` on that device's local test
+    // JPEGs (the data set named by the model file), what the device reported at the last round.
+    for id in ["c0", "c5"] {
+        let shard = &id[1..];
+        let p = s["client_ids"]
+            .as_array()
+            .and_then(|ids| ids.iter().position(|x| x.as_str() == Some(id)))
+            .unwrap_or_else(|| panic!("{id} in the summary's client_ids: {s:#}"));
+        let o = std::process::Command::new(bin("edge-client"))
+            .args(["predict", "--json", "--model"])
+            .arg(kept_model(&dir, id))
+            .args([
+                "--partition",
+                PARTITION,
+                "--seed",
+                "3",
+                "--of",
+                &CLIENTS.to_string(),
+            ])
+            .args(["--index", shard, "--data", &data])
+            .output()
+            .expect("edge-client predict");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).expect("predict --json");
+        let (got, n) = (
+            v["accuracy"].as_f64().unwrap(),
+            v["images"].as_f64().unwrap(),
+        );
+        let reported = s["client_accuracy"][p].as_f64().unwrap();
+        assert!(
+            (got - reported).abs() <= 1.0 / n + 1e-12,
+            "{id}: predict {got}, run {reported}"
+        );
+        assert_eq!(v["classes"][0].as_str(), Some("airplane"), "{v}");
+    }
 }

@@ -1,13 +1,14 @@
 //! `edge-client predict`: a trained model (a `cluster-<k>.safetensors` of `coordinator export`
 //! or of a run's results directory) on images.
 //!
-//! Images from an IDX image file (`--images`, plain or gzip'd; labelled with `--labels`), a
-//! testbed client's local test set (`--partition SPEC --index I --of N --seed S`: the shard's
-//! labels, rotated or label-shifted as the shard is), or the Fashion-MNIST test set (`--data
-//! DIR`, else `EDGECFL_FMNIST_DIR`, the Debian package's directory or the bundled subset), the
-//! first `--limit` of them. Unlabelled images: the class
-//! probabilities of each. Labelled: the accuracy and the 10 × 10 confusion matrix (rows: true
-//! class, columns: predicted). `--json` prints everything, with each image's logits.
+//! Images from an IDX image file (`--images`, plain or gzip'd, 28 × 28 grey; labelled with
+//! `--labels`), a testbed client's local test set (`--partition SPEC --index I --of N --seed S`:
+//! the shard's labels, rotated or label-shifted as the shard is), or a data set's test set
+//! (`--dataset`, by default the one the model file names, from `--data DIR`; for Fashion-MNIST
+//! without it `EDGECFL_FMNIST_DIR`, the Debian package's directory or the bundled subset), the
+//! first `--limit` of them. Unlabelled images: the class probabilities of each. Labelled: the
+//! accuracy and the confusion matrix (rows: true class, columns: predicted). `--json` prints
+//! everything, with each image's logits.
 //!
 //! The input is normalised as the file's header says (`input_mean`, `input_std`; this project's
 //! models: `p / 255`), so a model trained elsewhere with another normalisation is fed right.
@@ -17,10 +18,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::data::ImageShape;
-use edgecfl_shared::data::fmnist::{FashionMnistLabels, IMAGE_SIZE, NUM_CLASSES};
-use edgecfl_shared::data::idx;
 use edgecfl_shared::data::partition::PartitionSpec;
+use edgecfl_shared::data::{DataLabels, DatasetKind, ImageShape, idx};
 use edgecfl_shared::model::Net;
 use edgecfl_shared::model_file::{self, ModelFile};
 use edgecfl_shared::train::Backend;
@@ -41,7 +40,11 @@ pub struct PredictArgs {
     /// An IDX label file for --images: report accuracy and the confusion matrix.
     #[arg(long, value_name = "IDX_FILE", requires = "images")]
     pub labels: Option<PathBuf>,
-    /// A Fashion-MNIST directory: its labelled test set (default without --images: the
+    /// The data set of --data and --partition (default: the one the model file names, as
+    /// `coordinator export` and every run write it).
+    #[arg(long, value_name = "NAME")]
+    pub dataset: Option<DatasetKind>,
+    /// The data set's directory: its labelled test set (for fmnist, without it: the
     /// EDGECFL_FMNIST_DIR, the Debian package's directory, or the bundled subset).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
@@ -116,19 +119,27 @@ pub struct Report {
     pub predictions: Vec<Prediction>,
 }
 
-/// Images (784 bytes each) and, when known, their labels.
+/// Images (of the data set's shape) and, when known, their labels.
 struct Input {
     pixels: Vec<u8>,
     labels: Option<Vec<u8>>,
     source: String,
 }
 
-fn load_input(args: &PredictArgs) -> anyhow::Result<Input> {
+fn load_input(args: &PredictArgs, kind: DatasetKind) -> anyhow::Result<Input> {
     let limit = args.limit.unwrap_or(usize::MAX);
+    let shape = kind.info().shape;
+    let classes = kind.info().classes();
     if let Some(path) = &args.images {
+        anyhow::ensure!(
+            shape == ImageShape::GREY_28,
+            "--images reads IDX files of 1×28×28 images; this model takes {shape} ones ({}): \
+             give --data DIR (its test set) instead",
+            kind.info().name
+        );
         let img = idx::read_images(path)?;
         anyhow::ensure!(
-            img.rows * img.cols == IMAGE_SIZE && img.rows == 28,
+            img.rows == 28 && img.cols == 28,
             "{}: images are {}×{}, the model takes 28×28",
             path.display(),
             img.rows,
@@ -136,7 +147,7 @@ fn load_input(args: &PredictArgs) -> anyhow::Result<Input> {
         );
         let n = img.count.min(limit);
         let mut pixels = img.pixels;
-        pixels.truncate(n * IMAGE_SIZE);
+        pixels.truncate(n * shape.pixels());
         let labels = match &args.labels {
             Some(lp) => {
                 let mut l = idx::read_labels(lp)?;
@@ -148,8 +159,12 @@ fn load_input(args: &PredictArgs) -> anyhow::Result<Input> {
                     img.count,
                     path.display()
                 );
-                if let Some(bad) = l.iter().find(|&&x| usize::from(x) >= NUM_CLASSES) {
-                    anyhow::bail!("{}: label {bad} is not a class (0..9)", lp.display());
+                if let Some(bad) = l.iter().find(|&&x| usize::from(x) >= classes) {
+                    anyhow::bail!(
+                        "{}: label {bad} is not a class (0..{})",
+                        lp.display(),
+                        classes - 1
+                    );
                 }
                 l.truncate(n);
                 Some(l)
@@ -164,7 +179,7 @@ fn load_input(args: &PredictArgs) -> anyhow::Result<Input> {
     }
     if let Some(spec) = &args.partition {
         let shard = ShardArgs {
-            dataset: edgecfl_shared::data::DatasetKind::Fmnist,
+            dataset: kind,
             data: args.data.clone(),
             partition: Some(spec.clone()),
             seed: args.seed,
@@ -176,7 +191,7 @@ fn load_input(args: &PredictArgs) -> anyhow::Result<Input> {
         }
         .load()?;
         let n = shard.test.len().min(limit);
-        let mut pixels = Vec::with_capacity(n * IMAGE_SIZE);
+        let mut pixels = Vec::with_capacity(n * shape.pixels());
         shard.test.read_images(0, n, &mut pixels)?;
         return Ok(Input {
             pixels,
@@ -184,7 +199,7 @@ fn load_input(args: &PredictArgs) -> anyhow::Result<Input> {
             source: format!("{} (local test set)", shard.source),
         });
     }
-    let data = FashionMnistLabels::load(args.data.as_deref())?;
+    let data = DataLabels::load(kind, args.data.as_deref())?;
     let n = data.test.len().min(limit);
     let idx: Vec<usize> = (0..n).collect();
     let test = data.select_test(&idx)?;
@@ -207,16 +222,14 @@ pub fn run(args: &PredictArgs) -> anyhow::Result<Report> {
     let ModelFile { params, meta } = model_file::from_bytes(&bytes)
         .with_context(|| format!("{} is not a usable model", args.model.display()))?;
     let header = model_file::header(&bytes)?;
-    anyhow::ensure!(
-        params.model.input() == ImageShape::GREY_28,
-        "{}: model {} takes {} images; `edge-client predict` reads 1×28×28 ones (IDX files, \
-         Fashion-MNIST shards)",
-        args.model.display(),
-        params.model,
-        params.model.input()
-    );
-    let input = load_input(args)?;
-    let n = input.pixels.len() / IMAGE_SIZE;
+    let kind = args.dataset.unwrap_or(meta.dataset);
+    params
+        .model
+        .check_input(kind)
+        .with_context(|| format!("{}", args.model.display()))?;
+    let input = load_input(args, kind)?;
+    let classes = kind.info().classes();
+    let n = input.pixels.len() / kind.info().shape.pixels();
     info!(
         "{} ({}, cluster {}) on {n} images of {}",
         args.model.display(),
@@ -229,9 +242,9 @@ pub fn run(args: &PredictArgs) -> anyhow::Result<Report> {
     let start = Instant::now();
     let logits = model_file::logits(&net, &input.pixels, meta.input, args.batch, &device)?;
     let seconds = start.elapsed().as_secs_f64();
-    let mut confusion = vec![vec![0usize; NUM_CLASSES]; NUM_CLASSES];
+    let mut confusion = vec![vec![0usize; classes]; classes];
     let predictions: Vec<Prediction> = logits
-        .chunks_exact(NUM_CLASSES)
+        .chunks_exact(classes)
         .enumerate()
         .map(|(index, row)| {
             // The first maximum, as argmax.
@@ -253,13 +266,13 @@ pub fn run(args: &PredictArgs) -> anyhow::Result<Report> {
         })
         .collect();
     let labelled = input.labels.is_some();
-    let correct: usize = (0..NUM_CLASSES).map(|k| confusion[k][k]).sum();
+    let correct: usize = (0..classes).map(|k| confusion[k][k]).sum();
     Ok(Report {
         model_file: args.model.clone(),
         model: params.model.to_string(),
         header,
         source: input.source,
-        classes: meta.dataset.info().class_names,
+        classes: kind.info().class_names,
         images: n,
         seconds,
         accuracy: (labelled && n > 0).then(|| correct as f64 / n as f64),
