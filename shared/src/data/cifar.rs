@@ -18,11 +18,10 @@
 //! it was unpacked into; a `DIR` with `train/` and `test/` folders is read as an image folder
 //! instead ([`super::folder`]), e.g. the JPEG copy of CIFAR-10 with `train/airplane/0001.jpg`.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::catalog::{DatasetKind, ImageShape};
-use super::dataset::{DataError, DataSource, Dataset, Splits, check_labels};
+use super::dataset::{DataError, DataSource, Dataset, Splits, check_labels, read_file};
 use super::folder;
 use super::pickle::{self, Value};
 
@@ -135,16 +134,7 @@ pub(crate) fn read_python_batch(
     keep_images: bool,
 ) -> Result<PyBatch, DataError> {
     let kind = DatasetKind::Cifar10;
-    let bytes = fs::read(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => DataError::MissingFile {
-            path: path.to_path_buf(),
-            dataset: kind,
-        },
-        _ => DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-    })?;
+    let bytes = read_file(path, kind)?;
     let format = |reason: String| DataError::Format {
         path: path.to_path_buf(),
         reason,
@@ -263,16 +253,7 @@ pub fn read_binary(files: &[PathBuf]) -> Result<Dataset, DataError> {
         ..Dataset::default()
     };
     for path in files {
-        let bytes = fs::read(path).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => DataError::MissingFile {
-                path: path.clone(),
-                dataset: DatasetKind::Cifar10,
-            },
-            _ => DataError::Io {
-                path: path.clone(),
-                source,
-            },
-        })?;
+        let bytes = read_file(path, DatasetKind::Cifar10)?;
         check_length(path, bytes.len())?;
         let mut labels = Vec::with_capacity(bytes.len() / CIFAR10_RECORD);
         data.images
@@ -293,6 +274,7 @@ pub fn read_binary(files: &[PathBuf]) -> Result<Dataset, DataError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     /// Records written by the format's layout: label, then R, G, B planes.
     fn records(labels: &[u8]) -> Vec<u8> {

@@ -219,6 +219,33 @@ pub struct Splits {
 }
 
 /// Every label below `classes`.
+/// [`DataError::MissingFile`] when `source` says `path` (a file of `dataset`) is not there, else
+/// [`DataError::Io`].
+pub(crate) fn io_error(
+    path: &std::path::Path,
+    dataset: DatasetKind,
+    source: std::io::Error,
+) -> DataError {
+    match source.kind() {
+        std::io::ErrorKind::NotFound => DataError::MissingFile {
+            path: path.to_path_buf(),
+            dataset,
+        },
+        _ => DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
+}
+
+/// The bytes of `path`, a file of `dataset` ([`io_error`] when it cannot be read).
+pub(crate) fn read_file(
+    path: &std::path::Path,
+    dataset: DatasetKind,
+) -> Result<Vec<u8>, DataError> {
+    std::fs::read(path).map_err(|e| io_error(path, dataset, e))
+}
+
 pub(crate) fn check_labels(
     labels: Vec<u8>,
     classes: usize,

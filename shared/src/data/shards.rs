@@ -363,16 +363,7 @@ fn read_run(
 }
 
 fn open(path: &Path) -> Result<File, DataError> {
-    File::open(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => DataError::MissingFile {
-            path: path.to_path_buf(),
-            dataset: DatasetKind::Cifar10,
-        },
-        _ => DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-    })
+    File::open(path).map_err(|e| super::dataset::io_error(path, DatasetKind::Cifar10, e))
 }
 
 #[cfg(test)]

@@ -4,11 +4,10 @@
 //! image), and `y`, N labels 1-10, where 10 is the digit 0. Read into the product's `C × H × W`
 //! row-major bytes and labels 0-9 (the digit itself). `extra_32x32.mat` is not read.
 
-use std::fs;
 use std::path::Path;
 
 use super::catalog::{DatasetKind, ImageShape};
-use super::dataset::{DataError, DataSource, Dataset, Splits};
+use super::dataset::{DataError, DataSource, Dataset, Splits, read_file};
 use super::mat::{self, Matrix};
 
 /// The training file.
@@ -45,16 +44,7 @@ pub fn load_svhn(dir: &Path) -> Result<Splits, DataError> {
 /// file that is not a MAT-file, lacks `X` or `y`, whose `X` is not 32 × 32 × 3 × N, whose `y` does
 /// not hold N labels, or a label outside 1-10.
 pub fn read_svhn(path: &Path) -> Result<Dataset, DataError> {
-    let bytes = fs::read(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => DataError::MissingFile {
-            path: path.to_path_buf(),
-            dataset: DatasetKind::Svhn,
-        },
-        _ => DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-    })?;
+    let bytes = read_file(path, DatasetKind::Svhn)?;
     let format = |reason: String| DataError::Format {
         path: path.to_path_buf(),
         reason,
