@@ -42,7 +42,8 @@ pub struct PredictArgs {
     pub labels: Option<PathBuf>,
     /// The data set of --data and --partition (default: the one the model file names, as
     /// `coordinator export` and every run write it).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME",
+          help = format!("{} (default: the one the model file names)", edgecfl_shared::data::catalog::dataset_flag_help()))]
     pub dataset: Option<DatasetKind>,
     /// The data set's directory: its labelled test set (for fmnist, without it: the
     /// EDGECFL_FMNIST_DIR, the Debian package's directory, or the bundled subset).

@@ -298,10 +298,14 @@ pub fn resolve(run: &crate::config::RunFlags, net: &NetFlags) -> anyhow::Result<
     let (Some(dir), None) = (&net.resume, &run.config) else {
         return run.resolve();
     };
-    let base = read_checkpoint(dir)?
+    match read_checkpoint(dir)?
         .config(dir)
-        .with_context(|| format!("--resume {}", dir.display()))?;
-    run.resolve_over(base)
+        .with_context(|| format!("--resume {}", dir.display()))?
+    {
+        Some(base) => run.resolve_over(base),
+        // A checkpoint of an older version: the flags given, compared with it as before.
+        None => run.resolve(),
+    }
 }
 
 /// What `serve` says when SIGINT or SIGTERM stops it: where the run stands on disk and the

@@ -52,7 +52,7 @@ pub(super) struct SavedRun {
     pub(super) federation: federation::Checkpoint,
     /// The run's settings ([`RunConfig`] without `out`: the method's, and the partition, the
     /// clients, the data…), so that `serve --resume DIR` alone goes on with them; absent in
-    /// checkpoints of older versions, which need the flags the run was started with.
+    /// checkpoints of older versions, whose resume needs the flags the run was started with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) run: Option<serde_json::Value>,
 }
@@ -84,27 +84,26 @@ impl CheckpointTo {
 }
 
 impl SavedRun {
-    /// The configuration the checkpointed run was started with, its results in `dir`.
+    /// The configuration the checkpointed run was started with, its results in `dir`; `None` for
+    /// a checkpoint of an older version, which holds no run settings.
     ///
     /// # Errors
     ///
-    /// A checkpoint of an older version (no run settings), or one whose settings do not read.
-    pub(super) fn config(&self, dir: &std::path::Path) -> anyhow::Result<RunConfig> {
+    /// Run settings that do not read.
+    pub(super) fn config(&self, dir: &std::path::Path) -> anyhow::Result<Option<RunConfig>> {
         let Some(serde_json::Value::Object(run)) = &self.run else {
-            anyhow::bail!(
-                "{} holds no run settings (written by an older version): give the flags the run \
-                 was started with beside --resume",
-                dir.join(CHECKPOINT_FILE).display()
-            );
+            return Ok(None);
         };
         let mut run = run.clone();
         run.insert("out".into(), serde_json::to_value(dir)?);
-        serde_json::from_value(serde_json::Value::Object(run)).with_context(|| {
-            format!(
-                "{}: the run's settings do not read",
-                dir.join(CHECKPOINT_FILE).display()
-            )
-        })
+        serde_json::from_value(serde_json::Value::Object(run))
+            .map(Some)
+            .with_context(|| {
+                format!(
+                    "{}: the run's settings do not read",
+                    dir.join(CHECKPOINT_FILE).display()
+                )
+            })
     }
 }
 
