@@ -1851,8 +1851,29 @@ mod tests {
     /// A device that cannot start panics on its runtime's thread, then on the caller's closed
     /// channel: the error says the first, which says why; without a panic the value comes back;
     /// the panics inside reach no hook, and the process's own hook is back in place afterwards.
+    /// It sets the process's panic hook, so it runs alone in a child process of this test binary
+    /// (the other tests' panic messages are never swallowed by it).
     #[test]
     fn a_failed_start_reports_the_first_panic_of_any_thread() {
+        const CHILD: &str = "EDGECFL_TEST_PANIC_HOOK_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "train::tests::a_failed_start_reports_the_first_panic_of_any_thread",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("1 passed"),
+                "{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
         use std::sync::Mutex;
         static OWN_HOOK_SAW: Mutex<Vec<String>> = Mutex::new(Vec::new());
         std::panic::set_hook(Box::new(|info| {
