@@ -303,6 +303,40 @@ pub fn fleet_on(
         .collect()
 }
 
+/// `edge-client predict --json` of the model client `id` kept in `dir` on its local test set
+/// (`shard`: `--partition`, `--index`, `--of`, `--seed`, the data flags) scores what the client
+/// reported in `summary` at the run's last evaluation, up to one image whose two top logits swap
+/// with the summation order; returns predict's report.
+pub fn assert_kept_model_scores_its_report(
+    dir: &Path,
+    summary: &serde_json::Value,
+    id: &str,
+    shard: &[String],
+) -> serde_json::Value {
+    let o = Command::new(bin("edge-client"))
+        .args(["predict", "--json", "--model"])
+        .arg(kept_model(dir, id))
+        .args(shard)
+        .output()
+        .expect("edge-client predict");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("predict --json");
+    let p = summary["client_ids"]
+        .as_array()
+        .and_then(|ids| ids.iter().position(|x| x.as_str() == Some(id)))
+        .unwrap_or_else(|| panic!("{id} in the summary's client_ids"));
+    let (got, n) = (
+        v["accuracy"].as_f64().unwrap(),
+        v["images"].as_f64().unwrap(),
+    );
+    let reported = summary["client_accuracy"][p].as_f64().unwrap();
+    assert!(
+        (got - reported).abs() <= 1.0 / n + 1e-12,
+        "{id}: predict {got}, run {reported}"
+    );
+    v
+}
+
 /// Where a client `id` of [`fleet_of`] keeps its final model (`--model-out`).
 pub fn kept_model(dir: &Path, id: &str) -> PathBuf {
     dir.join(format!("{id}.safetensors"))
