@@ -20,7 +20,11 @@
 #          tau    (StoCFL's τ sweep on the 2 rotations × 4 label groups product)
 #          fesem  (dir:0.5: FeSEM K = 2, 3, 4 vs FedAvg and FedProx μ = 0.1)
 #          all    (every method on label:2, label:3, dir:0.1 with FedClust's settings)
-#   default: all five. A full run of everything is many hours on 2 cores.
+#          cifar10 (FedClust's Tables 1-2, CIFAR-10 column: Local, FedAvg, FedProx, IFCA, CFL, PACFL,
+#                  FedClust on label:2, label:3, dir:0.1 (or PARTS), FedClust's settings, the colour
+#                  LeNet-5; CIFAR10=DIR names the data (default: ../shared/data/cifar10-jpg's
+#                  tarball, extracted once under target/cifar10-jpg)
+#   default: all five Fashion-MNIST grids (not cifar10). A full run of everything is many hours on 2 cores.
 set -euo pipefail
 # The whole script is one block, read before it runs: editing this file while a long run goes
 # on cannot change or break the running copy.
@@ -131,7 +135,29 @@ for grid in "${grids[@]}"; do
         run all "$n-ifca" --algorithm ifca --clusters 4 --partition "$p" "${fedclust_settings[@]}"
         run all "$n-mthfl" --algorithm mthfl --partition "$p" "${fedclust_settings[@]}"
       done ;;
-    *) echo "unknown grid $grid (adacfl stocfl tau fesem all)" >&2; exit 2 ;;
+    cifar10)
+      data=${CIFAR10:-}
+      if [ -z "$data" ]; then
+        data=target/cifar10-jpg
+        if [ ! -d "$data/train" ]; then
+          mkdir -p "$data"
+          tar -xzf ../shared/data/cifar10-jpg/cifar10-jpg.tar.gz -C "$data"
+        fi
+      fi
+      s=(--dataset cifar10 --data "$data" "${fedclust_settings[@]}")
+      for p in ${PARTS:-label:2 label:3 dir:0.1}; do
+        n=${p/:/-}
+        run cifar10 "$n-fedclust" --algorithm fedclust --partition "$p" "${s[@]}"
+        # PACFL's own script for CIFAR-10 (MMorafah/PACFL scripts/pacfl.sh): 3 basis vectors,
+        # cut at 4.9 degrees, its "average" linkage (WPGMA, scipy's `weighted`).
+        run cifar10 "$n-pacfl" --algorithm pacfl --pacfl-basis 3 --lambda 4.9 --linkage weighted \
+          --partition "$p" "${s[@]}"
+        for a in fedavg local fedprox cfl; do
+          run cifar10 "$n-$a" --algorithm "$a" --partition "$p" "${s[@]}"
+        done
+        run cifar10 "$n-ifca" --algorithm ifca --clusters 4 --partition "$p" "${s[@]}"
+      done ;;
+    *) echo "unknown grid $grid (adacfl stocfl tau fesem all cifar10)" >&2; exit 2 ;;
   esac
 done
 wait
