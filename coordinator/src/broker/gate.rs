@@ -22,6 +22,18 @@
 //!   not let this user write, a SUBSCRIBE with a filter it may not read, or a second CONNECT
 //!   closes the connection (logged with the user and the topic). Packets from rumqttd to the
 //!   client pass unchanged.
+//! - What a connection can make the gate hold is bounded before it is buffered: a CONNECT or any
+//!   other packet but PUBLISH of more than [`MAX_CONTROL`] bytes, and a PUBLISH whose declared
+//!   length is over its topic's payload bound (or that the ACL refuses), close the connection as
+//!   soon as the fixed header and the topic have arrived, not once the packet is whole; a login
+//!   holds at most [`MAX_CONNECTIONS_PER_LOGIN`] connections besides the one whose client id is
+//!   the login (a new one with the client id of a live one takes its place, as MQTT specifies;
+//!   one more is refused with CONNACK 3, server unavailable). So a login buffers at most that
+//!   many times its largest bound, and its extra connections cannot lock out its own session.
+//! - The pace ([`Rate`]) is each connection's own, so one login's extra connections cannot
+//!   starve its honest session (whose pings would wait behind their debt); it counts every byte
+//!   read, unfinished packets included, and a login's next connection starts with the debt its
+//!   last one left, so waves of fresh connections go no faster than one.
 //!
 //! mosquitto, for comparison, drops a forbidden publish silently and answers a forbidden
 //! subscription with a failure code; closing is stricter and visible in both logs.
@@ -44,6 +56,16 @@ use crate::log_throttle::LogThrottle;
 
 /// Time a new connection has for the TLS handshake and its CONNECT packet.
 const HANDSHAKE: Duration = Duration::from_secs(15);
+
+/// The largest CONNECT (last will included), SUBSCRIBE or other packet but PUBLISH the gate
+/// takes, in bytes: an edge client's are a few hundred bytes (its will is a status message,
+/// at most [`edgecfl_shared::protocol::MAX_STATUS_PAYLOAD`]).
+pub const MAX_CONTROL: usize = 64 << 10;
+
+/// Connections with client ids `<name>@<login>` a login may hold at once, besides the one whose
+/// client id is the login itself (an edge client's, which extra connections therefore cannot
+/// lock out; the coordinator's remote LPS and GPS processes share its login as `<name>@`).
+pub const MAX_CONNECTIONS_PER_LOGIN: usize = 8;
 
 /// What the gate enforces.
 pub struct GateConfig {
@@ -121,16 +143,59 @@ impl Pace {
         }
     }
 
+    /// `bytes` read at `now`: how long to wait before reading on.
+    fn take_bytes(&mut self, rate: Rate, bytes: usize, now: Instant) -> Duration {
+        self.bytes
+            .take(rate.bytes_per_second, rate.burst, bytes as f64, now)
+    }
+
+    /// One message at `now`: how long to wait before it goes.
+    fn take_message(&mut self, rate: Rate, now: Instant) -> Duration {
+        self.messages
+            .take(rate.messages_per_second, rate.message_burst, 1.0, now)
+    }
+
     /// One message of `bytes` at `now`: how long to wait before it goes (the longer of the two
     /// buckets' waits).
+    #[cfg(test)]
     fn take(&mut self, rate: Rate, bytes: usize, now: Instant) -> Duration {
-        let b = self
-            .bytes
-            .take(rate.bytes_per_second, rate.burst, bytes as f64, now);
-        let m = self
-            .messages
-            .take(rate.messages_per_second, rate.message_burst, 1.0, now);
-        b.max(m)
+        let b = self.take_bytes(rate, bytes, now);
+        b.max(self.take_message(rate, now))
+    }
+}
+
+/// A live connection of a login ([`Gate::sessions`]).
+struct Live {
+    /// Which connection (a counter).
+    serial: u64,
+    /// Its MQTT client id.
+    client_id: String,
+    /// Told when a new connection with the same client id takes over.
+    taken_over: Arc<tokio::sync::Notify>,
+}
+
+/// A connection's place in [`Gate::sessions`], given back when the connection ends (with its
+/// pace, which the login's next connection starts from).
+struct Place<'a> {
+    gate: &'a Gate,
+    login: String,
+    serial: u64,
+    pace: Option<Pace>,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.gate.sessions.lock()
+            && let Some(live) = s.get_mut(&self.login)
+        {
+            live.retain(|l| l.serial != self.serial);
+            if live.is_empty() {
+                s.remove(&self.login);
+            }
+        }
+        if let (Some(p), Ok(mut b)) = (self.pace, self.gate.buckets.lock()) {
+            b.insert(self.login.clone(), p);
+        }
     }
 }
 
@@ -139,9 +204,13 @@ pub struct Gate {
     cfg: GateConfig,
     inner: SocketAddr,
     secret: String,
-    /// The publish rate's buckets of logged-in users (one per user, whatever its connections;
-    /// at most one per user of the password file).
+    /// The pace the last ended connection of each logged-in user left (at most one per user of
+    /// the password file): that user's next connection starts from it.
     buckets: Mutex<HashMap<String, Pace>>,
+    /// The live connections of each logged-in user.
+    sessions: Mutex<HashMap<String, Vec<Live>>>,
+    /// The serial number of the next connection.
+    serials: std::sync::atomic::AtomicU64,
     /// Refused connections and closed sessions, logged once per interval per peer address.
     refusals: Mutex<LogThrottle>,
 }
@@ -180,8 +249,74 @@ impl Gate {
             inner,
             secret,
             buckets: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            serials: std::sync::atomic::AtomicU64::new(0),
             refusals: Mutex::new(LogThrottle::default()),
         }
+    }
+
+    /// Takes a place among `login`'s live connections for one with `client_id`: a live one with
+    /// the same client id is told to end (taken over); with [`MAX_CONNECTIONS_PER_LOGIN`] others
+    /// live, refused. The place holds the connection's pace: the one the login's last connection
+    /// left, or a full one.
+    fn take_place(&self, login: &str, client_id: &str) -> Result<Place<'_>, Refusal> {
+        let serial = self
+            .serials
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let poisoned = || {
+            refuse(
+                ConnectReturnCode::ServiceUnavailable,
+                "the gate's table is poisoned",
+            )
+        };
+        {
+            let mut sessions = self.sessions.lock().map_err(|_| poisoned())?;
+            let live = sessions.entry(login.to_string()).or_default();
+            if let Some(i) = live.iter().position(|l| l.client_id == client_id) {
+                live.swap_remove(i).taken_over.notify_one();
+            } else if client_id != login
+                && live.iter().filter(|l| l.client_id != login).count() >= MAX_CONNECTIONS_PER_LOGIN
+            {
+                return Err(refuse(
+                    ConnectReturnCode::ServiceUnavailable,
+                    format!(
+                        "user {login:?} already holds {MAX_CONNECTIONS_PER_LOGIN} connections \
+                         (the most a login may)"
+                    ),
+                ));
+            }
+            live.push(Live {
+                serial,
+                client_id: client_id.to_string(),
+                taken_over: Arc::new(tokio::sync::Notify::new()),
+            });
+        }
+        let pace = match self.cfg.rate {
+            Some(rate) => Some(
+                self.buckets
+                    .lock()
+                    .map_err(|_| poisoned())?
+                    .remove(login)
+                    .unwrap_or_else(|| Pace::full(rate)),
+            ),
+            None => None,
+        };
+        Ok(Place {
+            gate: self,
+            login: login.to_string(),
+            serial,
+            pace,
+        })
+    }
+
+    /// Told when the connection of `place` is taken over.
+    fn taken_over(&self, place: &Place<'_>) -> Option<Arc<tokio::sync::Notify>> {
+        let sessions = self.sessions.lock().ok()?;
+        sessions
+            .get(&place.login)?
+            .iter()
+            .find(|l| l.serial == place.serial)
+            .map(|l| l.taken_over.clone())
     }
 
     /// Checks a CONNECT; returns the authenticated username (`None`: anonymous).
@@ -258,33 +393,6 @@ impl Gate {
             .map(|&(_, max)| max)
     }
 
-    /// How long a message of `bytes` from `user` (on a paced topic) waits, by its pace: one pace
-    /// per authenticated user over all its connections, else the connection's own (`own`).
-    fn pace(
-        &self,
-        user: Option<&String>,
-        own: &mut Option<Pace>,
-        bytes: usize,
-    ) -> Result<Duration, String> {
-        let Some(rate) = self.cfg.rate else {
-            return Ok(Duration::ZERO);
-        };
-        let now = Instant::now();
-        // An unchecked username shares nothing.
-        Ok(match user.filter(|_| self.cfg.passwords.is_some()) {
-            Some(u) => self
-                .buckets
-                .lock()
-                .map_err(|_| "the gate's rate table is poisoned".to_string())?
-                .entry(u.clone())
-                .or_insert_with(|| Pace::full(rate))
-                .take(rate, bytes, now),
-            None => own
-                .get_or_insert_with(|| Pace::full(rate))
-                .take(rate, bytes, now),
-        })
-    }
-
     /// Accepts connections on `listener` forever (run on a tokio runtime).
     pub async fn run(self: Arc<Self>, listener: TcpListener) {
         loop {
@@ -351,9 +459,17 @@ impl Gate {
     {
         let (mut cr, mut cw) = tokio::io::split(client);
         let mut buf = BytesMut::with_capacity(4096);
-        let first = tokio::time::timeout(HANDSHAKE, read_frame(&mut cr, &mut buf))
-            .await
-            .map_err(|_| "no CONNECT in time".to_string())??;
+        let first = tokio::time::timeout(
+            HANDSHAKE,
+            read_frame(
+                &mut cr,
+                &mut buf,
+                |_| Ok(Some(MAX_CONTROL)),
+                |_| Duration::ZERO,
+            ),
+        )
+        .await
+        .map_err(|_| "no CONNECT in time".to_string())??;
         let Some(first) = first else {
             return Ok(());
         };
@@ -380,25 +496,48 @@ impl Gate {
             Err(e) => return Err(format!("malformed CONNECT: {e}")),
         };
         *login = connect.login.as_ref().map(|l| l.username.clone());
+        let refused = |r: Refusal, client_id: &str| {
+            format!(
+                "refused client id {client_id:?}: {} (CONNACK {:?})",
+                r.reason, r.code
+            )
+        };
         let user = match self.admit(&connect) {
             Ok(u) => u,
             Err(r) => {
                 send_connack(&mut cw, r.code).await;
-                return Err(format!(
-                    "refused client id {:?}: {} (CONNACK {:?})",
-                    connect.client_id, r.reason, r.code
-                ));
+                return Err(refused(r, &connect.client_id));
             }
         };
-        // An anonymous connection's own pace.
-        let mut own: Option<Pace> = None;
+        // A checked login's place among its connections; an anonymous connection (or an
+        // unchecked username) shares nothing and has a pace of its own.
+        let place = match user.as_deref().filter(|_| self.cfg.passwords.is_some()) {
+            Some(u) => match self.take_place(u, &connect.client_id) {
+                Ok(p) => Some(p),
+                Err(r) => {
+                    send_connack(&mut cw, r.code).await;
+                    return Err(refused(r, &connect.client_id));
+                }
+            },
+            None => None,
+        };
+        let taken_over = place.as_ref().and_then(|p| self.taken_over(p));
+        let mut pace = match &place {
+            Some(p) => p.pace,
+            None => self.cfg.rate.map(Pace::full),
+        };
+        let rate = self.cfg.rate;
         // The will is published when the connection ends, outside the gate's reading: it is
-        // paid for now, on the user's pace, before the CONNECT goes on (500 connections with a
-        // will each get through at the pace of 500 publishes).
+        // paid for now, on the connection's pace, before the CONNECT goes on (500 connections
+        // with a will each get through at the pace of 500 publishes).
         if let Some(will) = &connect.last_will
             && self.payload_limit(&will.topic).is_some()
+            && let (Some(rate), Some(p)) = (rate, pace.as_mut())
         {
-            let wait = self.pace(user.as_ref(), &mut own, will.message.len())?;
+            let now = Instant::now();
+            let wait = p
+                .take_bytes(rate, will.message.len(), now)
+                .max(p.take_message(rate, now));
             tokio::time::sleep(wait).await;
         }
         let client_id = connect.client_id.clone();
@@ -424,15 +563,26 @@ impl Gate {
             .map_err(|e| format!("{who}: rumqttd: {e}"))?;
         let upstream = async {
             loop {
-                let Some(frame) = read_frame(&mut cr, &mut buf).await? else {
+                let read = read_frame(
+                    &mut cr,
+                    &mut buf,
+                    |head| self.bound(head, user.as_deref(), &client_id),
+                    |n| match (rate, pace.as_mut()) {
+                        (Some(rate), Some(p)) => p.take_bytes(rate, n, Instant::now()),
+                        _ => Duration::ZERO,
+                    },
+                )
+                .await
+                .map_err(|e| format!("closed {who}: {e}"))?;
+                let Some(frame) = read else {
                     return Ok(());
                 };
                 let paced = self
                     .check(&frame, user.as_deref(), &client_id)
                     .map_err(|e| format!("closed {who}: {e}"))?;
-                if let Some(bytes) = paced {
+                if let (Some(_), Some(rate), Some(p)) = (paced, rate, pace.as_mut()) {
                     // Not reading from the client meanwhile: TCP holds the rest back.
-                    tokio::time::sleep(self.pace(user.as_ref(), &mut own, bytes)?).await;
+                    tokio::time::sleep(p.take_message(rate, Instant::now())).await;
                 }
                 iw.write_all(&frame)
                     .await
@@ -447,12 +597,51 @@ impl Gate {
             let _ = cw.shutdown().await;
             Ok::<(), String>(())
         };
+        let taken = async {
+            match &taken_over {
+                Some(n) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         // Whichever side ends first ends the session; dropping the halves closes both sockets
         // (rumqttd then publishes the client's last will unless it sent DISCONNECT).
-        tokio::select! {
+        let end = tokio::select! {
             r = upstream => r,
             r = downstream => r,
+            () = taken => Err(format!("closed {who}: a new connection with its client id took over")),
+        };
+        if let Some(mut p) = place {
+            p.pace = pace;
         }
+        end
+    }
+
+    /// The largest length the packet starting with `head` may have, once `head` tells it
+    /// (`Ok(None)`: more bytes needed): [`MAX_CONTROL`] but for a PUBLISH, whose bound is its
+    /// topic's payload bound plus its headers (or [`MAX_PACKET`] on a topic without one), known
+    /// once its topic has arrived; a topic the ACL does not let `user` write is an error then.
+    fn bound(
+        &self,
+        head: &[u8],
+        user: Option<&str>,
+        client_id: &str,
+    ) -> Result<Option<usize>, String> {
+        if head[0] >> 4 != 3 {
+            return Ok(Some(MAX_CONTROL));
+        }
+        let Some((header, topic)) = publish_topic(head)? else {
+            return Ok(None);
+        };
+        if let Some(acl) = &self.cfg.acl
+            && !acl.may_publish(user, client_id, topic)
+        {
+            return Err(format!("may not publish on {topic:?}"));
+        }
+        // The packet id follows the topic at QoS 1 and 2.
+        let pkid = if head[0] & 0b0110 != 0 { 2 } else { 0 };
+        Ok(Some(self.payload_limit(topic).map_or(MAX_PACKET, |max| {
+            header + 2 + topic.len() + pkid + max
+        })))
     }
 
     /// Checks one packet from an admitted client; `Ok(Some(bytes))` for a PUBLISH on a topic
@@ -525,9 +714,9 @@ pub fn connect_level(frame: &[u8]) -> Option<u8> {
     rest.get(2 + name_len).copied()
 }
 
-/// The length of the MQTT packet at the start of `buf` (fixed header included) once it is
-/// complete; `Ok(None)` while more bytes are needed.
-pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
+/// The fixed header's length and the whole packet's declared length of the MQTT packet at the
+/// start of `buf`, once its fixed header has arrived (`Ok(None)` before).
+fn packet_head(buf: &[u8]) -> Result<Option<(usize, usize)>, String> {
     let mut len = 0usize;
     for i in 1..5 {
         let Some(&b) = buf.get(i) else {
@@ -535,31 +724,92 @@ pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
         };
         len |= ((b & 0x7f) as usize) << (7 * (i - 1));
         if b & 0x80 == 0 {
-            let total = 1 + i + len;
-            if total > MAX_PACKET {
-                return Err(format!(
-                    "packet of {total} bytes over the limit {MAX_PACKET}"
-                ));
-            }
-            return Ok((buf.len() >= total).then_some(total));
+            return Ok(Some((1 + i, 1 + i + len)));
         }
     }
     Err("malformed remaining length".into())
 }
 
-/// Reads the next whole packet; `None` at a clean end of stream.
+/// The length of the MQTT packet at the start of `buf` (fixed header included) once it is
+/// complete; `Ok(None)` while more bytes are needed.
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
+    let Some((_, total)) = packet_head(buf)? else {
+        return Ok(None);
+    };
+    if total > MAX_PACKET {
+        return Err(format!(
+            "packet of {total} bytes over the limit {MAX_PACKET}"
+        ));
+    }
+    Ok((buf.len() >= total).then_some(total))
+}
+
+/// The fixed header's length and the topic of the PUBLISH at the start of `head`, once its topic
+/// has arrived (`Ok(None)` before); an error for a topic that is not UTF-8.
+fn publish_topic(head: &[u8]) -> Result<Option<(usize, &str)>, String> {
+    let Some((header, _)) = packet_head(head)? else {
+        return Ok(None);
+    };
+    let Some(n) = head.get(header..header + 2) else {
+        return Ok(None);
+    };
+    let n = usize::from(u16::from_be_bytes([n[0], n[1]]));
+    match head.get(header + 2..header + 2 + n) {
+        None => Ok(None),
+        Some(t) => std::str::from_utf8(t)
+            .map(|t| Some((header, t)))
+            .map_err(|_| "a PUBLISH topic that is not UTF-8".into()),
+    }
+}
+
+/// Reads the next whole packet; `None` at a clean end of stream. `bound` says, from the packet's
+/// first bytes, the largest length it may have (`Ok(None)` while they do not tell yet): a packet
+/// declared longer is refused before the rest of it is read, and so is one whose first bytes
+/// cannot tell within [`MAX_CONTROL`] bytes (a PUBLISH's topic is at most 65 535). `pace` is
+/// paid for every chunk of bytes read, before the next read.
 async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut BytesMut,
+    bound: impl Fn(&[u8]) -> Result<Option<usize>, String>,
+    mut pace: impl FnMut(usize) -> Duration,
 ) -> Result<Option<BytesMut>, String> {
+    let mut bounded = false;
     loop {
         if let Some(n) = frame_len(buf)? {
+            if !bounded
+                && let Some(max) = bound(&buf[..n])?
+                && n > max
+            {
+                return Err(format!("a packet of {n} bytes (at most {max} there)"));
+            }
             return Ok(Some(buf.split_to(n)));
+        }
+        if !bounded && let Some((_, total)) = packet_head(buf)? {
+            match bound(buf)? {
+                Some(max) if total > max => {
+                    return Err(format!(
+                        "a packet declared {total} bytes long (at most {max} there), refused \
+                         after {} bytes",
+                        buf.len()
+                    ));
+                }
+                Some(_) => bounded = true,
+                None if buf.len() > MAX_CONTROL + 8 => {
+                    return Err(format!("no topic within the first {} bytes", buf.len()));
+                }
+                None => {}
+            }
         }
         match r.read_buf(buf).await {
             Ok(0) if buf.is_empty() => return Ok(None),
             Ok(0) => return Err("connection closed inside a packet".into()),
-            Ok(_) => {}
+            Ok(n) => {
+                let wait = pace(n);
+                if !wait.is_zero() {
+                    // Not reading from the client meanwhile: TCP holds the rest back.
+                    tokio::time::sleep(wait).await;
+                }
+            }
             Err(e) => return Err(format!("read: {e}")),
         }
     }
@@ -885,5 +1135,138 @@ mod tests {
         assert!(frame_len(&[0x30, 0xff, 0xff, 0xff, 0xff, 0x01]).is_err());
         assert_eq!(publish_parts(&[0x30, 0x01, 0x00]), None);
         assert_eq!(publish_parts(&p), Some(("a/b", 300)));
+    }
+
+    /// The first bytes of a PUBLISH on `topic` declaring `remaining` bytes after its fixed
+    /// header (QoS 0), its topic and nothing else.
+    fn publish_head(topic: &str, remaining: usize) -> Vec<u8> {
+        let mut head = vec![0x30];
+        let mut r = remaining;
+        loop {
+            let b = (r & 0x7f) as u8;
+            r >>= 7;
+            head.push(if r > 0 { b | 0x80 } else { b });
+            if r == 0 {
+                break;
+            }
+        }
+        head.extend((topic.len() as u16).to_be_bytes());
+        head.extend(topic.as_bytes());
+        head
+    }
+
+    /// Reads one frame from what `written` holds (the writer stays open, as a client that holds
+    /// an unfinished packet), bounded as the gate bounds `c1`'s packets; gives up after 5 s.
+    async fn read_one(g: &Gate, written: &[u8]) -> (Result<Option<BytesMut>, String>, usize) {
+        let (mut client, mut server) = tokio::io::duplex(1 << 20);
+        client.write_all(written).await.unwrap();
+        let mut buf = BytesMut::new();
+        let mut paid = 0;
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            read_frame(
+                &mut server,
+                &mut buf,
+                |h| g.bound(h, Some("c1"), "c1"),
+                |n| {
+                    paid += n;
+                    Duration::ZERO
+                },
+            ),
+        )
+        .await
+        .expect("the gate decides without the rest of the packet");
+        drop(client);
+        (r, paid)
+    }
+
+    /// Issue 56 §3: a PUBLISH declared longer than its topic's bound (10 bytes on the status
+    /// topic here), on a topic the user may not write, or another packet over MAX_CONTROL is
+    /// refused as soon as its fixed header and topic are in, not once 4 MB have been buffered;
+    /// a packet within its bound comes whole, every byte read paid for.
+    #[tokio::test]
+    async fn packets_are_bounded_before_they_are_buffered() {
+        let g = gate(ACL, Some("c1"));
+        let (r, _) = read_one(&g, &publish_head("f/clients/c1/status", 4_190_000)).await;
+        let e = r.unwrap_err();
+        assert!(
+            e.contains("declared 4190005 bytes") && e.contains("at most"),
+            "{e}"
+        );
+        let (r, _) = read_one(&g, &publish_head("f/clients/c2/up", 4_190_000)).await;
+        assert_eq!(r.unwrap_err(), "may not publish on \"f/clients/c2/up\"");
+        // A SUBSCRIBE (type 8) declared 100 000 bytes long.
+        let (r, _) = read_one(&g, &[0x82, 0xa0, 0x8d, 0x06, 0x00, 0x01]).await;
+        assert!(r.unwrap_err().contains("at most 65536"));
+        // Within the bound (10 bytes of payload): whole, and paid for.
+        let ok = encode(Packet::Publish(Publish::new(
+            "f/clients/c1/status",
+            QoS::AtMostOnce,
+            vec![7u8; 10],
+        )));
+        let (r, paid) = read_one(&g, &ok).await;
+        assert_eq!(r.unwrap().unwrap().as_ref(), &ok[..]);
+        assert_eq!(paid, ok.len());
+        // One byte over it: refused.
+        let over = encode(Packet::Publish(Publish::new(
+            "f/clients/c1/status",
+            QoS::AtMostOnce,
+            vec![7u8; 11],
+        )));
+        assert!(read_one(&g, &over[..over.len() - 5]).await.0.is_err());
+    }
+
+    /// Issue 56 §3: a login holds at most MAX_CONNECTIONS_PER_LOGIN connections `<name>@login`;
+    /// one more is refused (CONNACK 3) while other logins and the login's own client id are not; a new connection with a live one's client
+    /// id takes over (the old one is told); a place given back frees it, and the login's next
+    /// connection starts with the pace debt its last one left.
+    #[tokio::test]
+    async fn a_login_holds_a_bounded_number_of_connections() {
+        let mut g = gate(ACL, Some("c1,c2"));
+        let rate = Rate {
+            bytes_per_second: 100.0,
+            burst: 100.0,
+            messages_per_second: 10.0,
+            message_burst: 10.0,
+        };
+        g.cfg.rate = Some(rate);
+        let mut places: Vec<_> = (0..MAX_CONNECTIONS_PER_LOGIN)
+            .map(|i| g.take_place("c1", &format!("x{i}@c1")).unwrap())
+            .collect();
+        let refused = g.take_place("c1", "one-more@c1").err().unwrap();
+        assert_eq!(refused.code, ConnectReturnCode::ServiceUnavailable);
+        assert!(
+            refused.reason.contains("already holds 8 connections"),
+            "{}",
+            refused.reason
+        );
+        let other = g.take_place("c2", "c2").unwrap();
+        // The login's own client id is never locked out by the others.
+        let own = g.take_place("c1", "c1").unwrap();
+        let told = g.taken_over(&places[0]).unwrap();
+        let again = g.take_place("c1", "x0@c1").unwrap();
+        tokio::time::timeout(Duration::from_secs(1), told.notified())
+            .await
+            .expect("the connection taken over is told");
+        assert!(g.taken_over(&places[0]).is_none());
+        // Giving a place back frees it; the pace it leaves (200 bytes owed: 3 s at 100 B/s)
+        // is where the login's next connection starts.
+        let mut last = places.pop().unwrap();
+        let mut p = last.pace.unwrap();
+        assert_eq!(
+            p.take_bytes(rate, 300, Instant::now()),
+            Duration::from_secs(2)
+        );
+        last.pace = Some(p);
+        drop(last);
+        let mut next = g.take_place("c1", "new@c1").unwrap();
+        let wait = next
+            .pace
+            .as_mut()
+            .unwrap()
+            .take_bytes(rate, 0, Instant::now());
+        assert!(wait > Duration::from_millis(1900), "{wait:?}");
+        drop((places, again, other, next, own));
+        assert!(g.sessions.lock().unwrap().is_empty());
     }
 }
