@@ -12,7 +12,7 @@ use edgecfl_shared::cluster::hc::Linkage;
 use edgecfl_shared::cluster::robust::Guard;
 use edgecfl_shared::data::DatasetKind;
 use edgecfl_shared::data::partition::PartitionSpec;
-use edgecfl_shared::federation::{LocalTest, Sampling, Weighting};
+use edgecfl_shared::federation::{LocalTest, NormBound, Sampling, Weighting};
 use edgecfl_shared::model::{LayerSet, ModelKind};
 use edgecfl_shared::train::Backend;
 use serde::de::DeserializeOwned;
@@ -245,9 +245,10 @@ pub struct RunFlags {
     #[arg(long, value_name = "EPOCHS")]
     pub personalize: Option<usize>,
     /// Drop (and report) a trained model whose change ‖θ_client − θ_sent‖₂ from the model it was
-    /// sent is above this bound (default: no bound).
-    #[arg(long)]
-    pub max_update_norm: Option<f64>,
+    /// sent is above this bound: off | B (a fixed bound) | median:M (M times the median change of
+    /// the round's updates, every cluster's). Default: median:10
+    #[arg(long, value_name = "off|B|median:M")]
+    pub max_update_norm: Option<NormBound>,
     /// `simulate`: hold the last N clients out of round 0; they join at `--join-round` as
     /// newcomers (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid).
     #[arg(long)]
@@ -353,8 +354,8 @@ impl RunFlags {
         if self.personalize.is_some() {
             f.personalize_epochs = self.personalize;
         }
-        if self.max_update_norm.is_some() {
-            f.max_update_norm = self.max_update_norm;
+        if let Some(b) = self.max_update_norm {
+            f.max_update_norm = b;
         }
         if self.clusters.is_some() {
             f.clusters = self.clusters;
@@ -680,33 +681,48 @@ taux = 0.3",
     fn weighting_and_norm_bound_flags_and_keys() {
         let c = RunFlags::default().resolve().unwrap();
         assert_eq!(c.method.federation.weighting, Weighting::Samples);
-        assert_eq!(c.method.federation.max_update_norm, None);
+        assert_eq!(c.method.federation.max_update_norm, NormBound::Median(10.0));
         let flags = RunFlags {
             weighting: Some("equal".parse().unwrap()),
-            max_update_norm: Some(2.5),
+            max_update_norm: Some("2.5".parse().unwrap()),
             ..Default::default()
         };
         let c = flags.resolve().unwrap();
         assert_eq!(c.method.federation.weighting, Weighting::Equal);
-        assert_eq!(c.method.federation.max_update_norm, Some(2.5));
-        // The same as TOML keys.
-        let text = DEFAULT_CONFIG.replace(
-            "[federation]",
-            "[federation]\nweighting = \"equal\"\nmax_update_norm = 3.0",
-        );
-        let c = RunConfig::parse(&text, "t").unwrap();
-        c.validate().unwrap();
-        assert_eq!(c.method.federation.weighting, Weighting::Equal);
-        assert_eq!(c.method.federation.max_update_norm, Some(3.0));
+        assert_eq!(c.method.federation.max_update_norm, NormBound::Fixed(2.5));
+        for (text, want) in [
+            ("off", NormBound::Off),
+            ("median:4", NormBound::Median(4.0)),
+            ("0.5", NormBound::Fixed(0.5)),
+        ] {
+            assert_eq!(text.parse::<NormBound>().unwrap(), want);
+            assert_eq!(want.to_string(), text);
+        }
+        // The same as TOML keys: a number, or the text form.
+        for (value, want) in [
+            ("3.0", NormBound::Fixed(3.0)),
+            ("\"median:4\"", NormBound::Median(4.0)),
+            ("\"off\"", NormBound::Off),
+        ] {
+            let text = DEFAULT_CONFIG.replace(
+                "[federation]",
+                &format!("[federation]\nweighting = \"equal\"\nmax_update_norm = {value}"),
+            );
+            let c = RunConfig::parse(&text, "t").unwrap();
+            c.validate().unwrap();
+            assert_eq!(c.method.federation.weighting, Weighting::Equal);
+            assert_eq!(c.method.federation.max_update_norm, want);
+            // And back: what summary.json and checkpoints hold reads as the same bound.
+            let json = serde_json::to_value(&c.method.federation).unwrap();
+            let back: edgecfl_shared::federation::FederationConfig =
+                serde_json::from_value(json).unwrap();
+            assert_eq!(back.max_update_norm, want);
+        }
         let err = "uniform".parse::<Weighting>().unwrap_err();
         assert!(err.contains("samples or equal"), "{err}");
-        for bound in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            let bad = RunFlags {
-                max_update_norm: Some(bound),
-                ..Default::default()
-            };
-            let err = format!("{:#}", bad.resolve().unwrap_err());
-            assert!(err.contains("max-update-norm"), "{err}");
+        for bound in ["0", "-1", "NaN", "inf", "median:0.5", "median:x", "twice"] {
+            let err = bound.parse::<NormBound>().unwrap_err();
+            assert!(err.contains(bound), "{err}");
         }
     }
 }

@@ -8,7 +8,8 @@ use edgecfl_shared::algorithms::Algorithm;
 use edgecfl_shared::atomic_file;
 use edgecfl_shared::cluster::clustering::Clustering;
 use edgecfl_shared::federation::{
-    ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, Observer, RoundRecord, RunResult,
+    ClientInfo, DroppedNewcomer, DroppedUpdate, Newcomer, NormBound, Observer, RoundRecord,
+    RunResult,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
@@ -72,7 +73,12 @@ pub fn summary(
         "bytes_down_per_client": result.bytes_down / n.max(1) as u64,
         "newcomers": newcomers_json(result),
         "weighting": f.federation.weighting.to_string(),
-        "max_update_norm": f.federation.max_update_norm,
+        // `null` for no bound (as before the default bound), a number, or "median:M".
+        "max_update_norm": match f.federation.max_update_norm {
+            NormBound::Off => Value::Null,
+            NormBound::Fixed(b) => json!(b),
+            other => json!(other.to_string()),
+        },
         "config": cfg,
     });
     // Every method's own keys, null but for the run's method's.

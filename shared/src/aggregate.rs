@@ -22,15 +22,21 @@ pub enum Aggregate {
     /// coordinate past the others.
     Median,
     /// The coordinate-wise mean after dropping the ⌊F·n⌋ lowest and highest values of each
-    /// coordinate (unweighted), `0 ≤ F < 0.5`.
+    /// coordinate (unweighted), `0 ≤ F < 0.5`; at least one at each end when `F > 0` and there
+    /// are 3 or more updates (a cluster of 3 to 4 members at `F = 0.2` would trim nothing by
+    /// ⌊F·n⌋ alone), at most ⌊(n − 1)/2⌋.
     Trimmed(f64),
     /// Each update's change from the model it was sent is clipped to the median change norm of
     /// the round, then the weighted mean is taken: no update moves the model further than a
     /// typical one, and no bound is set by hand.
     NormClip,
     /// Multi-Krum for at most `f` bad updates: each update is scored by the sum of its squared
-    /// distances to its `n − f − 2` nearest others (at least 1), and the weighted mean is taken
-    /// over the `n − f` of lowest score: an update far from every other is left out whole.
+    /// distances to its `n − f − 2` nearest others, and the weighted mean is taken over the
+    /// `n − f` of lowest score: an update far from every other is left out whole. Krum's
+    /// guarantee needs `n > 2f + 2` updates (Blanchard et al. 2017, Prop. 1); a cluster with
+    /// fewer (but at least 3) is aggregated by the coordinate-wise median instead, which bounds
+    /// up to ⌊(n − 1)/2⌋ bad updates, and one of 1 or 2 by the mean (nothing can outvote a
+    /// lone bad update there).
     Krum(usize),
 }
 
@@ -293,21 +299,32 @@ pub fn aggregate(
     match how {
         Aggregate::Mean => weighted_average(items),
         Aggregate::Median => median(items),
-        Aggregate::Trimmed(f) => trimmed_mean(items, (f * items.len() as f64).floor() as usize),
+        Aggregate::Trimmed(f) => trimmed_mean(items, trim_count(f, items.len())),
         Aggregate::NormClip => norm_clipped(items, reference),
         Aggregate::Krum(f) => krum(items, f),
     }
 }
 
-/// [`Aggregate::Krum`]: the weighted mean of the `n − f` updates (at least 1) whose summed
-/// squared distance to their `n − f − 2` nearest others (at least 1) is lowest.
+/// How many values [`Aggregate::Trimmed`]`(f)` drops at each end of `n`: ⌊f·n⌋, at least 1 when
+/// `f > 0` and `n ≥ 3` (trimmed_mean caps it at ⌊(n − 1)/2⌋).
+fn trim_count(f: f64, n: usize) -> usize {
+    let t = (f * n as f64).floor() as usize;
+    if f > 0.0 && n >= 3 { t.max(1) } else { t }
+}
+
+/// [`Aggregate::Krum`]: the weighted mean of the `n − f` updates whose summed squared distance
+/// to their `n − f − 2` nearest others is lowest, when `n > 2f + 2`; otherwise the median (or,
+/// for 1 or 2 updates, the mean), as [`Aggregate::Krum`] says.
 fn krum(items: &[(&[f32], u64)], f: usize) -> Result<Vec<f32>, AggregateError> {
     common_len(items)?;
     let n = items.len();
     if n <= 2 {
         return weighted_average(items);
     }
-    let neighbours = n.saturating_sub(f + 2).max(1);
+    if n <= 2 * f + 2 {
+        return median(items);
+    }
+    let neighbours = n - f - 2;
     let distance = |a: &[f32], b: &[f32]| -> f64 {
         a.iter()
             .zip(b)
@@ -362,6 +379,16 @@ mod tests {
         assert_eq!(
             aggregate(&items, Aggregate::Trimmed(0.2), &[0.0, 0.0]).unwrap(),
             vec![3.0, 20.0]
+        );
+        // trimmed:0.2 of 3 or 4 still drops one at each end (⌊0.6⌋ = ⌊0.8⌋ = 0): the median
+        // of 3, (2+3)/2 and (20+30)/2 of 4.
+        assert_eq!(
+            aggregate(&items[2..], Aggregate::Trimmed(0.2), &[0.0, 0.0]).unwrap(),
+            vec![4.0, 30.0]
+        );
+        assert_eq!(
+            aggregate(&items[..4], Aggregate::Trimmed(0.2), &[0.0, 0.0]).unwrap(),
+            vec![2.5, 25.0]
         );
         // trimmed:0 is the unweighted mean.
         assert_eq!(
@@ -426,16 +453,36 @@ mod tests {
         );
     }
 
-    /// Multi-Krum by hand: three updates near each other and one far away, f = 1. Each is scored
-    /// by its squared distance to its n − f − 2 = 1 nearest other: a 1, b 1, c 4, far 81·2 (to
-    /// c); the n − f = 3 lowest (a, b, c) are averaged with their weights.
+    /// Multi-Krum by hand: four updates at the corners of a 1 × 2 rectangle and one far away,
+    /// f = 1, n = 5 > 2f + 2. Each is scored by its squared distances to its n − f − 2 = 2
+    /// nearest others: a, b, c, d 1 + 4 = 5 each, far 145 + 162 (to d and c); the n − f = 4
+    /// lowest are averaged with their weights 1, 1, 2, 4: (0 + 1 + 0 + 4)/8, (0 + 0 + 4 + 8)/8.
+    /// With n = 4 ≤ 2f + 2 Krum's guarantee does not hold: the coordinate-wise median,
+    /// x (0 + 1)/2 and y (0 + 2)/2 (Krum itself would keep a, b, c: 0.25, 1.0).
     #[test]
     fn krum_leaves_out_the_update_far_from_the_others() {
-        let (a, b, c, far) = ([0.0f32, 0.0], [1.0, 0.0], [0.0, 2.0], [9.0, 11.0]);
-        let items = [(&a[..], 1), (&b[..], 1), (&c[..], 2), (&far[..], 1_000)];
+        let (a, b, c, d, far) = (
+            [0.0f32, 0.0],
+            [1.0, 0.0],
+            [0.0, 2.0],
+            [1.0, 2.0],
+            [9.0, 11.0],
+        );
+        let items = [
+            (&a[..], 1),
+            (&b[..], 1),
+            (&c[..], 2),
+            (&d[..], 4),
+            (&far[..], 1_000),
+        ];
         assert_eq!(
             aggregate(&items, Aggregate::Krum(1), &[]).unwrap(),
-            vec![0.25, 1.0]
+            vec![0.625, 1.5]
+        );
+        let four = [items[0], items[1], items[2], items[4]];
+        assert_eq!(
+            aggregate(&four, Aggregate::Krum(1), &[]).unwrap(),
+            vec![0.5, 1.0]
         );
         assert_eq!("krum:1".parse::<Aggregate>(), Ok(Aggregate::Krum(1)));
         assert_eq!(Aggregate::Krum(2).to_string(), "krum:2");

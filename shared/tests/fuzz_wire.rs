@@ -283,7 +283,7 @@ fn to_lps() -> Vec<ToLps> {
             seed: 9,
             upload: Encoding::F32,
             equal_weights: false,
-            max_update_norm: Some(10.0),
+            max_update_norm: edgecfl_shared::protocol::NormBound::Median(10.0),
         })),
         ToLps::Common {
             values: Tensor::encode(&[0.5, 0.25], Encoding::F32),

@@ -2,8 +2,8 @@
 //! postcard's specification), the checks an LPS and the GPS apply, and the LPS topics.
 
 use edgecfl_shared::protocol::{
-    Encoding, Envelope, LpsAssignment, LpsDone, LpsMessageError, ModelKind, ProtocolError, Tensor,
-    ToGps, ToLps, TopicKind, Topics, id, text,
+    Encoding, Envelope, LpsAssignment, LpsDone, LpsMessageError, ModelKind, NormBound,
+    ProtocolError, Tensor, ToGps, ToLps, TopicKind, Topics, id, text,
 };
 
 fn golden<B>(msg: Envelope<B>, bytes: &[u8])
@@ -36,7 +36,7 @@ fn assignment() -> LpsAssignment {
         seed: 7,
         upload: Encoding::F32,
         equal_weights: true,
-        max_update_norm: Some(2.0),
+        max_update_norm: NormBound::Fixed(2.0),
     }
 }
 
@@ -131,10 +131,13 @@ fn assignments_are_checked() {
         ("epochs", with(&|a| a.epochs = 0)),
         ("batch_size", with(&|a| a.batch_size = 0)),
         ("eval_every", with(&|a| a.eval_every = 0)),
-        ("max_update_norm", with(&|a| a.max_update_norm = Some(0.0))),
         (
             "max_update_norm",
-            with(&|a| a.max_update_norm = Some(f64::NAN)),
+            with(&|a| a.max_update_norm = NormBound::Fixed(0.0)),
+        ),
+        (
+            "max_update_norm",
+            with(&|a| a.max_update_norm = NormBound::Median(0.5)),
         ),
     ] {
         assert!(

@@ -12,8 +12,8 @@ use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
 use edgecfl_shared::data::fmnist::FashionMnist;
 use edgecfl_shared::data::partition::{PartitionSpec, partition};
 use edgecfl_shared::federation::{
-    Answer, ClientInfo, ClientPool, DroppedUpdate, FederationConfig, Job, Observer, PoolError,
-    RunContext, RunResult, UpdateRejection, Weighting,
+    Answer, ClientInfo, ClientPool, DroppedUpdate, FederationConfig, Job, NormBound, Observer,
+    PoolError, RunContext, RunResult, UpdateRejection, Weighting,
 };
 use edgecfl_shared::model::{ModelKind, Params};
 use edgecfl_shared::sim::SimPool;
@@ -212,13 +212,39 @@ fn equal_weighting_is_the_plain_mean_of_the_updates() {
     assert!(apart > 1e-4, "the weightings should differ here: {apart}");
 }
 
+/// Issue 56 §1: the default bound, `median:10` (ten times the median change of the round's
+/// updates), drops an update moved by 1 per coordinate (~1 000 times an honest one-epoch change
+/// here) with no number set by hand, and no honest update; with the bound off it gets through.
+#[test]
+fn a_huge_update_is_dropped_by_the_default_bound() {
+    let cfg = config(2);
+    assert_eq!(cfg.federation.max_update_norm, NormBound::Median(10.0));
+    let (without, _) = run(&cfg, &mut Liar::new("iid", Attack::Silent));
+    let (r, told) = run(&cfg, &mut Liar::new("iid", Attack::Shift(1.0)));
+    assert_eq!(r.dropped_updates, told);
+    assert_eq!(r.dropped_updates.len(), 2, "{:?}", r.dropped_updates);
+    for d in &r.dropped_updates {
+        assert_eq!(d.client, r.clients[LIAR].id);
+        let UpdateRejection::NormAbove { norm, bound } = d.reason else {
+            panic!("{d:?}");
+        };
+        assert!(norm > 100.0 * bound / 10.0, "norm {norm}, bound {bound}");
+    }
+    assert_eq!(values(&r), values(&without));
+    let mut off = config(2);
+    off.federation.max_update_norm = NormBound::Off;
+    let (r, _) = run(&off, &mut Liar::new("iid", Attack::Shift(1.0)));
+    assert!(r.dropped_updates.is_empty());
+    assert_ne!(values(&r), values(&without));
+}
+
 #[test]
 fn updates_beyond_the_norm_bound_are_dropped_with_their_norm() {
     let n = Params::init(ModelKind::Mlp, 0).values.len();
     // Every parameter moved by 1: the change's norm is √n, far above honest one-epoch changes.
     let bound = (n as f64).sqrt() / 4.0;
     let mut cfg = config(2);
-    cfg.federation.max_update_norm = Some(bound);
+    cfg.federation.max_update_norm = NormBound::Fixed(bound);
     let (without, _) = run(&config(2), &mut Liar::new("iid", Attack::Silent));
     let (honest, _) = run(&cfg, &mut Liar::new("iid", Attack::None));
     assert!(
@@ -244,7 +270,7 @@ fn updates_beyond_the_norm_bound_are_dropped_with_their_norm() {
     assert_eq!(values(&r), values(&without));
     // A bound below every honest change drops every update: the model stays θ⁰.
     let mut cfg = config(1);
-    cfg.federation.max_update_norm = Some(1e-9);
+    cfg.federation.max_update_norm = NormBound::Fixed(1e-9);
     let (r, _) = run(&cfg, &mut Liar::new("iid", Attack::None));
     assert_eq!(r.dropped_updates.len(), CLIENTS);
     assert_eq!(r.rounds[0].received, 0);

@@ -10,6 +10,7 @@ use crate::cluster::robust::Guard;
 use crate::data::catalog::DatasetKind;
 use crate::hierarchy::CommonLayers;
 use crate::model::{LayerSet, ModelKind};
+pub use crate::protocol::NormBound;
 use crate::train::{LocalTest, TrainConfig};
 
 /// Everything the round loop needs to know, and the settings several methods share. Which method
@@ -97,12 +98,12 @@ pub struct FederationConfig {
     /// round are placed first. Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub personalize_epochs: Option<usize>,
-    /// Largest accepted L2 norm of an update's change, ‖θ_client − θ_sent‖₂ (the model a client
-    /// returns minus the model it was sent to train). An update above it is reported
+    /// The bound on an update's change, ‖θ_client − θ_sent‖₂ (the model a client returns minus
+    /// the model it was sent to train): an update above it is reported
     /// ([`super::Observer::update_dropped`], `dropped_updates` in `summary.json`) and dropped.
-    /// Unset: no bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_update_norm: Option<f64>,
+    /// Written `off`, a number, or `"median:M"`; unwritten: [`NormBound::DEFAULT`].
+    #[serde(default, with = "norm_bound_text")]
+    pub max_update_norm: NormBound,
 }
 
 /// How an average (cluster FedAvg, the GPS's average of common layers) weighs its members.
@@ -230,8 +231,40 @@ impl Default for FederationConfig {
             local_test: LocalTest::Labels,
             sampling: Sampling::Uniform,
             personalize_epochs: None,
-            max_update_norm: None,
+            max_update_norm: NormBound::DEFAULT,
         }
+    }
+}
+
+/// [`FederationConfig::max_update_norm`] in TOML and JSON: a fixed bound as a number, the others
+/// as their text (`"off"`, `"median:10"`); `null` (an older summary's "no bound") reads as off.
+mod norm_bound_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::NormBound;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn serialize<S: Serializer>(b: &NormBound, s: S) -> Result<S::Ok, S::Error> {
+        match b {
+            NormBound::Fixed(x) => Text::Number(*x),
+            other => Text::Text(other.to_string()),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<NormBound, D::Error> {
+        let b = match Option::<Text>::deserialize(d)? {
+            None => NormBound::Off,
+            Some(Text::Number(x)) => NormBound::Fixed(x),
+            Some(Text::Text(t)) => t.parse().map_err(serde::de::Error::custom)?,
+        };
+        Ok(b)
     }
 }
 
@@ -259,11 +292,10 @@ impl FederationConfig {
             return bad("lps-rounds must be ≥ 1".into());
         }
         non_negative("mu", self.mu)?;
-        if let Some(b) = self.max_update_norm
-            && !(b.is_finite() && b > 0.0)
-        {
+        if !self.max_update_norm.is_valid() {
             return bad(format!(
-                "max-update-norm must be a finite number > 0, got {b}"
+                "max-update-norm must be off, a finite number > 0 or median:M with M ≥ 1, got {}",
+                self.max_update_norm
             ));
         }
         if self.clusters == Some(0) {

@@ -57,7 +57,7 @@ pub use checkpoint::{
 };
 pub(crate) use checkpoint::{bad_state, check_model, strategy_state};
 pub(crate) use config::non_negative;
-pub use config::{FederationConfig, Sampling, Weighting, client_seed};
+pub use config::{FederationConfig, NormBound, Sampling, Weighting, client_seed};
 pub use driver::{run, run_lps, run_resumable};
 pub use pool::{ClientInfo, ClientPool, PoolError};
 pub use result::{
@@ -694,7 +694,8 @@ impl Env<'_> {
     /// or with zero samples. A trained model that passes these checks is still dropped, and
     /// recorded as a [`DroppedUpdate`], when it claims more samples than its client declared when
     /// it joined ([`ClientInfo::samples`]) or when its change from the model it was sent is above
-    /// [`FederationConfig::max_update_norm`]. With [`Weighting::Equal`] every kept model's samples
+    /// [`FederationConfig::max_update_norm`] (for [`NormBound::Median`], a multiple of the median
+    /// change of the well-formed updates of this call). With [`Weighting::Equal`] every kept model's samples
     /// become 1.
     ///
     /// # Errors
@@ -726,31 +727,16 @@ impl Env<'_> {
         let expected_len = self.initial.values.len();
         let model = self.cfg.model;
         let equal = self.cfg.weighting == Weighting::Equal;
-        let bound = self.cfg.max_update_norm;
         let clients = self.clients;
         // A model of the run's architecture and size, trained on at least one sample.
         let well_formed = |u: &Update| {
             u.params.model == model && u.params.values.len() == expected_len && u.samples > 0
         };
-        // Trained on no more samples than the client declared, and not too far from `sent`.
-        let trusted = |u: &Update, sent: &Params| -> Result<(), UpdateRejection> {
-            let declared = clients[u.client].samples;
-            if u.samples > declared {
-                return Err(UpdateRejection::TooManySamples {
-                    samples: u.samples,
-                    declared,
-                });
-            }
-            if let Some(bound) = bound {
-                let norm = change_norm(&u.params.values, &sent.values);
-                if norm.is_nan() || norm > bound {
-                    return Err(UpdateRejection::NormAbove { norm, bound });
-                }
-            }
-            Ok(())
-        };
+        // The answers this call keeps looking at: from a client asked, of its job's kind, the
+        // first; with the models they trained, each of the run's architecture and size and
+        // trained on at least one sample.
         let mut seen = std::collections::HashSet::new();
-        let mut out = Vec::with_capacity(answers.len());
+        let mut kept = Vec::with_capacity(answers.len());
         for (index, mut answer) in answers {
             let Some(&p) = self.position.get(&index) else {
                 continue;
@@ -769,16 +755,60 @@ impl Env<'_> {
             // Every trained model: of the run's architecture and size, trained on at least one
             // sample, on no more than its client declared, and not too far from the model it
             // started from.
+            let Some(trained) = job.trained(&mut answer) else {
+                continue;
+            };
+            if !trained.iter().all(|(_, u)| well_formed(u)) {
+                continue;
+            }
+            let norms: Vec<f64> = trained
+                .iter()
+                .map(|(sent, u)| change_norm(&u.params.values, &sent.values))
+                .collect();
+            kept.push((p, index, answer, norms));
+        }
+        // The bound of this call: for `median:M`, M times the median change of its updates.
+        let all: Vec<f64> = kept
+            .iter()
+            .flat_map(|(.., n)| n.iter().copied())
+            .filter(|n| !n.is_nan())
+            .collect();
+        let bound = self
+            .cfg
+            .max_update_norm
+            .bound(crate::cluster::robust::median(&all));
+        // Trained on no more samples than the client declared, and not too far from `sent`.
+        let trusted = |u: &Update, norm: f64| -> Result<(), UpdateRejection> {
+            let declared = clients[u.client].samples;
+            if u.samples > declared {
+                return Err(UpdateRejection::TooManySamples {
+                    samples: u.samples,
+                    declared,
+                });
+            }
+            if let Some(bound) = bound
+                && (norm.is_nan() || norm > bound)
+            {
+                return Err(UpdateRejection::NormAbove { norm, bound });
+            }
+            Ok(())
+        };
+        let mut out = Vec::with_capacity(kept.len());
+        for (p, index, mut answer, norms) in kept {
+            let Some((_, job)) = by_index.iter().find(|(i, _)| *i == index) else {
+                continue;
+            };
             let Some(mut trained) = job.trained(&mut answer) else {
                 continue;
             };
             for (_, u) in &mut trained {
                 u.client = p;
             }
-            if !trained.iter().all(|(_, u)| well_formed(u)) {
-                continue;
-            }
-            if let Err(reason) = trained.iter().try_for_each(|(sent, u)| trusted(u, sent)) {
+            if let Err(reason) = trained
+                .iter()
+                .zip(&norms)
+                .try_for_each(|((_, u), &norm)| trusted(u, norm))
+            {
                 self.traffic.dropped.push(DroppedUpdate {
                     client: clients[p].id.clone(),
                     round,

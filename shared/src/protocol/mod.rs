@@ -93,7 +93,7 @@ pub use envelope::{
     Envelope, MAX_PAYLOAD, MAX_STATUS_PAYLOAD, UPLOAD_OVERHEAD, VERSION, upload_limit,
 };
 pub use error::ProtocolError;
-pub use hierarchy::{LpsAssignment, LpsDone, LpsMessageError, ToGps, ToLps};
+pub use hierarchy::{LpsAssignment, LpsDone, LpsMessageError, NormBound, ToGps, ToLps};
 pub use ids::{Id, MAX_ID_LEN, Text, id, text};
 pub use tensor::{Eigenpairs, Encoding, Tensor};
 pub use to_client::{Estimate, FinalModel, ModelKind, ToClient, TrainJob};
