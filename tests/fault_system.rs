@@ -361,35 +361,107 @@ fn comparable(mut s: serde_json::Value) -> serde_json::Value {
     s
 }
 
-/// `kill -9` of the coordinator (and with it its embedded broker) at a random round, then
-/// `serve --resume`: the clients reconnect to the new broker on the same port, answer its ping,
-/// and the run goes on from the last checkpoint to the same final `summary.json` as an
-/// uninterrupted run with the same seed (timings aside). FedClust (the default method).
-#[test]
-fn coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
-    killed_and_resumed("fault-resume", 1.0, &[], "KILL");
+/// A step of a round at which a test kills the coordinator: when the first training job of
+/// round `k` is on a client's `down` topic, when the first trained model of round `k` is on a
+/// client's `up` topic, or when the first evaluation job of round `k` is sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Step {
+    Train(u32),
+    Trained(u32),
+    Evaluate(u32),
 }
 
-/// The same with StoCFL, whose checkpoint holds the most state (the global model ω, the merged
-/// clusters and which clients were seen).
+impl Step {
+    fn round(self) -> u32 {
+        match self {
+            Step::Train(k) | Step::Trained(k) | Step::Evaluate(k) => k,
+        }
+    }
+}
+
+/// Waits on `link` (subscribed to every client's `down` and `up` topics) for `step`.
+fn wait_for(link: &Link, topics: &Topics, step: Step) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Some(ev) = link.recv_until(deadline) {
+        let Inbound::Message { topic, payload, .. } = ev else {
+            continue;
+        };
+        let at = match topics.parse(&topic) {
+            Some((_, TopicKind::Down)) => {
+                Envelope::<ToClient>::from_bytes(&payload).is_ok_and(|env| {
+                    env.round == step.round()
+                        && match step {
+                            Step::Train(_) => {
+                                matches!(env.body, ToClient::Train(_) | ToClient::TrainPair { .. })
+                            }
+                            Step::Evaluate(_) => matches!(env.body, ToClient::Evaluate { .. }),
+                            Step::Trained(_) => false,
+                        }
+                })
+            }
+            Some((_, TopicKind::Up)) => {
+                Envelope::<ToCoordinator>::from_bytes(&payload).is_ok_and(|env| {
+                    step == Step::Trained(env.round)
+                        && matches!(
+                            env.body,
+                            ToCoordinator::Update { .. } | ToCoordinator::Pair { .. }
+                        )
+                })
+            }
+            _ => false,
+        };
+        if at {
+            return;
+        }
+    }
+    panic!("{step:?} did not come within 300 s");
+}
+
+/// `kill -9` of the coordinator (and with it its embedded broker) at every step of every round
+/// in turn ([`Step`]: training sent, the first model in, evaluation sent; rounds 1 to 3 of 3),
+/// each time resumed by `serve --resume`: the clients reconnect to the new broker on the same
+/// port, answer its ping, the run goes on from the last checkpoint, and after the last resume
+/// it ends with the same `summary.json` as an uninterrupted run with the same seed (timings
+/// aside). FedClust (the default method). Every step, not one drawn from the clock (issue 53 §1).
+#[test]
+fn coordinator_killed_at_every_step_and_resumed_gives_the_uninterrupted_result() {
+    let steps: Vec<Step> = (1..=3)
+        .flat_map(|k| [Step::Train(k), Step::Trained(k), Step::Evaluate(k)])
+        .collect();
+    killed_and_resumed("fault-resume", 3, 1.0, &[], "KILL", &steps);
+}
+
+/// StoCFL, whose checkpoint holds the most state (the global model ω, the merged clusters and
+/// which clients were seen), stopped by SIGTERM in round 2 of 4 and resumed by `--resume DIR`
+/// alone.
 #[test]
 fn stocfl_coordinator_killed_and_resumed_gives_the_uninterrupted_result() {
     killed_and_resumed(
         "fault-resume-stocfl",
+        4,
         0.5,
         &["--algorithm", "stocfl"],
         "TERM",
+        &[Step::Train(2)],
     );
 }
 
-/// Runs `name` with `method` flags and `frac` uninterrupted, then stopped by `signal` (`KILL`:
-/// a crash; `TERM`: a stop, which says how to resume, then resumed by `--resume DIR` alone) at a
-/// random round and resumed, and compares the two summaries.
-fn killed_and_resumed(name: &str, frac: f64, method: &[&str], signal: &str) {
+/// Runs `name` with `method` flags, `rounds` and `frac` uninterrupted, then again stopped by
+/// `signal` (`KILL`: a crash, resumed with every flag; `TERM`: a stop, which says how to resume,
+/// resumed by `--resume DIR` alone) at each of `steps` in turn, resumed after each, and compares
+/// the two summaries. After the first stop it also checks that a resume with a changed flag is
+/// refused at once and that one no client answers fails and leaves the checkpoint as it was.
+fn killed_and_resumed(
+    name: &str,
+    rounds: u32,
+    frac: f64,
+    method: &[&str],
+    signal: &str,
+    steps: &[Step],
+) {
     const N: usize = 4;
-    const ROUNDS: u32 = 4;
     let partition = "groups:01234-56789";
-    let mut flags = run_flags(partition, N, ROUNDS as usize, frac, 16);
+    let mut flags = run_flags(partition, N, rounds as usize, frac, 16);
     flags.extend(method.iter().map(|f| f.to_string()));
     let mut extra = patient(N);
     extra.extend(["--run-id".to_string(), "resumed".to_string()]);
@@ -403,56 +475,120 @@ fn killed_and_resumed(name: &str, frac: f64, method: &[&str], signal: &str) {
     }
     let expected = summary(&clean.join("out"));
 
-    // The same run, killed when round k's training starts.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let k = 1 + nanos % (ROUNDS - 1);
-    eprintln!("{name}: killing the coordinator in round {k}");
+    // The same run, stopped at each step in turn.
     let (dir, port, prefix, mut coordinator) = start(name, &flags, &extra);
     let topics = Topics::new(&prefix).unwrap();
-    let link = spy(port, "observer", vec![format!("{prefix}/clients/+/down")]);
+    let resume_dir = dir.join("out");
+    let mut resume_extra: Vec<String> = extra.clone();
+    resume_extra.extend([
+        "--resume".to_string(),
+        resume_dir.to_str().unwrap().to_string(),
+    ]);
+    let resume_extra: Vec<&str> = resume_extra.iter().map(String::as_str).collect();
+    // After a stop, `--resume DIR` alone: the run's settings come from the checkpoint (only the
+    // broker's and the pool's flags are given). After a crash, every flag again.
+    let run: &[String] = if signal == "TERM" { &[] } else { &flags };
+    // Each coordinator's broker is watched from before its clients can connect to it.
+    let watch = |i: usize| {
+        spy(
+            port,
+            &format!("observer-{i}"),
+            vec![
+                format!("{prefix}/clients/+/down"),
+                format!("{prefix}/clients/+/up"),
+            ],
+        )
+    };
+    let mut link = watch(0);
     let clients = fleet(&dir, port, &prefix, partition, N, 16);
-    first_job(&link, &topics, |env| {
-        matches!(env.body, ToClient::Train(_) | ToClient::TrainPair { .. }) && env.round == k
-    });
-    send_signal(&coordinator, signal);
-    let status = coordinator.child.wait().unwrap();
-    if signal == "TERM" {
-        // 128 + 15, and it says where the run stands and how to go on; no client is told to
-        // finish.
-        assert_eq!(status.code(), Some(143));
-        let log = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
-        assert!(
-            log.contains(&format!(
-                "SIGTERM: stopped; the run is paused after round {}",
-                k - 1
-            )),
-            "{log}"
+    for (i, &step) in steps.iter().enumerate() {
+        let k = step.round();
+        eprintln!("{name}: stopping the coordinator at {step:?}");
+        wait_for(&link, &topics, step);
+        send_signal(&coordinator, signal);
+        let status = coordinator.child.wait().unwrap();
+        drop(link);
+        let log = dir.join(if i == 0 {
+            "coordinator.log".to_string()
+        } else {
+            format!("resumed-{i}.log")
+        });
+        if signal == "TERM" {
+            // 128 + 15, and it says where the run stands and how to go on; no client is told
+            // to finish.
+            assert_eq!(status.code(), Some(143));
+            let log = std::fs::read_to_string(&log).unwrap();
+            assert!(
+                log.contains(&format!(
+                    "SIGTERM: stopped; the run is paused after round {}",
+                    k - 1
+                )),
+                "{log}"
+            );
+            assert!(log.contains("coordinator serve --resume"), "{log}");
+            assert!(!log.contains("telling its clients to finish"), "{log}");
+        }
+        let checkpoint: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(resume_dir.join("checkpoint.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            checkpoint["federation"]["round"],
+            k - 1,
+            "stopped at {step:?}"
         );
-        assert!(log.contains("coordinator serve --resume"), "{log}");
-        assert!(!log.contains("telling its clients to finish"), "{log}");
+        if i == 0 {
+            refused_resumes(&dir, port, &prefix, &flags, &extra, &resume_dir, frac);
+        }
+        coordinator = serve_embedded(
+            &dir,
+            port,
+            &prefix,
+            run,
+            &resume_extra,
+            &format!("resumed-{}.log", i + 1),
+        );
+        wait_listening(port, Duration::from_secs(60));
+        link = watch(i + 1);
     }
     drop(link);
-    let checkpoint: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("out/checkpoint.json")).unwrap())
-            .unwrap();
-    assert_eq!(checkpoint["federation"]["round"], k - 1);
-    let resume_dir = dir.join("out");
+    let log = dir.join(format!("resumed-{}.log", steps.len()));
+    coordinator.wait_ok(Duration::from_secs(600), &log);
+    for (mut p, log) in clients {
+        p.wait_ok(Duration::from_secs(60), &log);
+    }
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("resuming run resumed"), "{log}");
+    let got = summary(&dir.join("out"));
+    assert_eq!(
+        comparable(got.clone()),
+        comparable(expected.clone()),
+        "resumed:\n{got:#}\nuninterrupted:\n{expected:#}"
+    );
+}
+
+/// On a stopped run's checkpoint in `resume_dir`: a resume with one flag changed (`--frac`) is
+/// refused at once (before any client is waited for), the flag named with both values, and no
+/// client is told to finish (they serve the real resume after); a resume that no client answers
+/// (they listen under another prefix) stops with an error and leaves the checkpoint as it was.
+fn refused_resumes(
+    dir: &Path,
+    port: u16,
+    prefix: &str,
+    flags: &[String],
+    extra: &[String],
+    resume_dir: &Path,
+    frac: f64,
+) {
     let saved = std::fs::read(resume_dir.join("checkpoint.json")).unwrap();
     let resume = ["--resume", resume_dir.to_str().unwrap()];
-
-    // A resume with one flag changed is refused at once (before any client is waited for), the
-    // flag named with both values, and no client is told to finish (they serve the real resume
-    // below).
-    let mut changed = flags.clone();
+    let mut changed = flags.to_vec();
     let at = changed.iter().position(|f| f == "--frac").unwrap() + 1;
     changed[at] = "0.75".into();
     let mut wrong: Vec<&str> = extra.iter().map(String::as_str).collect();
     wrong.extend(resume);
     let started = Instant::now();
-    let mut refused = serve_embedded(&dir, port, &prefix, &changed, &wrong, "wrong-flag.log");
+    let mut refused = serve_embedded(dir, port, prefix, &changed, &wrong, "wrong-flag.log");
     let log = dir.join("wrong-flag.log");
     assert!(!refused.wait_exit(Duration::from_secs(60), &log).success());
     assert!(started.elapsed() < Duration::from_secs(60));
@@ -463,8 +599,6 @@ fn killed_and_resumed(name: &str, frac: f64, method: &[&str], signal: &str) {
     );
     assert!(!text.contains("telling its clients to finish"), "{text}");
 
-    // A resume that no client answers (they listen under another prefix) stops with an error
-    // and leaves the checkpoint as it was.
     let nobody = [
         "--run-id",
         "resumed",
@@ -474,10 +608,10 @@ fn killed_and_resumed(name: &str, frac: f64, method: &[&str], signal: &str) {
         resume[1],
     ];
     let mut alone = serve_embedded(
-        &dir,
+        dir,
         port,
         &format!("{prefix}-nobody"),
-        &flags,
+        flags,
         &nobody,
         "nobody.log",
     );
@@ -490,31 +624,6 @@ fn killed_and_resumed(name: &str, frac: f64, method: &[&str], signal: &str) {
         saved
     );
     assert!(!resume_dir.join("summary.json").exists());
-    extra.extend([
-        "--resume".to_string(),
-        resume_dir.to_str().unwrap().to_string(),
-    ]);
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    // After a stop, `--resume DIR` alone: the run's settings come from the checkpoint (only the
-    // broker's and the pool's flags are given). After a crash, every flag again.
-    let run = if signal == "TERM" {
-        &[][..]
-    } else {
-        &flags[..]
-    };
-    let mut resumed = serve_embedded(&dir, port, &prefix, run, &extra, "resumed.log");
-    resumed.wait_ok(Duration::from_secs(600), &dir.join("resumed.log"));
-    for (mut p, log) in clients {
-        p.wait_ok(Duration::from_secs(60), &log);
-    }
-    let log = std::fs::read_to_string(dir.join("resumed.log")).unwrap();
-    assert!(log.contains("resuming run resumed"), "{log}");
-    let got = summary(&dir.join("out"));
-    assert_eq!(
-        comparable(got.clone()),
-        comparable(expected.clone()),
-        "resumed:\n{got:#}\nuninterrupted:\n{expected:#}"
-    );
 }
 
 /// Sends `kill -SIGNAL` to `p`.
