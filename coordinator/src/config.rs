@@ -246,7 +246,7 @@ pub struct RunFlags {
     pub personalize: Option<usize>,
     /// Drop (and report) a trained model whose change ‖θ_client − θ_sent‖₂ from the model it was
     /// sent is above this bound: off | B (a fixed bound) | median:M (M times the median change of
-    /// the round's updates, every cluster's). Default: median:10
+    /// the round's updates, every cluster's). Default: median:100
     #[arg(long, value_name = "off|B|median:M")]
     pub max_update_norm: Option<NormBound>,
     /// `simulate`: hold the last N clients out of round 0; they join at `--join-round` as
@@ -681,7 +681,10 @@ taux = 0.3",
     fn weighting_and_norm_bound_flags_and_keys() {
         let c = RunFlags::default().resolve().unwrap();
         assert_eq!(c.method.federation.weighting, Weighting::Samples);
-        assert_eq!(c.method.federation.max_update_norm, NormBound::Median(10.0));
+        assert_eq!(
+            c.method.federation.max_update_norm,
+            NormBound::Median(100.0)
+        );
         let flags = RunFlags {
             weighting: Some("equal".parse().unwrap()),
             max_update_norm: Some("2.5".parse().unwrap()),

@@ -26,7 +26,7 @@
 //! every byte of the models alone.
 //!
 //! One default changed since: the bound on an update's change (`max_update_norm`, none then,
-//! `median:10` now; [`CHANGED_DEFAULTS`]): every value of every run holds under it, no update
+//! `median:100` now; [`CHANGED_DEFAULTS`]): every value of every run holds under it, no update
 //! dropped.
 //!
 //! One key was renamed since, its value unchanged: `config.federation.threshold` is
@@ -163,9 +163,9 @@ const UNPINNED: &[&str] = &["wall_seconds", "data"];
 const RENAMED: &[(&str, &str)] = &[("threshold", "lambda")];
 
 /// Keys whose default changed since the fixtures were written, with what the fixtures' value
-/// (`null`) reads as now: `max_update_norm`, no bound then, `median:10` by default since issue 56
+/// (`null`) reads as now: `max_update_norm`, no bound then, `median:100` by default since issue 56
 /// §1. Every other value must hold, so no update of a pinned run is dropped by the new default.
-const CHANGED_DEFAULTS: &[(&str, &str)] = &[("max_update_norm", "median:10")];
+const CHANGED_DEFAULTS: &[(&str, &str)] = &[("max_update_norm", "median:100")];
 
 /// `v` without the paths of its `config` (`out`, `data`).
 fn without_paths(v: &Value) -> Value {

@@ -237,7 +237,7 @@ impl Default for FederationConfig {
 }
 
 /// [`FederationConfig::max_update_norm`] in TOML and JSON: a fixed bound as a number, the others
-/// as their text (`"off"`, `"median:10"`); `null` (an older summary's "no bound") reads as off.
+/// as their text (`"off"`, `"median:100"`); `null` (an older summary's "no bound") reads as off.
 mod norm_bound_text {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 

@@ -90,9 +90,11 @@ impl NormBound {
     /// The default: [`NormBound::Median`] of [`NormBound::DEFAULT_MULTIPLE`].
     pub const DEFAULT: NormBound = NormBound::Median(NormBound::DEFAULT_MULTIPLE);
 
-    /// The default multiple of the median (BENCHMARKS §12: honest updates of 100 clients on
-    /// Fashion-MNIST stayed within 1.9× the median of their round).
-    pub const DEFAULT_MULTIPLE: f64 = 10.0;
+    /// The default multiple of the median: honest updates of 100 clients on Fashion-MNIST
+    /// reached 15.2× the median of their round (FedClust, `label:2`, round 13: a cluster still
+    /// learning beside converged ones; BENCHMARKS §12), an update moved by 10 per coordinate is
+    /// ~10 000× it.
+    pub const DEFAULT_MULTIPLE: f64 = 100.0;
 
     /// The bound for a call whose updates' change norms have median `median`: `None` without
     /// one.
