@@ -385,6 +385,50 @@ fn scaled(params: &Tensor, factor: f32) -> Tensor {
     Tensor::encode(&v, params.encoding)
 }
 
+/// Issue 56 §1, with the default settings: every model the attacker sends is its trained one
+/// moved by 10 per coordinate (θ + 10), with its true count, in a cluster of two (`c5` with
+/// `c1`), where every aggregate reduces to a mean (before the default bound its cluster-mate
+/// ended at 0.333 against 0.930 clean, issue 56). The default `--max-update-norm median:100`
+/// drops each such update (its change is thousands of times the round's median) and the honest
+/// clients end as in the clean run.
+#[test]
+fn a_huge_update_is_dropped_by_the_default_bound() {
+    let flags = flags();
+    let clean = clean();
+    let attacked = attacked_run(
+        "attack-huge-update",
+        Broker::Embedded,
+        PARTITION,
+        &flags,
+        |m| {
+            if let ToCoordinator::Update { params, .. } = m {
+                let v: Vec<f32> = params
+                    .decode(None)
+                    .expect("own model")
+                    .iter()
+                    .map(|x| x + 10.0)
+                    .collect();
+                *params = Tensor::encode(&v, params.encoding);
+            }
+        },
+    );
+    let (a, c) = assert_honest_as_clean(&attacked, clean, "θ + 10 under the default bound");
+    let dropped = attacked["dropped_updates"]
+        .as_array()
+        .expect("dropped_updates");
+    assert!(
+        !dropped.is_empty()
+            && dropped.iter().all(|d| d["client"] == format!("c{ATTACKER}")
+                && d["reason"] == "norm_above"),
+        "{dropped:?}"
+    );
+    assert_eq!(attacked["max_update_norm"], "median:100");
+    println!(
+        "update θ + 10, cluster of two, default bound: {} updates of c{ATTACKER} dropped; honest accuracy {a:.4} (clean {c:.4})",
+        dropped.len()
+    );
+}
+
 /// Issue 28, attack 2 with honest counts: the attacker trains, then sends its model turned
 /// around and tripled (−3θ: with three honest models the mean is near 0) claiming its true
 /// sample count, in a cluster of four (`groups:17-89`: the even clients hold labels 1 and 7,
