@@ -249,13 +249,6 @@ pub struct RunFlags {
     /// the round's updates, every cluster's). Default: median:100
     #[arg(long, value_name = "off|B|median:M")]
     pub max_update_norm: Option<NormBound>,
-    /// `simulate`: hold the last N clients out of round 0; they join at `--join-round` as
-    /// newcomers (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid).
-    #[arg(long)]
-    pub newcomers: Option<usize>,
-    /// `simulate`: the training round the newcomers join at (default 1).
-    #[arg(long)]
-    pub join_round: Option<usize>,
     /// Master seed (partition, initial model, sampling, local shuffles).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -271,11 +264,6 @@ pub struct RunFlags {
     /// but cpu need the cargo feature of the same name (`--backend` is an alias).
     #[arg(long = "device", visible_alias = "backend", value_name = "DEVICE")]
     pub backend: Option<Backend>,
-    /// `simulate`: train up to N sampled clients together as one batched model (1: each alone;
-    /// default: all sampled clients on a GPU; on the CPU 10 for the MLP, 1 for LeNet-5). Same
-    /// models up to float rounding.
-    #[arg(long, value_name = "N")]
-    pub cohort: Option<usize>,
     /// Output directory.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -363,18 +351,49 @@ impl RunFlags {
         set!(seed => f.seed);
         set!(partition => c.partition);
         set!(clients => c.clients);
-        set!(newcomers => c.newcomers);
-        set!(join_round => c.join_round);
         set!(backend => c.backend);
-        if self.cohort.is_some() {
-            c.cohort = self.cohort;
-        }
         set!(out => c.out);
         if self.data.is_some() {
             c.data = self.data.clone();
         }
         c.validate()?;
         Ok(c)
+    }
+}
+
+/// The run flags only `coordinator simulate` takes (`serve` and `demo` refuse them: their
+/// clients are real processes, trained one each, and join when they connect).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SimFlags {
+    /// Hold the last N clients out of round 0; they join at `--join-round` as newcomers
+    /// (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid). Default: the
+    /// configuration's (0)
+    #[arg(long, value_name = "N")]
+    pub newcomers: Option<usize>,
+    /// The training round the newcomers join at. Default: the configuration's (1)
+    #[arg(long, value_name = "ROUND")]
+    pub join_round: Option<usize>,
+    /// Train up to N sampled clients together as one batched model (1: each alone). Same models
+    /// up to float rounding. Default: all sampled clients on a GPU; on the CPU 10 for the MLP, 1
+    /// for LeNet-5
+    #[arg(long, value_name = "N")]
+    pub cohort: Option<usize>,
+}
+
+impl SimFlags {
+    /// `run`'s configuration with these flags applied too, validated.
+    pub fn resolve(&self, run: &RunFlags) -> anyhow::Result<RunConfig> {
+        let mut base = RunConfig::load(run.config.as_deref())?;
+        if let Some(n) = self.newcomers {
+            base.newcomers = n;
+        }
+        if let Some(r) = self.join_round {
+            base.join_round = r;
+        }
+        if self.cohort.is_some() {
+            base.cohort = self.cohort;
+        }
+        run.resolve_over(base)
     }
 }
 
@@ -429,22 +448,25 @@ mod tests {
         let flags = RunFlags {
             clients: Some(10),
             rounds: Some(3),
+            ..Default::default()
+        };
+        let sim = SimFlags {
             newcomers: Some(2),
             join_round: Some(2),
             ..Default::default()
         };
-        let c = flags.resolve().unwrap();
+        let c = sim.resolve(&flags).unwrap();
         assert_eq!((c.newcomers, c.join_round), (2, 2));
         let text = DEFAULT_CONFIG.replace("# newcomers = 0", "newcomers = 3");
         let c = RunConfig::parse(&text, "t").unwrap();
         assert_eq!((c.newcomers, c.join_round), (3, 1));
         for (n, join) in [(9, 1), (2, 0), (2, 4)] {
-            let bad = RunFlags {
+            let bad = SimFlags {
                 newcomers: Some(n),
                 join_round: Some(join),
-                ..flags.clone()
+                ..Default::default()
             };
-            let err = format!("{:#}", bad.resolve().unwrap_err());
+            let err = format!("{:#}", bad.resolve(&flags).unwrap_err());
             assert!(
                 err.contains("newcomers") || err.contains("join-round"),
                 "{err}"
@@ -589,14 +611,17 @@ taux = 0.3",
             local_test: Some("proportional".parse().unwrap()),
             sampling: Some("per-cluster".parse().unwrap()),
             personalize: Some(5),
-            newcomers: Some(2),
-            join_round: Some(11),
             rounds: Some(10),
             clients: Some(10),
             ..Default::default()
         };
         flags.methods.fedclust.cluster_start = Some("members".parse().unwrap());
-        let c = flags.resolve().unwrap();
+        let sim = SimFlags {
+            newcomers: Some(2),
+            join_round: Some(11),
+            ..Default::default()
+        };
+        let c = sim.resolve(&flags).unwrap();
         // (resolve validates: join round 11 = rounds + 1 is allowed with --personalize)
         assert_eq!(c.method.federation.local_test, LocalTest::Proportional);
         assert_eq!(c.method.federation.sampling, Sampling::PerCluster);
@@ -609,7 +634,7 @@ taux = 0.3",
             personalize: None,
             ..flags
         };
-        let err = late.resolve().unwrap_err().to_string();
+        let err = sim.resolve(&late).unwrap_err().to_string();
         assert!(err.contains("between 1 and 10"), "{err}");
         let text = DEFAULT_CONFIG.replace(
             "[federation]",

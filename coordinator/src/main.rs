@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use coordinator::cmd::serve::{self, NetFlags};
 use coordinator::cmd::{bench, cluster, credentials, demo, export, lps, partition, simulate};
-use coordinator::config::{DEFAULT_CONFIG, RunFlags};
+use coordinator::config::{DEFAULT_CONFIG, RunFlags, SimFlags};
 use coordinator::live;
 use edgecfl_shared::logging::LogArgs;
 use tracing::{error, info, warn};
@@ -67,6 +67,8 @@ struct SimulateArgs {
     #[command(flatten)]
     run: RunFlags,
     #[command(flatten)]
+    sim: SimFlags,
+    #[command(flatten)]
     http: live::HttpArgs,
 }
 
@@ -122,7 +124,7 @@ fn main() -> ExitCode {
             }
             None => println!("no cluster for this LPS"),
         }),
-        Command::Simulate(args) => args.run.resolve().and_then(|cfg| {
+        Command::Simulate(args) => args.sim.resolve(&args.run).and_then(|cfg| {
             // Every client trains in this process: glibc's allocator kept as the edge client
             // keeps it (same results, 1.09-1.11× as fast here; BENCHMARKS §3). `serve` trains nothing.
             edgecfl_shared::malloc::tune();

@@ -132,8 +132,31 @@ fn on_the_cpu_the_mlp_trains_in_cohorts_of_ten_unless_told_and_lenet_alone() {
 
 #[test]
 fn bad_flags_and_missing_data_fail_cleanly() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 15] = [
         (&["simulate", "--frac", "1.5"], "frac"),
+        // The flags only simulate takes (issue 53 §3): refused by serve and demo before anything
+        // starts.
+        (
+            &["serve", "--newcomers", "2"],
+            "unexpected argument '--newcomers'",
+        ),
+        (
+            &["serve", "--join-round", "2"],
+            "unexpected argument '--join-round'",
+        ),
+        (
+            &["serve", "--cohort", "4"],
+            "unexpected argument '--cohort'",
+        ),
+        (
+            &["demo", "--newcomers", "2"],
+            "unexpected argument '--newcomers'",
+        ),
+        (
+            &["demo", "--join-round", "2"],
+            "unexpected argument '--join-round'",
+        ),
+        (&["demo", "--cohort", "4"], "unexpected argument '--cohort'"),
         (&["simulate", "--cohort", "0"], "cohort"),
         (&["bench", "--cohorts", "0"], "cohort"),
         (
