@@ -418,8 +418,9 @@ fn a_huge_update_is_dropped_by_the_default_bound() {
         .expect("dropped_updates");
     assert!(
         !dropped.is_empty()
-            && dropped.iter().all(|d| d["client"] == format!("c{ATTACKER}")
-                && d["reason"] == "norm_above"),
+            && dropped
+                .iter()
+                .all(|d| d["client"] == format!("c{ATTACKER}") && d["reason"] == "norm_above"),
         "{dropped:?}"
     );
     assert_eq!(attacked["max_update_norm"], "median:100");

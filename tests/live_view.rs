@@ -1,7 +1,8 @@
 //! The live view (`--http`, issue 29 §2) in a real browser: `coordinator demo --http` with its
 //! edge-client processes over MQTT, the page driven in headless Chromium (Debian's `chromium`
 //! and `chromium-driver`, over WebDriver with fantoccini), and `/metrics` read with a Prometheus
-//! text parser (prometheus-parse). A secured `serve` asks for the broker's login.
+//! text parser (prometheus-parse) and, in the classic format, checked by `promtool check metrics`
+//! (Debian's `prometheus`). A secured `serve` asks for the broker's login.
 //!
 //! The page is checked as it changes, without reloading: the fleet's clients appear, the round
 //! moves on, the accuracy curve gains points, the dendrogram appears after round 0. Screenshots
@@ -37,7 +38,7 @@ fn find_exe(names: &[&str]) -> PathBuf {
         }
     }
     panic!(
-        "none of {names:?} is installed: apt-get install chromium chromium-driver (.ci/run installs them)"
+        "none of {names:?} is installed: apt-get install chromium chromium-driver prometheus (.ci/run installs them)"
     );
 }
 
@@ -359,6 +360,50 @@ async fn check_metrics(c: &Http, port: u16) {
             && x.labels.get("phase") == Some("training")
             && matches!(&x.value, Value::Histogram(h) if h.last().is_some_and(|b| b.count >= 1.0))),
         "{body}"
+    );
+    // The classic text format when asked, as `promtool check metrics` (Debian's `prometheus`,
+    // which .ci/run installs) reads it: it passes the check, with the same samples.
+    let req = http::Request::builder()
+        .uri(format!("http://127.0.0.1:{port}/metrics"))
+        .header("accept", "text/plain;version=0.0.4")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = c.request(req).await.expect("GET /metrics (classic)");
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let classic = resp.into_body().collect().await.expect("body").to_bytes();
+    let classic = String::from_utf8_lossy(&classic).into_owned();
+    let promtool = find_exe(&["promtool"]);
+    let mut check = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    {
+        use std::io::Write as _;
+        let mut stdin = check.stdin.take().expect("stdin");
+        stdin.write_all(classic.as_bytes()).expect("to promtool");
+    }
+    let out = check.wait_with_output().expect("promtool's answer");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{classic}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c_scrape = parse_metrics(&classic);
+    assert_eq!(
+        sample(
+            &c_scrape,
+            "edgecfl_clients_joined_total",
+            &[("when", "start")]
+        ),
+        Some(CLIENTS as f64),
+        "{classic}"
     );
     // The page's JSON agrees.
     let (status, _, state) = request(c, "GET", port, "/state", None).await;

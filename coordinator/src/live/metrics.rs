@@ -1,4 +1,6 @@
-//! `/metrics`: the run's counters in Prometheus' text format (prometheus-client).
+//! `/metrics`: the run's counters in the OpenMetrics text format (prometheus-client), or in
+//! Prometheus' classic text format 0.0.4 ([`Metrics::render_classic`]) for a scraper that asks
+//! for it (`Accept: text/plain;version=0.0.4`, as `promtool check metrics` reads).
 //!
 //! | metric | type | labels |
 //! | --- | --- | --- |
@@ -171,6 +173,13 @@ impl Metrics {
         s
     }
 
+    /// The classic text exposition (format 0.0.4): [`Metrics::render`]'s families with each
+    /// counter's `# HELP` and `# TYPE` under its samples' name (`…_total`, where OpenMetrics
+    /// names the family without the suffix), no `# UNIT` and no `# EOF`.
+    pub fn render_classic(&self) -> String {
+        classic(&self.render())
+    }
+
     /// Rounds done and planned, the current round and the clusters.
     pub fn progress(&self, done: usize, planned: usize, round: usize, clusters: usize) {
         self.rounds_done.set(done as i64);
@@ -254,10 +263,82 @@ impl Metrics {
     }
 }
 
+/// An OpenMetrics text exposition in the classic format: the metadata lines of a counter family
+/// `NAME` become `NAME_total`'s (its samples' name), `# UNIT` and `# EOF` are dropped; samples
+/// pass unchanged (prometheus-client writes no exemplars and no `_created`).
+fn classic(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(p);
+                out.push_str(name);
+                if counters.contains(name) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use prometheus_parse::{Scrape, Value};
+
+    /// The classic format names each counter's metadata as its samples (`promtool check
+    /// metrics` says "no help text" for `edgecfl_answers_total` otherwise) and ends without
+    /// `# EOF`; gauges and histograms are as they were.
+    #[test]
+    fn the_classic_exposition_names_counters_as_their_samples() {
+        let m = Metrics::new();
+        m.answered("training");
+        m.joined(false);
+        m.bytes(10, 20);
+        m.phase("training", 1.0);
+        let text = m.render_classic();
+        assert!(!text.contains("# EOF"), "{text}");
+        for name in [
+            "edgecfl_answers_total",
+            "edgecfl_bytes_up_total",
+            "edgecfl_bytes_down_total",
+            "edgecfl_clients_joined_total",
+        ] {
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");
+            assert!(
+                text.contains(&format!("# TYPE {name} counter")),
+                "{name}: {text}"
+            );
+        }
+        assert!(text.contains("# TYPE edgecfl_round gauge"), "{text}");
+        assert!(
+            text.contains("# TYPE edgecfl_phase_duration_seconds histogram"),
+            "{text}"
+        );
+        assert!(
+            text.contains("edgecfl_answers_total{phase=\"training\"} 1"),
+            "{text}"
+        );
+        let s = parse(&text);
+        assert_eq!(value(&s, "edgecfl_bytes_up_total", &[]), Some(10.0));
+    }
 
     fn parse(text: &str) -> Scrape {
         Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("valid exposition")

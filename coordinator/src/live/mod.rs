@@ -328,11 +328,15 @@ impl Live {
         Self::lock(inner).snapshot(inner.start.elapsed().as_secs_f64(), version)
     }
 
-    /// The Prometheus text exposition.
-    pub fn metrics(&self) -> String {
-        self.0
-            .as_ref()
-            .map_or_else(String::new, |i| i.metrics.render())
+    /// The metrics' text exposition: OpenMetrics, or with `classic` Prometheus' format 0.0.4.
+    pub fn metrics(&self, classic: bool) -> String {
+        self.0.as_ref().map_or_else(String::new, |i| {
+            if classic {
+                i.metrics.render_classic()
+            } else {
+                i.metrics.render()
+            }
+        })
     }
 
     /// The dendrogram with its cut (SVG), once round 0 is done.
@@ -526,7 +530,7 @@ mod tests {
         live.phase_started(Phase::Training(1), ["c0".to_string()]);
         live.bytes(1, 2);
         assert!(live.snapshot().is_null());
-        assert!(live.metrics().is_empty());
+        assert!(live.metrics(false).is_empty());
     }
 
     #[test]
@@ -576,7 +580,7 @@ mod tests {
         assert_eq!(snap["phase"]["round"], 2);
         assert_eq!(snap["counts"]["working"], 2);
         assert!(snap["version"].as_u64().unwrap() >= 2);
-        let text = live.metrics();
+        let text = live.metrics(false);
         assert!(
             text.contains("edgecfl_cluster_accuracy{cluster=\"1\"} 0.9"),
             "{text}"

@@ -6,7 +6,7 @@
 //! | `GET /` | the page (`page.html`), which loads `page.js` and follows `/events` |
 //! | `GET /events` | server-sent events: `state` (the JSON of `/state`) on every change, at most 10 a second |
 //! | `GET /state` | the run now, as JSON |
-//! | `GET /metrics` | Prometheus text format ([`super::Metrics`]) |
+//! | `GET /metrics` | OpenMetrics text, or Prometheus' classic format 0.0.4 for `Accept: text/plain` ([`super::Metrics`]) |
 //! | `GET /dendrogram.svg` | the dendrogram with its cut, once round 0 is done (404 before) |
 //!
 //! Every route answers 401 without the login when [`Access`] asks for one. Unknown paths get
@@ -182,14 +182,21 @@ async fn state(State(app): State<App>) -> impl IntoResponse {
     axum::Json(app.live.snapshot())
 }
 
-async fn metrics(State(app): State<App>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.live.metrics(),
-    )
+/// `/metrics`: OpenMetrics, unless the request accepts the classic text format
+/// (`text/plain`) and not OpenMetrics (`application/openmetrics-text`), as `promtool` and older
+/// scrapers ask.
+async fn metrics(State(app): State<App>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let classic = accept.contains("text/plain") && !accept.contains("application/openmetrics-text");
+    let kind = if classic {
+        "text/plain; version=0.0.4; charset=utf-8"
+    } else {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    };
+    ([(header::CONTENT_TYPE, kind)], app.live.metrics(classic))
 }
 
 async fn dendrogram(State(app): State<App>) -> Response {
