@@ -652,9 +652,10 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 }
 
 /// `kill -INT` of `coordinator demo` mid-run ends its edge-client processes with it (none left
-/// reconnecting to a broker that is gone), with status 130 and a line that says so.
+/// reconnecting to a broker that is gone), with status 130 and a line that says so and how to go
+/// on; `coordinator demo --resume DIR` then finishes the run.
 #[test]
-fn demo_stopped_by_sigint_ends_its_clients() {
+fn demo_stopped_by_sigint_ends_its_clients_and_resumes() {
     let dir = scratch("fault-demo-sigint");
     let out = dir.join("out");
     let mut cmd = Command::new(bin("coordinator"));
@@ -665,7 +666,7 @@ fn demo_stopped_by_sigint_ends_its_clients() {
         "--clients",
         "4",
     ])
-    .args(["--rounds", "50", "--epochs", "1", "--warmup-epochs", "1"])
+    .args(["--rounds", "10", "--epochs", "1", "--warmup-epochs", "1"])
     .arg("--data")
     .arg(bundled_data())
     .arg("--out")
@@ -699,4 +700,26 @@ fn demo_stopped_by_sigint_ends_its_clients() {
     );
     let left = processes_mentioning(&needle);
     assert!(left.is_empty(), "still running: {left:?}");
+    // It says how to go on, and `demo --resume DIR` alone does: the checkpoint's settings, its
+    // clients started again, the run to its last round (issue 53 §1).
+    let again = format!("coordinator demo --resume {}", out.display());
+    assert!(text.contains(&again), "{text}");
+    let mut cmd = Command::new(bin("coordinator"));
+    cmd.args(["demo", "--resume"]).arg(&out);
+    let log = dir.join("resumed.log");
+    let mut resumed = Proc::spawn(cmd, "coordinator demo --resume", &log);
+    resumed.wait_ok(Duration::from_secs(300), &log);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("resuming run"), "{text}");
+    let s = summary(&out);
+    assert_eq!(
+        s["accuracy_per_round"].as_array().map(Vec::len),
+        Some(10),
+        "{s:#}"
+    );
+    let left = processes_mentioning(&needle);
+    assert!(
+        left.is_empty(),
+        "still running after the resumed demo: {left:?}"
+    );
 }

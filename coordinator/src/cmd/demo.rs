@@ -46,6 +46,11 @@ pub struct DemoArgs {
     /// its TLS/login/ACL gate, and starts each client with its own credentials.
     #[arg(long)]
     pub secure: bool,
+    /// Go on with a demo that was stopped (SIGINT, SIGTERM or a crash) from its checkpoint in
+    /// DIR (the stopped demo's `--out`): its settings are the checkpoint's (a run flag given beside
+    /// it that differs is refused, naming both values), its edge clients are started again.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
     /// The live view (`--http`).
     #[command(flatten)]
     pub http: crate::live::HttpArgs,
@@ -83,9 +88,19 @@ impl Fleet {
             let out = out.to_path_buf();
             crate::interrupt::on_stop(move |signal| {
                 stop_all(&children);
+                let resume = if out.join(serve::CHECKPOINT_FILE).is_file() {
+                    format!(
+                        "; go on with it: coordinator demo --resume {} (models so far: \
+                         coordinator export {})",
+                        out.display(),
+                        out.display()
+                    )
+                } else {
+                    " (stopped before round 0 ended: nothing to resume)".to_string()
+                };
                 eprintln!(
                     "{signal}: the demo stopped, and its edge clients with it; what it wrote so \
-                     far is in {}",
+                     far is in {}{resume}",
                     out.display()
                 );
             })
@@ -157,10 +172,17 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// Runs the demo; returns what `serve` produced.
 pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
-    let cfg = if args.run.config.is_some() {
-        args.run.resolve()?
-    } else {
-        args.run.resolve_from(DEMO_CONFIG, "<demo config>")?
+    let cfg = match (&args.resume, &args.run.config) {
+        // The checkpoint's settings (or, with --config, the file's), as `serve --resume`.
+        (Some(dir), _) => serve::resolve(
+            &args.run,
+            &NetFlags {
+                resume: Some(dir.clone()),
+                ..NetFlags::default()
+            },
+        )?,
+        (None, Some(_)) => args.run.resolve()?,
+        (None, None) => args.run.resolve_from(DEMO_CONFIG, "<demo config>")?,
     };
     // The partition its clients will make, made here first: a spec the clients cannot split
     // (`--clients 3` for 4 label groups) is an error now, not a join that times out.
@@ -217,6 +239,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         phase_timeout: args.phase_timeout,
         upload: args.upload,
         lps: serve::LpsMode::Local,
+        resume: args.resume.clone(),
         embedded: BrokerSecurity {
             broker_config: material.as_ref().map(|m| m.broker_toml.clone()),
             ..BrokerSecurity::default()
