@@ -639,9 +639,20 @@ impl Gate {
         }
         // The packet id follows the topic at QoS 1 and 2.
         let pkid = if head[0] & 0b0110 != 0 { 2 } else { 0 };
-        Ok(Some(self.payload_limit(topic).map_or(MAX_PACKET, |max| {
-            header + 2 + topic.len() + pkid + max
-        })))
+        let Some(max) = self.payload_limit(topic) else {
+            return Ok(Some(MAX_PACKET));
+        };
+        if let Some((_, total)) = packet_head(head)? {
+            let payload = total.saturating_sub(header + 2 + topic.len() + pkid);
+            if payload > max {
+                return Err(format!(
+                    "a payload of {payload} bytes on {topic:?} (at most {max} there), refused \
+                     after {} bytes",
+                    head.len()
+                ));
+            }
+        }
+        Ok(Some(header + 2 + topic.len() + pkid + max))
     }
 
     /// Checks one packet from an admitted client; `Ok(Some(bytes))` for a PUBLISH on a topic
@@ -1187,11 +1198,15 @@ mod tests {
     #[tokio::test]
     async fn packets_are_bounded_before_they_are_buffered() {
         let g = gate(ACL, Some("c1"));
-        let (r, _) = read_one(&g, &publish_head("f/clients/c1/status", 4_190_000)).await;
-        let e = r.unwrap_err();
-        assert!(
-            e.contains("declared 4190005 bytes") && e.contains("at most"),
-            "{e}"
+        let head = publish_head("f/clients/c1/status", 4_190_000);
+        let (r, _) = read_one(&g, &head).await;
+        assert_eq!(
+            r.unwrap_err(),
+            format!(
+                "a payload of 4189979 bytes on \"f/clients/c1/status\" (at most 10 there), \
+                 refused after {} bytes",
+                head.len()
+            )
         );
         let (r, _) = read_one(&g, &publish_head("f/clients/c2/up", 4_190_000)).await;
         assert_eq!(r.unwrap_err(), "may not publish on \"f/clients/c2/up\"");
