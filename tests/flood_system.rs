@@ -218,19 +218,17 @@ async fn partial_frames(port: u16, creds: &Path, user: &str, topic: &str) -> Vec
     );
     let password = read_password(&creds.join("users").join(format!("{user}.password")))
         .expect("password file");
-    let mut head = vec![0x30];
-    let mut r = PARTIAL_DECLARED;
-    loop {
-        let b = (r & 0x7f) as u8;
-        r >>= 7;
-        head.push(if r > 0 { b | 0x80 } else { b });
-        if r == 0 {
-            break;
-        }
-    }
-    head.extend((topic.len() as u16).to_be_bytes());
-    head.extend(topic.as_bytes());
-    head.extend([0x5A; 1000]);
+    // The PUBLISH as rumqttc encodes it, cut after its topic and 1 000 bytes of payload.
+    let mut whole = bytes::BytesMut::new();
+    Packet::Publish(rumqttc::Publish::new(
+        topic,
+        QoS::AtMostOnce,
+        vec![0x5A; PARTIAL_DECLARED - 2 - topic.len()],
+    ))
+    .write(&mut whole, MAX_PACKET)
+    .expect("a PUBLISH within MAX_PACKET");
+    let header = whole.len() - PARTIAL_DECLARED;
+    let head = whole[..header + 2 + topic.len() + 1000].to_vec();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..PARTIALS {
         let (tls, password, head) = (tls.clone(), password.clone(), head.clone());

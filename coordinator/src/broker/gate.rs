@@ -1148,22 +1148,17 @@ mod tests {
         assert_eq!(publish_parts(&p), Some(("a/b", 300)));
     }
 
-    /// The first bytes of a PUBLISH on `topic` declaring `remaining` bytes after its fixed
-    /// header (QoS 0), its topic and nothing else.
+    /// The first bytes of a QoS 0 PUBLISH on `topic` declaring `remaining` bytes after its fixed
+    /// header (encoded by rumqttc): its fixed header and its topic, nothing more.
     fn publish_head(topic: &str, remaining: usize) -> Vec<u8> {
-        let mut head = vec![0x30];
-        let mut r = remaining;
-        loop {
-            let b = (r & 0x7f) as u8;
-            r >>= 7;
-            head.push(if r > 0 { b | 0x80 } else { b });
-            if r == 0 {
-                break;
-            }
-        }
-        head.extend((topic.len() as u16).to_be_bytes());
-        head.extend(topic.as_bytes());
-        head
+        let payload = vec![0x5A; remaining - 2 - topic.len()];
+        let whole = encode(Packet::Publish(Publish::new(
+            topic,
+            QoS::AtMostOnce,
+            payload,
+        )));
+        let header = whole.len() - remaining;
+        whole[..header + 2 + topic.len()].to_vec()
     }
 
     /// Reads one frame from what `written` holds (the writer stays open, as a client that holds
