@@ -752,9 +752,8 @@ impl Env<'_> {
             if let Ok(msg) = job.reply(&answer, upload) {
                 self.traffic.bytes_up += encoded_len(&msg);
             }
-            // Every trained model: of the run's architecture and size, trained on at least one
-            // sample, on no more than its client declared, and not too far from the model it
-            // started from.
+            // Every trained model of the run's architecture and size, trained on at least one
+            // sample (the bounds on its samples and its change come below).
             let Some(trained) = job.trained(&mut answer) else {
                 continue;
             };
@@ -765,7 +764,7 @@ impl Env<'_> {
                 .iter()
                 .map(|(sent, u)| change_norm(&u.params.values, &sent.values))
                 .collect();
-            kept.push((p, index, answer, norms));
+            kept.push((p, job, answer, norms));
         }
         // The bound of this call: for `median:M`, M times the median change of its updates.
         let all: Vec<f64> = kept
@@ -794,10 +793,7 @@ impl Env<'_> {
             Ok(())
         };
         let mut out = Vec::with_capacity(kept.len());
-        for (p, index, mut answer, norms) in kept {
-            let Some((_, job)) = by_index.iter().find(|(i, _)| *i == index) else {
-                continue;
-            };
+        for (p, job, mut answer, norms) in kept {
             let Some(mut trained) = job.trained(&mut answer) else {
                 continue;
             };
