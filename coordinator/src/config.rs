@@ -33,9 +33,9 @@ pub struct RunConfig {
     pub partition: PartitionSpec,
     /// Number of clients.
     pub clients: usize,
-    /// burn device of the coordinator's tensor work and of simulated clients (`--device`; the key
-    /// `device` is accepted too).
-    #[serde(alias = "device")]
+    /// burn device of the coordinator's tensor work and of simulated clients (the key `device`, as
+    /// the flag `--device`; `backend`, its name before, is read too).
+    #[serde(rename = "device", alias = "backend")]
     pub backend: Backend,
     /// `simulate`: the most clients whose local trainings are batched into one model (a cohort,
     /// `edgecfl_shared::cohort`); 1 trains each client alone. Unset: [`default_cohort`] of the
@@ -87,20 +87,24 @@ impl RunConfig {
         }
     }
 
-    /// Parses TOML text (`name` is for the error message).
+    /// Parses TOML text (`name` is for the error message). The file holds the keys it changes:
+    /// each is put over the embedded default ([`DEFAULT_CONFIG`]), so the default file is the one
+    /// place the defaults are written. A key that cannot be read is named with its line; one in
+    /// the wrong table says which table it belongs in.
     pub fn parse(text: &str, name: &str) -> anyhow::Result<Self> {
-        let c = toml::from_str(text).with_context(|| format!("invalid config file {name}"))?;
-        if let Ok(raw) = text.parse::<toml::Table>()
-            && raw
-                .get("federation")
-                .and_then(|f| f.get("threshold"))
-                .is_some()
+        let given: toml::Table = text
+            .parse()
+            .with_context(|| format!("invalid config file {name}"))?;
+        if given
+            .get("federation")
+            .and_then(|f| f.get("threshold"))
+            .is_some()
         {
             tracing::warn!(
                 "{name}: `threshold` is the old name of `lambda` in [federation], kept for one release"
             );
         }
-        Ok(c)
+        over_defaults(&given).map_err(|e| explain(text, name, &given, e))
     }
 
     /// Checks every field; the error names the bad one.
@@ -140,8 +144,9 @@ impl RunConfig {
 /// Flags shared by `simulate` (and later `serve`/`demo`) that override the config file.
 #[derive(Debug, Clone, Default, Args)]
 pub struct RunFlags {
-    /// TOML configuration file (see `coordinator generate-config`); flags override it.
-    #[arg(long, short = 'c')]
+    /// TOML configuration file holding the keys it changes (see `coordinator generate-config`;
+    /// each key is a flag's name); flags override it.
+    #[arg(long, short = 'c', help_heading = "Common options")]
     pub config: Option<PathBuf>,
     /// fedclust | mthfl | adacfl | stocfl | fesem | ifca | cfl | fedprox | fedavg | local | random
     #[arg(long)]
@@ -181,8 +186,8 @@ pub struct RunFlags {
     /// single | complete | average | weighted | ward
     #[arg(long)]
     pub linkage: Option<Linkage>,
-    /// lenet5 (1×28×28) | lenet5-rgb (3×32×32) | mlp (1×28×28). Default: the data set's
-    /// LeNet-5 when --dataset is given, else the configuration's.
+    /// lenet5 (1×28×28) | lenet5-rgb (3×32×32) | mlp (1×28×28). With --dataset and no
+    /// --model, that data set's LeNet-5.
     #[arg(long)]
     pub model: Option<ModelKind>,
     /// Layers uploaded in round 0: final | smallest-fc | all | names (conv1,conv2).
@@ -246,15 +251,14 @@ pub struct RunFlags {
     pub personalize: Option<usize>,
     /// Drop (and report) a trained model whose change ‖θ_client − θ_sent‖₂ from the model it was
     /// sent is above this bound: off | B (a fixed bound) | median:M (M times the median change of
-    /// the round's updates, every cluster's). Default: median:100
+    /// the round's updates, every cluster's).
     #[arg(long, value_name = "off|B|median:M")]
     pub max_update_norm: Option<NormBound>,
     /// Master seed (partition, initial model, sampling, local shuffles).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// The data set (default: the configuration's, fmnist).
-    #[arg(long, value_name = "NAME",
-          help = format!("{} (default: the configuration's, fmnist)", edgecfl_shared::data::catalog::dataset_flag_help()))]
+    /// The data set.
+    #[arg(long, value_name = "NAME", help = edgecfl_shared::data::catalog::dataset_flag_help())]
     pub dataset: Option<DatasetKind>,
     /// The data set's directory.
     #[arg(long, value_name = "DIR", help = edgecfl_shared::data::catalog::data_flag_help())]
@@ -366,11 +370,10 @@ impl RunFlags {
 #[derive(Args, Debug, Clone, Default)]
 pub struct SimFlags {
     /// Hold the last N clients out of round 0; they join at `--join-round` as newcomers
-    /// (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid). Default: the
-    /// configuration's (0)
+    /// (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid).
     #[arg(long, value_name = "N")]
     pub newcomers: Option<usize>,
-    /// The training round the newcomers join at. Default: the configuration's (1)
+    /// The training round the newcomers join at.
     #[arg(long, value_name = "ROUND")]
     pub join_round: Option<usize>,
     /// Train up to N sampled clients together as one batched model (1: each alone). Same models
@@ -397,6 +400,148 @@ impl SimFlags {
     }
 }
 
+/// `cmd` (a command taking [`RunFlags`]) with each run flag's default, the value of the key of
+/// the same name in `defaults` (the configuration the command starts from), appended to its help
+/// as `[default: V]`. Unset keys (a method's own default) are left to the flag's text.
+pub fn with_defaults(cmd: clap::Command, defaults: &RunConfig) -> clap::Command {
+    let Ok(Value::Object(mut keys)) = serde_json::to_value(defaults) else {
+        return cmd;
+    };
+    if let Some(Value::Object(federation)) = keys.remove("federation") {
+        keys.extend(federation);
+    }
+    let shown: Vec<(clap::Id, String)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            let value = keys.get(&a.get_long()?.replace('-', "_"))?;
+            let text = match value {
+                Value::Null => return None,
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            Some((a.get_id().clone(), text))
+        })
+        .collect();
+    shown.into_iter().fold(cmd, |cmd, (id, value)| {
+        cmd.mut_arg(id, |a| {
+            let add = |h: Option<&clap::builder::StyledStr>| {
+                format!("{} [default: {value}]", h.map(|h| h.to_string()).unwrap_or_default())
+            };
+            let long = a.get_long_help().map(|h| add(Some(h)));
+            let a = a.clone().help(add(a.get_help()));
+            match long {
+                Some(l) => a.long_help(l),
+                None => a,
+            }
+        })
+    })
+}
+
+/// `given` (a configuration file's tables) put over the embedded default, key by key (the
+/// `[federation]` table too), then read.
+fn over_defaults(given: &toml::Table) -> Result<RunConfig, toml::de::Error> {
+    let mut merged: toml::Table = DEFAULT_CONFIG
+        .parse()
+        .expect("the embedded default configuration parses");
+    for (key, value) in renamed(given, OLD_TOP_KEYS) {
+        match (value, merged.get_mut(&key)) {
+            (toml::Value::Table(table), Some(toml::Value::Table(base))) => {
+                base.extend(renamed(&table, OLD_FEDERATION_KEYS));
+            }
+            (value, _) => {
+                merged.insert(key, value);
+            }
+        }
+    }
+    toml::Value::Table(merged).try_into()
+}
+
+/// Keys read under an earlier name, (old, new): at the top level and in `[federation]`.
+const OLD_TOP_KEYS: &[(&str, &str)] = &[("backend", "device")];
+const OLD_FEDERATION_KEYS: &[(&str, &str)] = &[
+    ("threshold", "lambda"),
+    ("batch_size", "batch"),
+    ("personalize_epochs", "personalize"),
+];
+
+/// `table` with each old key of `names` under its new name, unless the new one is there too
+/// (then both stay, and reading them fails on the duplicate).
+fn renamed(table: &toml::Table, names: &[(&str, &str)]) -> toml::Table {
+    table
+        .iter()
+        .map(|(k, v)| match names.iter().find(|(old, _)| old == k) {
+            Some((_, new)) if !table.contains_key(*new) => ((*new).to_owned(), v.clone()),
+            _ => (k.clone(), v.clone()),
+        })
+        .collect()
+}
+
+/// The error of a configuration file that does not read (`error`): the first of its keys that
+/// fails alone over the defaults, with its line and table, and where a key in the wrong table
+/// belongs; `error` itself when no single key fails.
+fn explain(text: &str, name: &str, given: &toml::Table, error: toml::de::Error) -> anyhow::Error {
+    let fed = "federation";
+    let alone = |table: Option<&str>, key: &str, value: &toml::Value| {
+        let mut one = toml::Table::new();
+        match table {
+            None => one.insert(key.to_owned(), value.clone()),
+            Some(t) => one.insert(
+                t.to_owned(),
+                toml::Value::Table([(key.to_owned(), value.clone())].into_iter().collect()),
+            ),
+        };
+        over_defaults(&one)
+    };
+    let mut keys: Vec<(Option<&str>, &str, &toml::Value)> = Vec::new();
+    for (key, value) in given {
+        match value {
+            toml::Value::Table(t) if key == fed => {
+                keys.extend(t.iter().map(|(k, v)| (Some(fed), k.as_str(), v)));
+            }
+            _ => keys.push((None, key.as_str(), value)),
+        }
+    }
+    for (table, key, value) in keys {
+        let Err(e) = alone(table, key, value) else {
+            continue;
+        };
+        let unknown = e.message().contains("unknown");
+        let hint = match table {
+            None if unknown && alone(Some(fed), key, value).is_ok() => {
+                "; it belongs in the [federation] table"
+            }
+            Some(_) if unknown && alone(None, key, value).is_ok() => {
+                "; it belongs at the top level, before [federation]"
+            }
+            _ => "",
+        };
+        let place = line_of(text, table, key).map_or(String::new(), |l| format!(", line {l}"));
+        let table = table.map_or("the top level".to_owned(), |t| format!("[{t}]"));
+        return anyhow::anyhow!(
+            "invalid config file {name}{place}: key `{key}` in {table}: {}{hint}",
+            e.message().trim_end()
+        );
+    }
+    anyhow::Error::new(error).context(format!("invalid config file {name}"))
+}
+
+/// The line (from 1) of `key = ...` in `table` (None: the top level) of the TOML `text`.
+fn line_of(text: &str, table: Option<&str>, key: &str) -> Option<usize> {
+    let mut current: Option<String> = None;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            current = Some(header.trim_end_matches(']').trim().to_owned());
+            continue;
+        }
+        let name = line.split('=').next().unwrap_or("").trim().trim_matches('"');
+        if line.contains('=') && name == key && current.as_deref() == table {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 /// `base` with every setting that `over` gives put over it: both as JSON objects, where an unset
 /// (`None`) setting is absent ([`MethodSettings`] skips them), so one function serves every
 /// method's settings.
@@ -416,6 +561,79 @@ mod tests {
     use edgecfl_shared::algorithms::fedclust::ClusterStart;
     use edgecfl_shared::cluster::spectral::{Estimate, Relevance};
     use edgecfl_shared::protocol::Encoding;
+
+    #[test]
+    fn a_config_file_holds_only_the_keys_it_changes() {
+        let c = RunConfig::parse("partition = \"iid\"\nclients = 8\n", "t").unwrap();
+        let mut want = RunConfig::load(None).unwrap();
+        want.partition = "iid".parse().unwrap();
+        want.clients = 8;
+        assert_eq!(c, want);
+        // A partial [federation] table keeps the default's other keys.
+        let c = RunConfig::parse("[federation]\nrounds = 3\nbatch = 32\n", "t").unwrap();
+        assert_eq!(c.method.federation.rounds, 3);
+        assert_eq!(c.method.federation.batch_size, 32);
+        assert_eq!(c.method.federation.epochs, 10);
+        // The keys' old names still read; `threshold` replaces the default's `lambda`.
+        let c = RunConfig::parse(
+            "backend = \"ndarray\"\n[federation]\nbatch_size = 5\npersonalize_epochs = 2\nthreshold = \"0.5\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.backend, Backend::Ndarray);
+        assert_eq!(c.method.federation.batch_size, 5);
+        assert_eq!(c.method.federation.personalize_epochs, Some(2));
+        assert_eq!(c.method.federation.lambda, "0.5".parse().unwrap());
+    }
+
+    #[test]
+    fn a_bad_key_is_named_with_its_line_and_table() {
+        let err = |text: &str| format!("{:#}", RunConfig::parse(text, "f.toml").unwrap_err());
+        let e = err("clients = 4\nrounds = 3\n");
+        assert!(e.contains("f.toml, line 2: key `rounds` in the top level"), "{e}");
+        assert!(e.contains("it belongs in the [federation] table"), "{e}");
+        let e = err("[federation]\nepochs = 2\nclients = 3\n");
+        assert!(e.contains("line 3: key `clients` in [federation]"), "{e}");
+        assert!(e.contains("it belongs at the top level"), "{e}");
+        let e = err("clients = 4\n\n[federation]\nrounds = 2\nepochs = \"x\"\n");
+        assert!(e.contains("line 5: key `epochs` in [federation]: invalid type"), "{e}");
+        assert!(!e.contains("belongs"), "{e}");
+        let e = err("nonsense = 1\n");
+        assert!(e.contains("key `nonsense` in the top level: unknown field"), "{e}");
+        assert!(!e.contains("belongs"), "{e}");
+    }
+
+    #[test]
+    fn every_run_flag_that_has_a_key_shows_its_default() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunFlags,
+        }
+        let defaults = RunConfig::load(None).unwrap();
+        let cmd = with_defaults(<Cli as clap::CommandFactory>::command(), &defaults);
+        let help = |long: &str| {
+            let a = cmd.get_arguments().find(|a| a.get_long() == Some(long)).unwrap();
+            a.get_help().map(|h| h.to_string()).unwrap_or_default()
+        };
+        for (flag, default) in [
+            ("algorithm", "fedclust"),
+            ("partition", "label:2"),
+            ("clients", "100"),
+            ("frac", "0.1"),
+            ("rounds", "50"),
+            ("epochs", "10"),
+            ("lr", "0.01"),
+            ("batch", "10"),
+            ("device", "flex"),
+            ("out", "results/simulate"),
+            ("max-update-norm", "median:100"),
+        ] {
+            assert!(help(flag).ends_with(&format!("[default: {default}]")), "--{flag}: {}", help(flag));
+        }
+        // A key the configuration leaves unset (the method's default) shows none.
+        assert!(!help("mu").contains("[default:"));
+    }
 
     #[test]
     fn default_config_parses_and_is_valid() {
@@ -586,7 +804,7 @@ taux = 0.3",
         assert_ne!(old, DEFAULT_CONFIG);
         let c = RunConfig::parse(&old, "t").unwrap();
         assert_eq!(c.method.federation.lambda, Lambda::Clusters(3));
-        let both = DEFAULT_CONFIG.replace("lambda = \"auto\"", "lambda = \"auto\"\nthreshold = 2");
+        let both = DEFAULT_CONFIG.replace("lambda = \"auto\"", "lambda = \"auto\"\nthreshold = \"k=2\"");
         let err = format!("{:#}", RunConfig::parse(&both, "t").unwrap_err());
         assert!(err.contains("lambda"), "{err}");
         for (name, value) in [("tau", "NaN"), ("eps2", "-1"), ("epsilon", "inf")] {

@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use coordinator::cmd::serve::{self, NetFlags};
 use coordinator::cmd::{bench, cluster, credentials, demo, export, lps, partition, simulate};
-use coordinator::config::{DEFAULT_CONFIG, RunFlags, SimFlags};
+use coordinator::config::{DEFAULT_CONFIG, RunConfig, RunFlags, SimFlags, with_defaults};
 use coordinator::live;
 use edgecfl_shared::logging::LogArgs;
 use tracing::{error, info, warn};
@@ -86,8 +86,25 @@ fn final_line(r: &edgecfl_shared::federation::RunResult, out: &std::path::Path) 
     );
 }
 
+/// The command line, each run flag's help showing its default: the default configuration's for
+/// `simulate` and `serve`, the demo's for `demo`.
+fn parse() -> Cli {
+    let defaults = |text: &str, name: &str| {
+        RunConfig::parse(text, name).expect("the embedded configurations parse")
+    };
+    let (run, demo) = (
+        defaults(DEFAULT_CONFIG, "<default config>"),
+        defaults(demo::DEMO_CONFIG, "<demo config>"),
+    );
+    let cmd = Cli::command()
+        .mut_subcommand("simulate", |c| with_defaults(c, &run))
+        .mut_subcommand("serve", |c| with_defaults(c, &run))
+        .mut_subcommand("demo", |c| with_defaults(c, &demo));
+    Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     cli.log.init();
     coordinator::interrupt::install();
     let result = match cli.command {

@@ -160,7 +160,12 @@ fn simulate(name: &str, args: &str, out: &Path) -> Value {
 const UNPINNED: &[&str] = &["wall_seconds", "data"];
 
 /// Keys of the fixtures renamed since they were pinned (the old name, the new one), at any depth.
-const RENAMED: &[(&str, &str)] = &[("threshold", "lambda")];
+const RENAMED: &[(&str, &str)] = &[
+    ("threshold", "lambda"),
+    ("batch_size", "batch"),
+    ("personalize_epochs", "personalize"),
+    ("backend", "device"),
+];
 
 /// Keys whose default changed since the fixtures were written, with what the fixtures' value
 /// (`null`) reads as now: `max_update_norm`, no bound then, `median:100` by default since issue 56

@@ -39,6 +39,7 @@ pub struct LogArgs {
     #[arg(
         long = "log",
         global = true,
+        help_heading = "Common options",
         env = "EDGECFL_LOG",
         value_name = "FILTER",
         default_value = DEFAULT_FILTER
@@ -48,6 +49,7 @@ pub struct LogArgs {
     #[arg(
         long = "log-format",
         global = true,
+        help_heading = "Common options",
         env = "EDGECFL_LOG_FORMAT",
         value_enum,
         default_value_t = LogFormat::Text

@@ -32,7 +32,8 @@ pub struct FederationConfig {
     pub epochs: usize,
     /// Local epochs of the round-0 warm-up (FedClust).
     pub warmup_epochs: usize,
-    /// Mini-batch size.
+    /// Mini-batch size (the key `batch`, as the flag; `batch_size`, its name before, is read too).
+    #[serde(rename = "batch", alias = "batch_size")]
     pub batch_size: usize,
     /// Learning rate.
     pub lr: f64,
@@ -96,7 +97,13 @@ pub struct FederationConfig {
     /// joined after round 0 trains its cluster's model for this many epochs and is evaluated on
     /// the result ([`super::Newcomer::personalized_accuracy`]). Newcomers offered after the last
     /// round are placed first. Unset: none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The key is `personalize`, as the flag (`personalize_epochs`, its name before, is read too).
+    #[serde(
+        default,
+        rename = "personalize",
+        alias = "personalize_epochs",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub personalize_epochs: Option<usize>,
     /// The bound on an update's change, ‖θ_client − θ_sent‖₂ (the model a client returns minus
     /// the model it was sent to train): an update above it is reported
