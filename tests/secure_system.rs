@@ -1050,14 +1050,20 @@ fn demo_secure_runs_over_tls_with_a_login_per_client() {
         let line = format!("  {id} (cluster {k}): {}", device(id).display());
         assert!(stdout.contains(&line), "{line} not in\n{stdout}");
     }
+    // The command runs as printed: the edge client by its full path.
     let try_line = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("try: edge-client "))
+        .find_map(|l| l.strip_prefix("try: "))
         .unwrap_or_else(|| panic!("{stdout}"));
-    let p = Command::new(bin("edge-client"))
-        .args(try_line.split_whitespace())
-        .output()
-        .unwrap();
+    let mut words = try_line.split_whitespace();
+    let program = std::path::PathBuf::from(words.next().unwrap());
+    assert!(program.is_absolute() && program.is_file(), "{try_line}");
+    assert_eq!(
+        program.file_name(),
+        bin("edge-client").file_name(),
+        "{try_line}"
+    );
+    let p = Command::new(&program).args(words).output().unwrap();
     let printed = String::from_utf8_lossy(&p.stdout);
     assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
     assert!(printed.contains("accuracy"), "{printed}");

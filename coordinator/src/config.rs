@@ -110,6 +110,14 @@ impl RunConfig {
     /// Checks every field; the error names the bad one.
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.clients >= 1, "clients must be ≥ 1");
+        self.partition
+            .check_clients(self.clients)
+            .with_context(|| {
+                format!(
+                    "partition {} over --clients {}",
+                    self.partition, self.clients
+                )
+            })?;
         if self.newcomers > 0 {
             anyhow::ensure!(
                 self.newcomers + 2 <= self.clients,
@@ -425,7 +433,10 @@ pub fn with_defaults(cmd: clap::Command, defaults: &RunConfig) -> clap::Command 
     shown.into_iter().fold(cmd, |cmd, (id, value)| {
         cmd.mut_arg(id, |a| {
             let add = |h: Option<&clap::builder::StyledStr>| {
-                format!("{} [default: {value}]", h.map(|h| h.to_string()).unwrap_or_default())
+                format!(
+                    "{} [default: {value}]",
+                    h.map(|h| h.to_string()).unwrap_or_default()
+                )
             };
             let long = a.get_long_help().map(|h| add(Some(h)));
             let a = a.clone().help(add(a.get_help()));
@@ -534,7 +545,12 @@ fn line_of(text: &str, table: Option<&str>, key: &str) -> Option<usize> {
             current = Some(header.trim_end_matches(']').trim().to_owned());
             continue;
         }
-        let name = line.split('=').next().unwrap_or("").trim().trim_matches('"');
+        let name = line
+            .split('=')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_matches('"');
         if line.contains('=') && name == key && current.as_deref() == table {
             return Some(i + 1);
         }
@@ -590,16 +606,25 @@ mod tests {
     fn a_bad_key_is_named_with_its_line_and_table() {
         let err = |text: &str| format!("{:#}", RunConfig::parse(text, "f.toml").unwrap_err());
         let e = err("clients = 4\nrounds = 3\n");
-        assert!(e.contains("f.toml, line 2: key `rounds` in the top level"), "{e}");
+        assert!(
+            e.contains("f.toml, line 2: key `rounds` in the top level"),
+            "{e}"
+        );
         assert!(e.contains("it belongs in the [federation] table"), "{e}");
         let e = err("[federation]\nepochs = 2\nclients = 3\n");
         assert!(e.contains("line 3: key `clients` in [federation]"), "{e}");
         assert!(e.contains("it belongs at the top level"), "{e}");
         let e = err("clients = 4\n\n[federation]\nrounds = 2\nepochs = \"x\"\n");
-        assert!(e.contains("line 5: key `epochs` in [federation]: invalid type"), "{e}");
+        assert!(
+            e.contains("line 5: key `epochs` in [federation]: invalid type"),
+            "{e}"
+        );
         assert!(!e.contains("belongs"), "{e}");
         let e = err("nonsense = 1\n");
-        assert!(e.contains("key `nonsense` in the top level: unknown field"), "{e}");
+        assert!(
+            e.contains("key `nonsense` in the top level: unknown field"),
+            "{e}"
+        );
         assert!(!e.contains("belongs"), "{e}");
     }
 
@@ -613,7 +638,10 @@ mod tests {
         let defaults = RunConfig::load(None).unwrap();
         let cmd = with_defaults(<Cli as clap::CommandFactory>::command(), &defaults);
         let help = |long: &str| {
-            let a = cmd.get_arguments().find(|a| a.get_long() == Some(long)).unwrap();
+            let a = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .unwrap();
             a.get_help().map(|h| h.to_string()).unwrap_or_default()
         };
         for (flag, default) in [
@@ -629,7 +657,11 @@ mod tests {
             ("out", "results/simulate"),
             ("max-update-norm", "median:100"),
         ] {
-            assert!(help(flag).ends_with(&format!("[default: {default}]")), "--{flag}: {}", help(flag));
+            assert!(
+                help(flag).ends_with(&format!("[default: {default}]")),
+                "--{flag}: {}",
+                help(flag)
+            );
         }
         // A key the configuration leaves unset (the method's default) shows none.
         assert!(!help("mu").contains("[default:"));
@@ -804,7 +836,10 @@ taux = 0.3",
         assert_ne!(old, DEFAULT_CONFIG);
         let c = RunConfig::parse(&old, "t").unwrap();
         assert_eq!(c.method.federation.lambda, Lambda::Clusters(3));
-        let both = DEFAULT_CONFIG.replace("lambda = \"auto\"", "lambda = \"auto\"\nthreshold = \"k=2\"");
+        let both = DEFAULT_CONFIG.replace(
+            "lambda = \"auto\"",
+            "lambda = \"auto\"\nthreshold = \"k=2\"",
+        );
         let err = format!("{:#}", RunConfig::parse(&both, "t").unwrap_err());
         assert!(err.contains("lambda"), "{err}");
         for (name, value) in [("tau", "NaN"), ("eps2", "-1"), ("epsilon", "inf")] {

@@ -132,7 +132,7 @@ fn on_the_cpu_the_mlp_trains_in_cohorts_of_ten_unless_told_and_lenet_alone() {
 
 #[test]
 fn bad_flags_and_missing_data_fail_cleanly() {
-    let cases: [(&[&str], &str); 15] = [
+    let cases: [(&[&str], &str); 17] = [
         (&["simulate", "--frac", "1.5"], "frac"),
         // The flags only simulate takes (issue 53 §3): refused by serve and demo before anything
         // starts.
@@ -184,6 +184,15 @@ fn bad_flags_and_missing_data_fail_cleanly() {
         (
             &["simulate", "--config", "/nonexistent/run.toml"],
             "/nonexistent/run.toml",
+        ),
+        // Checked before any process starts: the demo's 4 label groups, 3 clients.
+        (
+            &["demo", "--clients", "3"],
+            "4 label groups need at least 4 clients, got 3",
+        ),
+        (
+            &["serve", "--clients", "2", "--partition", "pairs"],
+            "label groups need at least",
         ),
     ];
     for (args, needle) in cases {

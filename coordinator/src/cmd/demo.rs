@@ -301,7 +301,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
     }
     drop(fleet);
     print_clusters(&served);
-    print_models(&served, &cfg, &ids);
+    print_models(&served, &cfg, &ids, &bin);
     args.http.linger(server);
     Ok(served)
 }
@@ -359,8 +359,9 @@ pub fn device_model(out: &Path, id: &str) -> PathBuf {
     out.join("devices").join(id).join("model.safetensors")
 }
 
-/// Prints where each device's model went (checked on disk), and how to use one.
-fn print_models(served: &Served, cfg: &RunConfig, ids: &[String]) {
+/// Prints where each device's model went (checked on disk), and how to use one: a `predict`
+/// command that runs as printed (`bin`, the edge client the demo started, by its full path).
+fn print_models(served: &Served, cfg: &RunConfig, ids: &[String], bin: &Path) {
     let r = &served.result;
     println!("models kept by the devices:");
     let mut first = None;
@@ -382,7 +383,10 @@ fn print_models(served: &Served, cfg: &RunConfig, ids: &[String]) {
             .as_ref()
             .map_or(String::new(), |d| format!(" --data {}", d.display()));
         println!(
-            "try: edge-client predict --model {} --partition {} --seed {} --index {index} --of {}{data}",
+            "try: {} predict --model {} --partition {} --seed {} --index {index} --of {}{data}",
+            std::path::absolute(bin)
+                .unwrap_or_else(|_| bin.to_owned())
+                .display(),
             path.display(),
             cfg.partition,
             cfg.method.federation.seed,

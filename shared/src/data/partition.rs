@@ -407,6 +407,30 @@ impl PartitionSpec {
         }
     }
 
+    /// Checks that the scheme can be dealt to `clients` clients, before any data is read: one
+    /// client at least per ground-truth group (`groups:`, `pairs`, `dominant:`, `tasks:fmnist3`,
+    /// a rotated product's groups × rotations).
+    ///
+    /// # Errors
+    ///
+    /// [`PartitionError::TooFewClients`].
+    pub fn check_clients(&self, clients: usize) -> Result<(), PartitionError> {
+        let groups = match self {
+            PartitionSpec::Groups(groups) => groups.len(),
+            PartitionSpec::Pairs => PAIRS_GROUPS,
+            PartitionSpec::Dominant { .. } => DOMINANT_CLASSES.len(),
+            PartitionSpec::Rotated { rotations, base } => {
+                base.num_groups().unwrap_or(1) * rotations
+            }
+            PartitionSpec::TasksFmnist3 => FMNIST3_TASKS.len(),
+            _ => 1,
+        };
+        if clients < groups {
+            return Err(PartitionError::TooFewClients { clients, groups });
+        }
+        Ok(())
+    }
+
     /// The labels of `0..10` that no group of a `groups:` spec holds (also as the base of
     /// `rotate:R*groups:…`): their samples go to no client. Empty for every other spec, which
     /// uses every label.
@@ -807,13 +831,7 @@ fn build(
         needed,
         available: train_labels.len(),
     };
-    let too_few_clients = |groups: usize| {
-        if n < groups {
-            Err(PartitionError::TooFewClients { clients: n, groups })
-        } else {
-            Ok(())
-        }
-    };
+    spec.check_clients(n)?;
     let modulo = |groups: usize| -> Vec<usize> { (0..n).map(|i| i % groups).collect() };
 
     Ok(match spec {
@@ -855,15 +873,11 @@ fn build(
             }
             Built::plain(dirichlet(*beta, train_labels, n, rng)?, None)
         }
-        PartitionSpec::Groups(groups) => {
-            too_few_clients(groups.len())?;
-            Built::plain(
-                label_groups(groups, train_labels, n, rng)?,
-                Some(modulo(groups.len())),
-            )
-        }
+        PartitionSpec::Groups(groups) => Built::plain(
+            label_groups(groups, train_labels, n, rng)?,
+            Some(modulo(groups.len())),
+        ),
         PartitionSpec::Pairs => {
-            too_few_clients(PAIRS_GROUPS)?;
             let owns: Vec<[bool; NUM_CLASSES]> = (0..n)
                 .map(|i| {
                     let mut own = [false; NUM_CLASSES];
@@ -877,17 +891,13 @@ fn build(
                 Some(modulo(PAIRS_GROUPS)),
             )
         }
-        PartitionSpec::Dominant { alpha } => {
-            too_few_clients(DOMINANT_CLASSES.len())?;
-            Built::plain(
-                dominant(*alpha, train_labels, n, rng)?,
-                Some(modulo(DOMINANT_CLASSES.len())),
-            )
-        }
+        PartitionSpec::Dominant { alpha } => Built::plain(
+            dominant(*alpha, train_labels, n, rng)?,
+            Some(modulo(DOMINANT_CLASSES.len())),
+        ),
         PartitionSpec::Rotated { rotations, base } => {
             // `validate` admits only bases with groups (client i in group i % G).
             let g = base.num_groups().unwrap_or(1);
-            too_few_clients(g * rotations)?;
             let inner = build(base, train_labels, n, rng)?;
             let rotation: Vec<usize> = (0..n).map(|i| (i / g) % rotations).collect();
             let truth = inner.truth.as_ref().map(|t| {
@@ -904,7 +914,6 @@ fn build(
             }
         }
         PartitionSpec::TasksFmnist3 => {
-            too_few_clients(FMNIST3_TASKS.len())?;
             let users = users_per_task(n, &FMNIST3_USERS);
             let truth: Vec<usize> = users
                 .iter()
