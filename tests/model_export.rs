@@ -8,17 +8,22 @@
 //!   the file, checks the PyTorch names, shapes and dtype, runs the module's forward pass in
 //!   numpy and compares the logits to 1e-4. Skipped, with a printed line, when python3 lacks
 //!   numpy or safetensors (`.ci/run` installs them).
+//! - `every_model_s_file_gives_our_logits_in_numpy`: the same check for every model, of fresh
+//!   weights, without a run (the colour ones on CIFAR-10 binary records the test writes).
 //! - `served_run_writes_models_and_export_of_its_checkpoint_gives_the_same`: a `serve` run
 //!   over the embedded broker writes the cluster files; `coordinator export RUN_DIR` of its
 //!   `checkpoint.json` writes the same models with the same headers.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use edgecfl_shared::data::catalog::ImageShape;
+use edgecfl_shared::data::cifar::{CIFAR10_TEST_FILE, CIFAR10_TRAIN_FILES};
 use edgecfl_shared::data::fmnist::NUM_CLASSES;
-use edgecfl_shared::model::ModelKind;
-use edgecfl_shared::model_file;
+use edgecfl_shared::model::{ModelKind, Params};
+use edgecfl_shared::model_file::{self, ModelMeta};
 use edgecfl_tests::*;
 use serde_json::Value;
 
@@ -76,17 +81,36 @@ fn python_ready() -> bool {
 /// `edge-client predict --json` of `model` on the first `n` bundled test images, written to
 /// `json`, and its numpy check.
 fn predict_and_check(model: &Path, n: usize, json: &Path, python: bool) -> Value {
+    let images = test_images();
+    let source = [OsStr::new("--images"), images.as_os_str()];
+    predict_and_check_on(model, n, json, python, &source, &images)
+}
+
+/// `edge-client predict --json` of `model` on the first `n` images of `source` (its flags),
+/// written to `json`, and the numpy check of its logits on the same images, read from `images`.
+fn predict_and_check_on(
+    model: &Path,
+    n: usize,
+    json: &Path,
+    python: bool,
+    source: &[&OsStr],
+    images: &Path,
+) -> Value {
     let out = run_ok(
         Command::new(bin("edge-client"))
             .args(["predict", "--json", "--limit", &n.to_string(), "--model"])
             .arg(model)
-            .arg("--images")
-            .arg(test_images()),
+            .args(source),
     );
     std::fs::write(json, &out).unwrap();
     let v: Value = serde_json::from_str(&out).expect("predict --json");
     assert_eq!(v["images"], n);
-    assert!(v.get("accuracy").is_none(), "unlabelled: no accuracy");
+    let labelled = !source.contains(&OsStr::new("--images"));
+    assert_eq!(
+        v.get("accuracy").is_some(),
+        labelled,
+        "accuracy only for labelled data"
+    );
     let preds = v["predictions"].as_array().unwrap();
     assert_eq!(preds.len(), n);
     for p in preds {
@@ -104,7 +128,7 @@ fn predict_and_check(model: &Path, n: usize, json: &Path, python: bool) -> Value
             .arg(root().join("tests/python/check_safetensors.py"))
             .arg(model)
             .arg(json)
-            .arg(test_images())
+            .arg(images)
             .output()
             .expect("python3");
         let text = String::from_utf8_lossy(&o.stdout);
@@ -117,6 +141,45 @@ fn predict_and_check(model: &Path, n: usize, json: &Path, python: bool) -> Value
         );
     }
     v
+}
+
+/// Every model's file, of fresh weights, against numpy: each PyTorch module's names, shapes and
+/// forward pass (the grey models on bundled Fashion-MNIST images, the colour ones on CIFAR-10
+/// binary records written here).
+#[test]
+fn every_model_s_file_gives_our_logits_in_numpy() {
+    let dir = scratch("model-export-every-model");
+    let python = python_ready();
+    let cifar = dir.join("cifar-10-batches-bin");
+    std::fs::create_dir_all(&cifar).unwrap();
+    let record = |i: usize| -> Vec<u8> {
+        let pixels = (0..ImageShape::RGB_32.pixels()).map(|j| ((i * 7919 + j * 31) % 256) as u8);
+        std::iter::once((i % 10) as u8).chain(pixels).collect()
+    };
+    for f in CIFAR10_TRAIN_FILES {
+        std::fs::write(cifar.join(f), record(99)).unwrap();
+    }
+    let n = 12;
+    let test_batch = cifar.join(CIFAR10_TEST_FILE);
+    std::fs::write(&test_batch, (0..n).flat_map(record).collect::<Vec<u8>>()).unwrap();
+    let bundled = test_images();
+    for model in ModelKind::ALL {
+        let mut meta = ModelMeta::of(model);
+        meta.method = Some("fedavg".into());
+        meta.cluster = Some(0);
+        meta.members = vec!["c0".into()];
+        meta.round = Some(0);
+        let file = dir.join(format!("{model}.safetensors"));
+        model_file::write(&file, &Params::init(model, 11), &meta).unwrap();
+        let json = dir.join(format!("{model}.json"));
+        if model.input() == ImageShape::GREY_28 {
+            let source = [OsStr::new("--images"), bundled.as_os_str()];
+            predict_and_check_on(&file, n, &json, python, &source, &bundled);
+        } else {
+            let source = [OsStr::new("--data"), cifar.as_os_str()];
+            predict_and_check_on(&file, n, &json, python, &source, &test_batch);
+        }
+    }
 }
 
 #[test]

@@ -65,12 +65,12 @@ fn default_join_round() -> usize {
 /// measured (BENCHMARKS.md §13): on a GPU every sampled client in one cohort (one small model at a
 /// time leaves a GPU idle between kernel launches); on the CPU backends cohorts of 10 for the MLP
 /// (2.09× one client per core on 2 cores) and 1 for LeNet-5 (its grouped convolution runs group
-/// by group there: a cohort saves nothing and gives up the other cores).
+/// by group there: a cohort saves nothing and gives up the other cores) and the other CNNs.
 pub fn default_cohort(backend: Backend, model: ModelKind) -> usize {
     match (backend.is_cpu(), model) {
         (false, _) => usize::MAX,
         (true, ModelKind::Mlp) => 10,
-        (true, ModelKind::LeNet5 | ModelKind::LeNet5Rgb) => 1,
+        (true, _) => 1,
     }
 }
 
@@ -194,9 +194,9 @@ pub struct RunFlags {
     /// single | complete | average | weighted | ward
     #[arg(long)]
     pub linkage: Option<Linkage>,
-    /// lenet5 (1×28×28) | lenet5-rgb (3×32×32) | mlp (1×28×28). With --dataset and no
-    /// --model, that data set's LeNet-5.
-    #[arg(long)]
+    /// The model (its help lists each one with its input).
+    #[arg(long, help = format!("{}. With --dataset and no --model, that data set's LeNet-5",
+                               edgecfl_shared::model::model_flag_help()))]
     pub model: Option<ModelKind>,
     /// Layers uploaded in round 0: final | smallest-fc | all | names (conv1,conv2).
     #[arg(long)]

@@ -24,8 +24,9 @@ use tracing::info;
 /// Arguments of `edge-client bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// lenet5 (1×28×28) | lenet5-rgb (3×32×32) | mlp (1×28×28). Default: the data set's LeNet-5.
-    #[arg(long)]
+    /// The model (its help lists each one with its input).
+    #[arg(long, help = format!("{}. Default: the data set's LeNet-5",
+                               edgecfl_shared::model::model_flag_help()))]
     pub model: Option<ModelKind>,
     /// Devices to measure (comma-separated), e.g. `cpu,vulkan`: cpu (= flex) | ndarray |
     /// vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N] (`--backends` is an alias).

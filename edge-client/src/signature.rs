@@ -20,8 +20,8 @@ pub struct SignatureArgs {
     /// Data of this client.
     #[command(flatten)]
     pub shard: ShardArgs,
-    /// lenet5 | mlp
-    #[arg(long, default_value = "lenet5")]
+    /// The model (its help lists each one with its input).
+    #[arg(long, default_value = "lenet5", help = edgecfl_shared::model::model_flag_help())]
     pub model: ModelKind,
     /// Seed of the initial model θ⁰ (the coordinator's master seed).
     #[arg(long, default_value_t = 0)]

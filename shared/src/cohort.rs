@@ -853,19 +853,23 @@ impl Batched<'_> {
                 let x: Tensor<3> = x.reshape([b, c, shape(4)[0]]).swap_dims(0, 1);
                 lenet_head(x, &linear)
             }
-            ModelKind::LeNet5 | ModelKind::LeNet5Rgb => {
+            ModelKind::Mlp => {
+                let x: Tensor<3> = x.reshape([c, b, self.model.input().pixels()]);
+                linear(relu(linear(x, 0)), 2)
+            }
+            _ => {
                 // `[C·B, in, H, W]`: each client's patches `[C, B·L, in·25]`, in the weight's
                 // `(in, kh, kw)` order, times its weight `[C, in·25, out]`, then ReLU and pooling.
-                let conv = |x: Tensor<4>, k: usize| {
+                let conv = |x: Tensor<4>, k: usize, pad: usize| {
                     let s = shape(k);
                     let (out, patch) = (s[0], s[1] * s[2] * s[3]);
                     let [_, _, h, w] = x.dims();
-                    let (ho, wo) = (h + 1 - s[2], w + 1 - s[3]);
-                    let cols =
-                        unfold4d(x, [s[2], s[3]], UnfoldOptions::new([1, 1], [0, 0], [1, 1]))
-                            .reshape([c, b, patch, ho * wo])
-                            .swap_dims(2, 3)
-                            .reshape([c, b * ho * wo, patch]);
+                    let (ho, wo) = (h + 2 * pad + 1 - s[2], w + 2 * pad + 1 - s[3]);
+                    let options = UnfoldOptions::new([1, 1], [pad, pad], [1, 1]);
+                    let cols = unfold4d(x, [s[2], s[3]], options)
+                        .reshape([c, b, patch, ho * wo])
+                        .swap_dims(2, 3)
+                        .reshape([c, b * ho * wo, patch]);
                     let w = p[k].clone().reshape([c, out, patch]).swap_dims(1, 2);
                     let bias = p[k + 1].clone().reshape([c, 1, out]);
                     let y = relu(cols.matmul(w) + bias)
@@ -873,12 +877,13 @@ impl Batched<'_> {
                         .permute([0, 3, 1, 2]);
                     max_pool2d(y, MaxPoolOptions::new([2, 2]))
                 };
-                let x = conv(conv(x, 0), 2);
-                lenet_head(x.reshape([c, b, shape(4)[0]]), &linear)
-            }
-            ModelKind::Mlp => {
-                let x: Tensor<3> = x.reshape([c, b, self.model.input().pixels()]);
-                linear(relu(linear(x, 0)), 2)
+                let x = conv(conv(x, 0, self.model.conv1_padding()), 2, 0);
+                let x = x.reshape([c, b, shape(4)[0]]);
+                match self.model {
+                    ModelKind::LeNet5 | ModelKind::LeNet5Rgb => lenet_head(x, &linear),
+                    // AdaCFL's CNNs: one linear layer.
+                    _ => linear(x, 4),
+                }
             }
         }
     }

@@ -100,10 +100,15 @@ pub enum HierarchyError {
 }
 
 /// The common layers MT-HFL shares through the GPS by default: the two convolution layers of
-/// LeNet-5 (`conv1,conv2`, as the paper's CNN), the first layer of the MLP (`fc1`).
+/// LeNet-5 and AdaCFL's CNNs (`conv1,conv2`, as the paper's CNN), the first layer of the MLP
+/// (`fc1`).
 pub fn default_common_layers(model: ModelKind) -> LayerSet {
     let names: &[&str] = match model {
-        ModelKind::LeNet5 | ModelKind::LeNet5Rgb => &["conv1", "conv2"],
+        ModelKind::LeNet5
+        | ModelKind::LeNet5Rgb
+        | ModelKind::MnistCnn
+        | ModelKind::CifarCnn
+        | ModelKind::FmnistCnn => &["conv1", "conv2"],
         ModelKind::Mlp => &["fc1"],
     };
     LayerSet::Named(names.iter().map(|s| (*s).to_string()).collect())

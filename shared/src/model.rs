@@ -10,10 +10,23 @@
 //! | [`ModelKind::LeNet5`] | 1×28×28 | conv 1→6 k5, ReLU, maxpool 2, conv 6→16 k5, ReLU, maxpool 2, fc 256→120 ReLU, 120→84 ReLU, 84→10 | 44 426 | 850 |
 //! | [`ModelKind::LeNet5Rgb`] | 3×32×32 | conv 3→6 k5, ReLU, maxpool 2, conv 6→16 k5, ReLU, maxpool 2, fc 400→120 ReLU, 120→84 ReLU, 84→10 | 62 006 | 850 |
 //! | [`ModelKind::Mlp`] | 1×28×28 | fc 784→32 ReLU, 32→10 | 25 450 | 330 |
+//! | [`ModelKind::MnistCnn`] | 1×28×28 | conv 1→20 k5, ReLU, maxpool 2, conv 20→50 k5, ReLU, maxpool 2, fc 800→10 | 33 580 | 8 010 |
+//! | [`ModelKind::CifarCnn`] | 3×32×32 | conv 3→6 k5, ReLU, maxpool 2, conv 6→16 k5, ReLU, maxpool 2, fc 400→10 | 6 882 | 4 010 |
+//! | [`ModelKind::FmnistCnn`] | 1×28×28 | conv 1→16 k5 pad 2, ReLU, maxpool 2, conv 16→32 k5, ReLU, maxpool 2, fc 800→10 | 21 258 | 8 010 |
 //!
 //! LeNet-5 is NIID-Bench's / PACFL's `SimpleCNNMNIST`, the model of FedClust's FMNIST experiments,
 //! and `SimpleCNN` (3 input channels, 16·5·5 = 400 features into fc1) that of its CIFAR-10 and
-//! SVHN ones; the MLP is MT-HFL's FMNIST model. Linear weights are stored in burn's `[d_input, d_output]`
+//! SVHN ones; the MLP is MT-HFL's FMNIST model.
+//!
+//! The last three are AdaCFL's (Table 1 and §6.1): two 5 × 5 convolutions, each with a bias per
+//! output channel and followed by 2 × 2 max-pooling, then one fully connected layer, of 20/50,
+//! 6/16 and 16/32 output channels. The paper gives their weight counts (bias excluded), and these
+//! layouts have exactly them: MnistCNN 500 / 25 000 / 8 000, CifarCNN 450 / 2 400 / 4 000,
+//! FmnistCNN 400 / 12 800 / 8 000. It does not say where the ReLUs are (after each convolution
+//! here, as in LeNet-5) nor how FmnistCNN's fully connected layer gets 800 inputs from 28 × 28
+//! images: padding its first convolution by 2 (28 → 28 → 14 → 10 → 5, 32·5·5 = 800) is the one
+//! placement of a "same" padding that gives 8 000 weights (none gives 512, the second alone
+//! 1 152). Linear weights are stored in burn's `[d_input, d_output]`
 //! layout; convolution weights as `[out, in, kh, kw]`.
 //!
 //! Layer sets ([`LayerSet`]) select named tensors: FedClust's final layer, AdaCFL's smallest fully
@@ -26,7 +39,7 @@ use std::str::FromStr;
 use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn::nn::{Linear, Relu};
+use burn::nn::{Linear, PaddingConfig2d, Relu};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::{Gradients, TensorData};
@@ -59,7 +72,7 @@ pub enum ModelError {
         name: String,
     },
     /// An unknown model name.
-    #[error("unknown model {0:?} (expected lenet5, lenet5-rgb or mlp)")]
+    #[error("unknown model {0:?} (expected {names})", names = model_names())]
     UnknownModel(String),
     /// The model does not take the data set's images.
     #[error(
@@ -88,19 +101,40 @@ impl fmt::Display for ModelKind {
             ModelKind::LeNet5 => "lenet5",
             ModelKind::Mlp => "mlp",
             ModelKind::LeNet5Rgb => "lenet5-rgb",
+            ModelKind::MnistCnn => "mnist-cnn",
+            ModelKind::CifarCnn => "cifar-cnn",
+            ModelKind::FmnistCnn => "fmnist-cnn",
         })
     }
 }
 
 impl ModelKind {
     /// Every model, in `--help` order.
-    pub const ALL: [ModelKind; 3] = [ModelKind::LeNet5, ModelKind::LeNet5Rgb, ModelKind::Mlp];
+    pub const ALL: [ModelKind; 6] = [
+        ModelKind::LeNet5,
+        ModelKind::LeNet5Rgb,
+        ModelKind::Mlp,
+        ModelKind::MnistCnn,
+        ModelKind::CifarCnn,
+        ModelKind::FmnistCnn,
+    ];
 
     /// The images the model takes.
     pub fn input(self) -> ImageShape {
         match self {
-            ModelKind::LeNet5 | ModelKind::Mlp => ImageShape::GREY_28,
-            ModelKind::LeNet5Rgb => ImageShape::RGB_32,
+            ModelKind::LeNet5 | ModelKind::Mlp | ModelKind::MnistCnn | ModelKind::FmnistCnn => {
+                ImageShape::GREY_28
+            }
+            ModelKind::LeNet5Rgb | ModelKind::CifarCnn => ImageShape::RGB_32,
+        }
+    }
+
+    /// The zero padding of the first convolution on each side (FmnistCNN's 2; none elsewhere,
+    /// and none on any second convolution).
+    pub fn conv1_padding(self) -> usize {
+        match self {
+            ModelKind::FmnistCnn => 2,
+            _ => 0,
         }
     }
 
@@ -109,8 +143,9 @@ impl ModelKind {
     /// LeNet-5.
     pub fn default_dataset(self) -> DatasetKind {
         match self {
-            ModelKind::LeNet5 | ModelKind::Mlp => DatasetKind::Fmnist,
-            ModelKind::LeNet5Rgb => DatasetKind::Cifar10,
+            ModelKind::LeNet5 | ModelKind::Mlp | ModelKind::FmnistCnn => DatasetKind::Fmnist,
+            ModelKind::MnistCnn => DatasetKind::Mnist,
+            ModelKind::LeNet5Rgb | ModelKind::CifarCnn => DatasetKind::Cifar10,
         }
     }
 
@@ -138,6 +173,22 @@ impl ModelKind {
     }
 }
 
+/// Every model's name, for errors: "lenet5, …, mlp or fmnist-cnn".
+pub fn model_names() -> String {
+    let names: Vec<String> = ModelKind::ALL.iter().map(|m| m.to_string()).collect();
+    let (last, rest) = names.split_last().expect("models");
+    format!("{} or {last}", rest.join(", "))
+}
+
+/// `--model`'s help: every model's name and input, from [`ModelKind::ALL`].
+pub fn model_flag_help() -> String {
+    let names: Vec<String> = ModelKind::ALL
+        .iter()
+        .map(|m| format!("{m} ({})", m.input()))
+        .collect();
+    names.join(" | ")
+}
+
 impl FromStr for ModelKind {
     type Err = ModelError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -145,6 +196,9 @@ impl FromStr for ModelKind {
             "lenet5" | "lenet-5" | "lenet" | "cnn" => Ok(ModelKind::LeNet5),
             "lenet5-rgb" | "lenet5rgb" | "lenet-5-rgb" => Ok(ModelKind::LeNet5Rgb),
             "mlp" => Ok(ModelKind::Mlp),
+            "mnist-cnn" | "mnistcnn" => Ok(ModelKind::MnistCnn),
+            "cifar-cnn" | "cifarcnn" => Ok(ModelKind::CifarCnn),
+            "fmnist-cnn" | "fmnistcnn" => Ok(ModelKind::FmnistCnn),
             _ => Err(ModelError::UnknownModel(s.to_string())),
         }
     }
@@ -225,6 +279,30 @@ impl ParamLayout {
                 ("fc1.bias", vec![32], 784),
                 ("fc2.weight", vec![32, 10], 32),
                 ("fc2.bias", vec![10], 32),
+            ],
+            ModelKind::MnistCnn => vec![
+                ("conv1.weight", vec![20, 1, 5, 5], 25),
+                ("conv1.bias", vec![20], 25),
+                ("conv2.weight", vec![50, 20, 5, 5], 500),
+                ("conv2.bias", vec![50], 500),
+                ("fc.weight", vec![800, 10], 800),
+                ("fc.bias", vec![10], 800),
+            ],
+            ModelKind::CifarCnn => vec![
+                ("conv1.weight", vec![6, 3, 5, 5], 75),
+                ("conv1.bias", vec![6], 75),
+                ("conv2.weight", vec![16, 6, 5, 5], 150),
+                ("conv2.bias", vec![16], 150),
+                ("fc.weight", vec![400, 10], 400),
+                ("fc.bias", vec![10], 400),
+            ],
+            ModelKind::FmnistCnn => vec![
+                ("conv1.weight", vec![16, 1, 5, 5], 25),
+                ("conv1.bias", vec![16], 25),
+                ("conv2.weight", vec![32, 16, 5, 5], 400),
+                ("conv2.bias", vec![32], 400),
+                ("fc.weight", vec![800, 10], 800),
+                ("fc.bias", vec![10], 800),
             ],
         };
         let mut offset = 0;
@@ -471,6 +549,18 @@ pub struct LeNet5 {
     relu: Relu,
 }
 
+/// AdaCFL's CNNs: two convolutions (the first zero-padded by the model's
+/// [`ModelKind::conv1_padding`]), each followed by ReLU and 2 × 2 max-pooling, and one fully
+/// connected layer.
+#[derive(Module, Debug)]
+pub struct SmallCnn {
+    conv1: Conv2d,
+    conv2: Conv2d,
+    pool: MaxPool2d,
+    fc: Linear,
+    relu: Relu,
+}
+
 /// MLP 784→32→10.
 #[derive(Module, Debug)]
 pub struct Mlp {
@@ -488,14 +578,22 @@ pub enum Net {
     LeNet5(LeNet5),
     /// The MLP.
     Mlp(Mlp),
+    /// One of AdaCFL's CNNs.
+    SmallCnn(SmallCnn),
 }
 
 fn tensor<const D: usize>(values: &[f32], shape: &[usize], device: &Device) -> Param<Tensor<D>> {
     Param::from_data(TensorData::new(values.to_vec(), shape.to_vec()), device)
 }
 
-fn conv(w: &[f32], b: &[f32], shape: &[usize], device: &Device) -> Conv2d {
-    let mut c = Conv2dConfig::new([shape[1], shape[0]], [shape[2], shape[3]]).init(device);
+fn conv(w: &[f32], b: &[f32], shape: &[usize], padding: usize, device: &Device) -> Conv2d {
+    let mut config = Conv2dConfig::new([shape[1], shape[0]], [shape[2], shape[3]]);
+    if padding > 0 {
+        config = config.with_padding(PaddingConfig2d::Explicit(
+            padding, padding, padding, padding,
+        ));
+    }
+    let mut c = config.init(device);
     c.weight = tensor(w, shape, device);
     c.bias = Some(tensor(b, &[shape[0]], device));
     c
@@ -541,28 +639,36 @@ impl Net {
             let (b, _) = get(&format!("{l}.bias"));
             linear(w, b, shape, device)
         };
+        let cv = |l: &str, padding: usize| {
+            let (w, shape) = get(&format!("{l}.weight"));
+            let (b, _) = get(&format!("{l}.bias"));
+            conv(w, b, shape, padding, device)
+        };
+        let pad = params.model.conv1_padding();
         match params.model {
-            ModelKind::LeNet5 | ModelKind::LeNet5Rgb => {
-                let cv = |l: &str| {
-                    let (w, shape) = get(&format!("{l}.weight"));
-                    let (b, _) = get(&format!("{l}.bias"));
-                    conv(w, b, shape, device)
-                };
-                Net::LeNet5(LeNet5 {
-                    conv1: cv("conv1"),
-                    conv2: cv("conv2"),
-                    pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
-                    fc1: lin("fc1"),
-                    fc2: lin("fc2"),
-                    fc3: lin("fc3"),
-                    relu: Relu::new(),
-                })
-            }
+            ModelKind::LeNet5 | ModelKind::LeNet5Rgb => Net::LeNet5(LeNet5 {
+                conv1: cv("conv1", pad),
+                conv2: cv("conv2", 0),
+                pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+                fc1: lin("fc1"),
+                fc2: lin("fc2"),
+                fc3: lin("fc3"),
+                relu: Relu::new(),
+            }),
             ModelKind::Mlp => Net::Mlp(Mlp {
                 fc1: lin("fc1"),
                 fc2: lin("fc2"),
                 relu: Relu::new(),
             }),
+            ModelKind::MnistCnn | ModelKind::CifarCnn | ModelKind::FmnistCnn => {
+                Net::SmallCnn(SmallCnn {
+                    conv1: cv("conv1", pad),
+                    conv2: cv("conv2", 0),
+                    pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+                    fc: lin("fc"),
+                    relu: Relu::new(),
+                })
+            }
         }
     }
 
@@ -572,6 +678,12 @@ impl Net {
             Net::LeNet5(m) if m.conv1.weight.dims()[1] == 3 => ModelKind::LeNet5Rgb,
             Net::LeNet5(_) => ModelKind::LeNet5,
             Net::Mlp(_) => ModelKind::Mlp,
+            // Told apart by their first convolution's `[out, in]` channels.
+            Net::SmallCnn(m) => match m.conv1.weight.dims()[..2] {
+                [20, 1] => ModelKind::MnistCnn,
+                [6, 3] => ModelKind::CifarCnn,
+                _ => ModelKind::FmnistCnn,
+            },
         }
     }
 
@@ -584,14 +696,16 @@ impl Net {
                 v.visit(b);
             }
         };
+        let conv = |c: &Conv2d, v: &mut V| {
+            v.visit(&c.weight);
+            if let Some(b) = &c.bias {
+                v.visit(b);
+            }
+        };
         match self {
             Net::LeNet5(m) => {
-                for c in [&m.conv1, &m.conv2] {
-                    v.visit(&c.weight);
-                    if let Some(b) = &c.bias {
-                        v.visit(b);
-                    }
-                }
+                conv(&m.conv1, v);
+                conv(&m.conv2, v);
                 for l in [&m.fc1, &m.fc2, &m.fc3] {
                     linear(l, v);
                 }
@@ -599,6 +713,11 @@ impl Net {
             Net::Mlp(m) => {
                 linear(&m.fc1, v);
                 linear(&m.fc2, v);
+            }
+            Net::SmallCnn(m) => {
+                conv(&m.conv1, v);
+                conv(&m.conv2, v);
+                linear(&m.fc, v);
             }
         }
     }
@@ -704,6 +823,11 @@ impl Net {
                 let x: Tensor<2> = images.flatten(1, 3);
                 let x = m.relu.forward(m.fc1.forward(x));
                 m.fc2.forward(x)
+            }
+            Net::SmallCnn(m) => {
+                let x = m.pool.forward(m.relu.forward(m.conv1.forward(images)));
+                let x = m.pool.forward(m.relu.forward(m.conv2.forward(x)));
+                m.fc.forward(x.flatten(1, 3))
             }
         }
     }

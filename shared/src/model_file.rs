@@ -6,6 +6,9 @@
 //! | [`ModelKind::LeNet5`] | NIID-Bench's `SimpleCNNMNIST(16*4*4, [120, 84], 10)` | `conv1.weight [6,1,5,5]`, `conv1.bias [6]`, `conv2.weight [16,6,5,5]`, `conv2.bias [16]`, `fc1.weight [120,256]`, `fc1.bias [120]`, `fc2.weight [84,120]`, `fc2.bias [84]`, `fc3.weight [10,84]`, `fc3.bias [10]` |
 //! | [`ModelKind::LeNet5Rgb`] | NIID-Bench's `SimpleCNN(16*5*5, [120, 84], 10)` | `conv1.weight [6,3,5,5]`, `conv1.bias [6]`, `conv2.weight [16,6,5,5]`, `conv2.bias [16]`, `fc1.weight [120,400]`, `fc1.bias [120]`, `fc2.weight [84,120]`, `fc2.bias [84]`, `fc3.weight [10,84]`, `fc3.bias [10]` |
 //! | [`ModelKind::Mlp`] | `fc1 = Linear(784, 32)`, ReLU, `fc2 = Linear(32, 10)` | `fc1.weight [32,784]`, `fc1.bias [32]`, `fc2.weight [10,32]`, `fc2.bias [10]` |
+//! | [`ModelKind::MnistCnn`] | AdaCFL's `MnistCNN`: `conv1 = Conv2d(1, 20, 5)`, `conv2 = Conv2d(20, 50, 5)`, `fc = Linear(800, 10)` | `conv1.weight [20,1,5,5]`, `conv1.bias [20]`, `conv2.weight [50,20,5,5]`, `conv2.bias [50]`, `fc.weight [10,800]`, `fc.bias [10]` |
+//! | [`ModelKind::CifarCnn`] | AdaCFL's `CifarCNN`: `conv1 = Conv2d(3, 6, 5)`, `conv2 = Conv2d(6, 16, 5)`, `fc = Linear(400, 10)` | `conv1.weight [6,3,5,5]`, `conv1.bias [6]`, `conv2.weight [16,6,5,5]`, `conv2.bias [16]`, `fc.weight [10,400]`, `fc.bias [10]` |
+//! | [`ModelKind::FmnistCnn`] | AdaCFL's `FmnistCNN`: `conv1 = Conv2d(1, 16, 5, padding=2)`, `conv2 = Conv2d(16, 32, 5)`, `fc = Linear(800, 10)` | `conv1.weight [16,1,5,5]`, `conv1.bias [16]`, `conv2.weight [32,16,5,5]`, `conv2.bias [32]`, `fc.weight [10,800]`, `fc.bias [10]` |
 //!
 //! Every tensor is little-endian `F32`. burn keeps a linear layer's weight as `[in, out]`
 //! ([`crate::model`]); PyTorch's `nn.Linear` keeps `[out, in]`, so linear weights are transposed
@@ -33,9 +36,11 @@ use crate::model::{ModelError, ModelKind, Net, ParamLayout, Params};
 pub mod key {
     /// `"pt"`: the convention of `safetensors.torch` and Hugging Face tools.
     pub const FORMAT: &str = "format";
-    /// `lenet5`, `lenet5-rgb` or `mlp` ([`ModelKind`](crate::model::ModelKind)'s name).
+    /// The model's name ([`ModelKind`](crate::model::ModelKind)'s: `lenet5`, `lenet5-rgb`,
+    /// `mlp`, `mnist-cnn`, `cifar-cnn`, `fmnist-cnn`).
     pub const MODEL: &str = "model";
-    /// The PyTorch module the tensors load into (`SimpleCNNMNIST`, `SimpleCNN`, `MLP`).
+    /// The PyTorch module the tensors load into (`SimpleCNNMNIST`, `SimpleCNN`, `MLP`, `MnistCNN`,
+    /// `CifarCNN`, `FmnistCNN`).
     pub const ARCHITECTURE: &str = "architecture";
     /// The run id.
     pub const RUN_ID: &str = "run_id";
@@ -259,6 +264,9 @@ pub fn architecture(model: ModelKind) -> &'static str {
         ModelKind::LeNet5 => "SimpleCNNMNIST",
         ModelKind::LeNet5Rgb => "SimpleCNN",
         ModelKind::Mlp => "MLP",
+        ModelKind::MnistCnn => "MnistCNN",
+        ModelKind::CifarCnn => "CifarCNN",
+        ModelKind::FmnistCnn => "FmnistCNN",
     }
 }
 
@@ -286,7 +294,10 @@ pub enum ModelFileError {
     #[error("not a valid safetensors file: {0}")]
     Format(String),
     /// The header names a model this build does not know.
-    #[error("unknown model {0:?} in the header (expected lenet5 or mlp)")]
+    #[error(
+        "unknown model {0:?} in the header (expected {names})",
+        names = crate::model::model_names()
+    )]
     UnknownModel(String),
     /// A tensor of the model is not in the file.
     #[error("tensor {name} of {model} is missing")]
@@ -588,8 +599,9 @@ fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ModelFileError> {
 }
 
 /// Reads a model file's bytes: its architecture from the header's `model` key (else from the
-/// tensor names: `conv1.weight` means LeNet-5), then every tensor checked against the PyTorch
-/// module's names, shapes and dtype.
+/// tensor names: `conv1.weight` means a CNN, `fc.weight` one of AdaCFL's, told apart by
+/// `conv1`'s shape), then every tensor checked against the PyTorch module's names, shapes and
+/// dtype.
 ///
 /// The files are written with the `safetensors` crate ([`to_bytes`]) and read here without
 /// it: the edge client, which reads them, must stay under 8 MiB on aarch64 (`cross/build.sh`),
@@ -606,11 +618,17 @@ pub fn from_bytes(bytes: &[u8]) -> Result<ModelFile, ModelFileError> {
         Some(m) => m
             .parse::<ModelKind>()
             .map_err(|_| ModelFileError::UnknownModel(m.clone()))?,
-        None => match raw.tensor("conv1.weight").map(|t| t.shape.get(1).copied()) {
-            Some(Some(3)) => ModelKind::LeNet5Rgb,
-            Some(_) => ModelKind::LeNet5,
-            None => ModelKind::Mlp,
-        },
+        None => {
+            let conv1 = raw.tensor("conv1.weight").map(|t| t.shape.as_slice());
+            match (conv1, raw.tensor("fc.weight").is_some()) {
+                (None, _) => ModelKind::Mlp,
+                (Some([_, 3, ..]), false) => ModelKind::LeNet5Rgb,
+                (Some(_), false) => ModelKind::LeNet5,
+                (Some([20, ..]), true) => ModelKind::MnistCnn,
+                (Some([6, ..]), true) => ModelKind::CifarCnn,
+                (Some(_), true) => ModelKind::FmnistCnn,
+            }
+        }
     };
     let layout = ParamLayout::of(model);
     // Extra tensors first (the first by name, for a deterministic error).

@@ -458,17 +458,32 @@ pub const MAX_TRAIN_THREADS: usize = 256;
 /// ([`min_part_samples`]).
 pub const MIN_PART_MACS: usize = 4_500_000;
 
-/// Multiply-adds of one sample's forward pass: LeNet-5 6·24²·25 + 16·8²·150 + 256·120 + 120·84 +
-/// 84·10 = 281 640, on colour 32 × 32 images 6·28²·75 + 16·10²·150 + 400·120 + 120·84 + 84·10 =
-/// 651 720, the MLP 784·32 + 32·10 = 25 408.
+/// Multiply-adds of one sample's forward pass, from the layout: each convolution's outputs times
+/// its patch (every convolution of these models is followed by 2 × 2 pooling), each linear
+/// layer's `in × out`. LeNet-5 6·24²·25 + 16·8²·150 + 256·120 + 120·84 + 84·10 = 281 640, on
+/// colour 32 × 32 images 6·28²·75 + 16·10²·150 + 400·120 + 120·84 + 84·10 = 651 720, the MLP
+/// 784·32 + 32·10 = 25 408.
 fn forward_macs(model: ModelKind) -> usize {
-    match model {
-        ModelKind::LeNet5 => 6 * 24 * 24 * 25 + 16 * 8 * 8 * 150 + 256 * 120 + 120 * 84 + 84 * 10,
-        ModelKind::LeNet5Rgb => {
-            6 * 28 * 28 * 75 + 16 * 10 * 10 * 150 + 400 * 120 + 120 * 84 + 84 * 10
+    let input = model.input();
+    let (mut h, mut w) = (input.height, input.width);
+    let mut macs = 0;
+    for e in ParamLayout::of(model).entries {
+        match e.shape[..] {
+            [out, c_in, kh, kw] => {
+                let pad = if e.name == "conv1.weight" {
+                    2 * model.conv1_padding()
+                } else {
+                    0
+                };
+                let (ho, wo) = (h + pad + 1 - kh, w + pad + 1 - kw);
+                macs += out * ho * wo * c_in * kh * kw;
+                (h, w) = (ho / 2, wo / 2);
+            }
+            [d_in, d_out] => macs += d_in * d_out,
+            _ => {}
         }
-        ModelKind::Mlp => 784 * 32 + 32 * 10,
     }
+    macs
 }
 
 /// The fewest samples of `model` a part of a split batch holds: [`MIN_PART_MACS`] of forward

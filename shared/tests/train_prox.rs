@@ -129,7 +129,47 @@ fn logits(model: ModelKind, p: &P, img: &[f64]) -> Vec<f64> {
             relu(&mut x);
             linear(&x, p.get("fc3.weight"), p.get("fc3.bias"))
         }
+        // AdaCFL's CNNs: two convolutions (FmnistCNN's first padded by 2), one linear layer.
+        ModelKind::MnistCnn | ModelKind::CifarCnn | ModelKind::FmnistCnn => {
+            let s = model.input();
+            let (c1, c2) = match model {
+                ModelKind::MnistCnn => (20, 50),
+                ModelKind::CifarCnn => (6, 16),
+                _ => (16, 32),
+            };
+            let pad = if model == ModelKind::FmnistCnn { 2 } else { 0 };
+            let size = s.height + 2 * pad;
+            let img = zero_pad(img, s.channels, s.height, pad);
+            let mut x = conv5(
+                &img,
+                s.channels,
+                size,
+                p.get("conv1.weight"),
+                p.get("conv1.bias"),
+            );
+            relu(&mut x);
+            let x = maxpool2(&x, c1, size - 4);
+            let size = (size - 4) / 2;
+            let mut x = conv5(&x, c1, size, p.get("conv2.weight"), p.get("conv2.bias"));
+            relu(&mut x);
+            let x = maxpool2(&x, c2, size - 4);
+            linear(&x, p.get("fc.weight"), p.get("fc.bias"))
+        }
     }
+}
+
+/// `x` (`[c, s, s]`) with `pad` zeros around each channel: `[c, s + 2·pad, s + 2·pad]`.
+fn zero_pad(x: &[f64], c: usize, s: usize, pad: usize) -> Vec<f64> {
+    let o = s + 2 * pad;
+    let mut out = vec![0.0; c * o * o];
+    for ch in 0..c {
+        for y in 0..s {
+            for xx in 0..s {
+                out[(ch * o + y + pad) * o + xx + pad] = x[(ch * s + y) * s + xx];
+            }
+        }
+    }
+    out
 }
 
 /// Mean cross-entropy over `data` in f64.
@@ -157,11 +197,31 @@ fn mean_loss(model: ModelKind, v: &[f64], data: &LocalData) -> f64 {
 
 // ---------------------------------------------------------------------------------------------
 
-/// The colour LeNet-5 (3×32×32, NIID-Bench's `SimpleCNN`) that burn runs is the hand-written one
-/// above: the same mean loss on made-up colour images, and a gradient of the same loss.
+/// The colour LeNet-5 (3×32×32, NIID-Bench's `SimpleCNN`) and AdaCFL's three CNNs that burn runs
+/// are the hand-written ones above: the same mean loss on made-up images, and a gradient of the
+/// same loss.
 #[test]
-fn colour_lenet5_is_the_hand_written_network() {
-    let kind = ModelKind::LeNet5Rgb;
+fn colour_lenet5_and_adacfl_cnns_are_the_hand_written_networks() {
+    for kind in [
+        ModelKind::LeNet5Rgb,
+        ModelKind::MnistCnn,
+        ModelKind::CifarCnn,
+        ModelKind::FmnistCnn,
+    ] {
+        is_the_hand_written_network(kind);
+    }
+    // The colour LeNet-5's images must be colour ones: Fashion-MNIST's are refused, with both
+    // shapes named.
+    let params = Params::init(ModelKind::LeNet5Rgb, 9);
+    let grey = local(4, 0);
+    let err = evaluate(&params, &grey, 4, &Device::flex()).unwrap_err();
+    assert!(
+        err.to_string().contains("3×32×32") && err.to_string().contains("1×28×28"),
+        "{err}"
+    );
+}
+
+fn is_the_hand_written_network(kind: ModelKind) {
     let shape = kind.input();
     let n = 6;
     let pixels: Vec<u8> = (0..n * shape.pixels())
@@ -176,11 +236,13 @@ fn colour_lenet5_is_the_hand_written_network() {
     let burn_loss = eval.loss_sum / eval.total as f64;
     assert!(
         (reference - burn_loss).abs() < 1e-5,
-        "f64 loss {reference} vs burn {burn_loss}"
+        "{kind}: f64 loss {reference} vs burn {burn_loss}"
     );
-    // One coordinate of each tensor: the central difference of the f64 loss is burn's gradient.
+    // One coordinate of each tensor: the central difference of the f64 loss is burn's gradient
+    // (a small step: a first-layer weight moves thousands of activations, and a larger one
+    // carries some of them over a ReLU's or a pool's kink).
     let g = gradient(&params, &data, 6, &device).unwrap();
-    let h = 1e-4;
+    let h = 1e-6;
     for e in &params.layout().entries {
         let i = e
             .range()
@@ -193,17 +255,10 @@ fn colour_lenet5_is_the_hand_written_network() {
         let got = f64::from(g[i]);
         assert!(
             (fd - got).abs() <= 1e-3 * fd.abs().max(1e-2),
-            "{}: finite difference {fd} vs burn {got}",
+            "{kind} {}: finite difference {fd} vs burn {got}",
             e.name
         );
     }
-    // Its images must be colour ones: Fashion-MNIST's are refused, with both shapes named.
-    let grey = local(4, 0);
-    let err = evaluate(&params, &grey, 4, &device).unwrap_err();
-    assert!(
-        err.to_string().contains("3×32×32") && err.to_string().contains("1×28×28"),
-        "{err}"
-    );
 }
 
 #[test]

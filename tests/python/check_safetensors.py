@@ -2,15 +2,18 @@
 """Independent check of a model file written by edgecfl (`cluster-<k>.safetensors`).
 
 Loads the file with the `safetensors` package (numpy flavour), checks that its tensors have the
-names, shapes and dtype of the PyTorch modules (NIID-Bench's SimpleCNNMNIST for LeNet-5, the
-784-32-10 MLP), runs the module's forward pass written out in numpy (float64: Conv2d as
-cross-correlation without padding, ReLU, MaxPool2d(2, 2), flatten in C,H,W order, Linear as
-x @ W.T + b), and compares its logits with the ones edgecfl's own forward pass printed
-(`edge-client predict --json`) for the same images.
+names, shapes and dtype of the PyTorch modules (NIID-Bench's SimpleCNNMNIST and SimpleCNN for
+the two LeNet-5s, the 784-32-10 MLP, AdaCFL's MnistCNN, CifarCNN and FmnistCNN), runs the
+module's forward pass written out in numpy (float64: Conv2d as cross-correlation, zero-padded as
+the module says, ReLU, MaxPool2d(2, 2), flatten in C,H,W order, Linear as x @ W.T + b), and
+compares its logits with the ones edgecfl's own forward pass printed (`edge-client predict
+--json`) for the same images.
 
 Only `safetensors` and `numpy` (and the standard library): no PyTorch, no edgecfl code.
 
-usage: check_safetensors.py MODEL.safetensors PREDICT.json IMAGES_IDX[.gz] [--tol 1e-4]
+usage: check_safetensors.py MODEL.safetensors PREDICT.json IMAGES [--tol 1e-4]
+IMAGES: an IDX image file (plain or .gz) or a CIFAR-10 binary batch (`*.bin`, records of a
+label byte and 3 x 32 x 32 image bytes).
 Exit status 0 when every logit agrees within the tolerance; prints one summary line.
 """
 
@@ -24,27 +27,41 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-# The PyTorch modules' parameters: name -> shape (torch layout, Linear weight = [out, in]).
-SHAPES = {
-    "lenet5": {
-        "conv1.weight": (6, 1, 5, 5),
-        "conv1.bias": (6,),
-        "conv2.weight": (16, 6, 5, 5),
-        "conv2.bias": (16,),
-        "fc1.weight": (120, 256),
-        "fc1.bias": (120,),
-        "fc2.weight": (84, 120),
-        "fc2.bias": (84,),
-        "fc3.weight": (10, 84),
-        "fc3.bias": (10,),
-    },
-    "mlp": {
-        "fc1.weight": (32, 784),
-        "fc1.bias": (32,),
-        "fc2.weight": (10, 32),
-        "fc2.bias": (10,),
-    },
+# The PyTorch modules: (first convolution's padding, convolutions [out, in], linear layers
+# [(name, in, out)]); every convolution is 5 x 5, followed by ReLU and 2 x 2 max-pooling, every
+# linear layer but the last by ReLU.
+ARCH = {
+    "lenet5": (0, [(6, 1), (16, 6)], [("fc1", 256, 120), ("fc2", 120, 84), ("fc3", 84, 10)]),
+    "lenet5-rgb": (0, [(6, 3), (16, 6)], [("fc1", 400, 120), ("fc2", 120, 84), ("fc3", 84, 10)]),
+    "mlp": (0, [], [("fc1", 784, 32), ("fc2", 32, 10)]),
+    "mnist-cnn": (0, [(20, 1), (50, 20)], [("fc", 800, 10)]),
+    "cifar-cnn": (0, [(6, 3), (16, 6)], [("fc", 400, 10)]),
+    "fmnist-cnn": (2, [(16, 1), (32, 16)], [("fc", 800, 10)]),
 }
+
+
+def shapes(model):
+    """name -> shape in the torch layout (Linear weight = [out, in])."""
+    _, convs, fcs = ARCH[model]
+    out = {}
+    for i, (o, c) in enumerate(convs, 1):
+        out[f"conv{i}.weight"] = (o, c, 5, 5)
+        out[f"conv{i}.bias"] = (o,)
+    for name, d_in, d_out in fcs:
+        out[f"{name}.weight"] = (d_out, d_in)
+        out[f"{name}.bias"] = (d_out,)
+    return out
+
+
+def read_images(path):
+    if path.endswith(".bin"):
+        with open(path, "rb") as f:
+            data = f.read()
+        if len(data) % 3073:
+            raise SystemExit(f"{path}: not a CIFAR-10 binary batch ({len(data)} bytes)")
+        records = np.frombuffer(data, dtype=np.uint8).reshape(-1, 3073)
+        return records[:, 1:].reshape(-1, 3, 32, 32)
+    return read_idx_images(path)
 
 
 def read_idx_images(path):
@@ -57,9 +74,10 @@ def read_idx_images(path):
     return np.frombuffer(data, dtype=np.uint8, offset=16).reshape(n, 1, rows, cols)
 
 
-def conv2d(x, w, b):
-    """PyTorch Conv2d, stride 1, no padding: out[n,o,i,j] = b[o] + sum_{c,u,v} w[o,c,u,v] x[n,c,i+u,j+v]."""
+def conv2d(x, w, b, pad=0):
+    """PyTorch Conv2d, stride 1, zero padding `pad`: out[n,o,i,j] = b[o] + sum_{c,u,v} w[o,c,u,v] x[n,c,i+u,j+v]."""
     k = w.shape[2]
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))  # n,c,H',W',k,k
     return np.einsum("nchwuv,ocuv->nohw", win, w) + b[None, :, None, None]
 
@@ -79,16 +97,15 @@ def linear(x, w, b):
 
 
 def forward(model, t, x):
-    if model == "lenet5":
-        x = maxpool2(relu(conv2d(x, t["conv1.weight"], t["conv1.bias"])))
-        x = maxpool2(relu(conv2d(x, t["conv2.weight"], t["conv2.bias"])))
-        x = x.reshape(x.shape[0], 16 * 4 * 4)
-        x = relu(linear(x, t["fc1.weight"], t["fc1.bias"]))
-        x = relu(linear(x, t["fc2.weight"], t["fc2.bias"]))
-        return linear(x, t["fc3.weight"], t["fc3.bias"])
-    x = x.reshape(x.shape[0], 784)
-    x = relu(linear(x, t["fc1.weight"], t["fc1.bias"]))
-    return linear(x, t["fc2.weight"], t["fc2.bias"])
+    pad, convs, fcs = ARCH[model]
+    for i in range(1, len(convs) + 1):
+        x = maxpool2(relu(conv2d(x, t[f"conv{i}.weight"], t[f"conv{i}.bias"], pad if i == 1 else 0)))
+    x = x.reshape(x.shape[0], -1)
+    for k, (name, _, _) in enumerate(fcs):
+        x = linear(x, t[f"{name}.weight"], t[f"{name}.bias"])
+        if k + 1 < len(fcs):
+            x = relu(x)
+    return x
 
 
 def main():
@@ -103,9 +120,9 @@ def main():
         meta = f.metadata() or {}
     tensors = load_file(a.model)
     model = meta.get("model")
-    if model not in SHAPES:
-        raise SystemExit(f"{a.model}: header model {model!r} is not lenet5 or mlp")
-    want = SHAPES[model]
+    if model not in ARCH:
+        raise SystemExit(f"{a.model}: header model {model!r} is not one of {sorted(ARCH)}")
+    want = shapes(model)
     if set(tensors) != set(want):
         raise SystemExit(f"tensor names {sorted(tensors)} != {sorted(want)}")
     for name, shape in want.items():
@@ -130,7 +147,7 @@ def main():
         raise SystemExit("no predictions to compare")
 
     mean, std = float(meta["input_mean"]), float(meta["input_std"])
-    images = read_idx_images(a.images)[:n]
+    images = read_images(a.images)[:n]
     x = (images.astype(np.float32) / np.float32(255.0) - mean) / std
     t64 = {k: v.astype(np.float64) for k, v in tensors.items()}
     theirs = forward(model, t64, x.astype(np.float64))
@@ -151,9 +168,10 @@ def main():
     # linear weight's bytes in burn's [in, out] order read as PyTorch's [out, in]; a flipped
     # convolution kernel, i.e. true convolution instead of PyTorch's cross-correlation).
     controls = {}
-    w = t64["fc1.weight"]
-    controls["fc1.weight in burn's [in, out] order"] = dict(t64, **{"fc1.weight": w.T.reshape(w.shape)})
-    if model == "lenet5":
+    first_fc = ARCH[model][2][0][0] + ".weight"
+    w = t64[first_fc]
+    controls[f"{first_fc} in burn's [in, out] order"] = dict(t64, **{first_fc: w.T.reshape(w.shape)})
+    if ARCH[model][1]:
         controls["conv1 kernel flipped"] = dict(t64, **{"conv1.weight": t64["conv1.weight"][:, :, ::-1, ::-1]})
     for what, wrong in controls.items():
         d = float(np.abs(forward(model, wrong, x.astype(np.float64)) - ours).max())

@@ -28,8 +28,8 @@ use tracing::info;
 /// Arguments of `coordinator bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// lenet5 | mlp
-    #[arg(long, default_value = "lenet5")]
+    /// The model (its help lists each one with its input).
+    #[arg(long, default_value = "lenet5", help = edgecfl_shared::model::model_flag_help())]
     pub model: ModelKind,
     /// Devices to measure (comma-separated): cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] |
     /// tch[:cpu|:cuda[:N]] | cuda[:N].

@@ -19,7 +19,18 @@ pub enum ModelKind {
     /// MLP 784→32→10 (MT-HFL's FMNIST model).
     Mlp,
     /// LeNet-5 for 32×32 colour images (NIID-Bench `SimpleCNN`: CIFAR-10, SVHN).
+    #[serde(alias = "lenet5-rgb")]
     LeNet5Rgb,
+    /// AdaCFL's `MnistCNN` (28×28 grey): conv 1→20, conv 20→50, one fully connected layer.
+    #[serde(rename = "mnist-cnn", alias = "mnistcnn")]
+    MnistCnn,
+    /// AdaCFL's `CifarCNN` (32×32 colour): conv 3→6, conv 6→16, one fully connected layer.
+    #[serde(rename = "cifar-cnn", alias = "cifarcnn")]
+    CifarCnn,
+    /// AdaCFL's `FmnistCNN` (28×28 grey): conv 1→16 (padded), conv 16→32, one fully connected
+    /// layer.
+    #[serde(rename = "fmnist-cnn", alias = "fmnistcnn")]
+    FmnistCnn,
 }
 
 /// How client `i` estimates the eigenvalue of client `j`'s eigenvector `v` under its own Gram
