@@ -168,6 +168,7 @@ for grid in "${grids[@]}"; do
       for p in ${PARTS:-pairs}; do
         n=${p/:/-}
         run mnist "adacfl-$n-adacfl" --algorithm adacfl --partition "$p" --lambda 1.4 --epsilon 1.8 "${a[@]}"
+        run mnist "adacfl-$n-adacfl-auto" --algorithm adacfl --partition "$p" --lambda auto --epsilon 1.8 "${a[@]}"
         run mnist "adacfl-$n-fedavg" --algorithm fedavg --partition "$p" "${a[@]}"
       done
       # StoCFL's rotated MNIST (its Table 1; 100 clients here, not its 2 400 of 100 samples).

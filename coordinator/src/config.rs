@@ -95,14 +95,18 @@ impl RunConfig {
         let given: toml::Table = text
             .parse()
             .with_context(|| format!("invalid config file {name}"))?;
-        if given
-            .get("federation")
-            .and_then(|f| f.get("threshold"))
-            .is_some()
-        {
-            tracing::warn!(
-                "{name}: `threshold` is the old name of `lambda` in [federation], kept for one release"
-            );
+        let federation = given.get("federation").and_then(toml::Value::as_table);
+        for (table, place, names) in [
+            (Some(&given), "at the top level", OLD_TOP_KEYS),
+            (federation, "in [federation]", OLD_FEDERATION_KEYS),
+        ] {
+            for (old, new) in names {
+                if table.is_some_and(|t| t.contains_key(*old)) {
+                    tracing::warn!(
+                        "{name}: `{old}` is the old name of `{new}` {place}, kept for one release"
+                    );
+                }
+            }
         }
         over_defaults(&given).map_err(|e| explain(text, name, &given, e))
     }

@@ -132,7 +132,7 @@ fn on_the_cpu_the_mlp_trains_in_cohorts_of_ten_unless_told_and_lenet_alone() {
 
 #[test]
 fn bad_flags_and_missing_data_fail_cleanly() {
-    let cases: [(&[&str], &str); 17] = [
+    let cases: &[(&[&str], &str)] = &[
         (&["simulate", "--frac", "1.5"], "frac"),
         // The flags only simulate takes (issue 53 §3): refused by serve and demo before anything
         // starts.
@@ -193,6 +193,28 @@ fn bad_flags_and_missing_data_fail_cleanly() {
         (
             &["serve", "--clients", "2", "--partition", "pairs"],
             "label groups need at least",
+        ),
+        // A served run starts with 2 clients: one is refused at once, not after the join's
+        // timeout (300 s by default).
+        (
+            &["serve", "--clients", "1", "--partition", "iid"],
+            "--clients 1: a served run needs at least 2 clients",
+        ),
+        (
+            &["demo", "--clients", "1", "--partition", "iid"],
+            "--clients 1: a served run needs at least 2 clients",
+        ),
+        (
+            &[
+                "serve",
+                "--clients",
+                "4",
+                "--min-clients",
+                "5",
+                "--partition",
+                "iid",
+            ],
+            "--min-clients 5: must be between 2 and --clients (4)",
         ),
     ];
     for (args, needle) in cases {

@@ -184,6 +184,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         (None, Some(_)) => args.run.resolve()?,
         (None, None) => args.run.resolve_from(DEMO_CONFIG, "<demo config>")?,
     };
+    serve::check_fleet(&cfg, &NetFlags::default())?;
     // The partition its clients will make, made here first: a spec the clients cannot split
     // (`--clients 3` for 4 label groups) is an error now, not a join that times out.
     serve::Testbed::compute(

@@ -295,17 +295,42 @@ pub fn run(
 ///
 /// The checkpoint does not read, or the flags do not make a valid configuration.
 pub fn resolve(run: &crate::config::RunFlags, net: &NetFlags) -> anyhow::Result<RunConfig> {
-    let (Some(dir), None) = (&net.resume, &run.config) else {
-        return run.resolve();
+    let cfg = match (&net.resume, &run.config) {
+        (Some(dir), None) => match read_checkpoint(dir)?
+            .config(dir)
+            .with_context(|| format!("--resume {}", dir.display()))?
+        {
+            Some(base) => run.resolve_over(base)?,
+            // A checkpoint of an older version: the flags given, compared with it as before.
+            None => run.resolve()?,
+        },
+        _ => run.resolve()?,
     };
-    match read_checkpoint(dir)?
-        .config(dir)
-        .with_context(|| format!("--resume {}", dir.display()))?
-    {
-        Some(base) => run.resolve_over(base),
-        // A checkpoint of an older version: the flags given, compared with it as before.
-        None => run.resolve(),
+    check_fleet(&cfg, net)?;
+    Ok(cfg)
+}
+
+/// A served run starts once at least 2 clients have joined (the join's rule: one client is no
+/// federation to cluster), so a configuration of fewer, or a fresh run's `--min-clients` outside
+/// `2..=clients`, is refused before anything starts, not after `--join-timeout`.
+///
+/// # Errors
+///
+/// The rule above, naming the flag.
+pub fn check_fleet(cfg: &RunConfig, net: &NetFlags) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        cfg.clients >= 2,
+        "--clients {}: a served run needs at least 2 clients (it starts once 2 have joined)",
+        cfg.clients
+    );
+    if let (None, Some(m)) = (&net.resume, net.min_clients) {
+        anyhow::ensure!(
+            (2..=cfg.clients).contains(&m),
+            "--min-clients {m}: must be between 2 and --clients ({})",
+            cfg.clients
+        );
     }
+    Ok(())
 }
 
 /// What `serve` says when SIGINT or SIGTERM stops it: where the run stands on disk and the
