@@ -48,9 +48,10 @@ pub struct NetFlags {
     /// Run id carried by every message (default: from the clock).
     #[arg(long)]
     pub run_id: Option<String>,
-    /// Clients to wait for before round 0 (default: `clients` of the config). With `--resume`:
-    /// the clients of the checkpoint that must answer within `--join-timeout` for the run to go
-    /// on (default 1); fewer, and it stops with an error, the checkpoint unchanged.
+    /// Clients to wait for before round 0, 2 to `--clients` (default: `clients` of the
+    /// config). With `--resume`: the clients of the checkpoint that must answer within
+    /// `--join-timeout` for the run to go on (default 1); fewer, and it stops with an error, the
+    /// checkpoint unchanged.
     #[arg(long)]
     pub min_clients: Option<usize>,
     /// Seconds to wait for clients to join (a client joins once it answers the coordinator's
