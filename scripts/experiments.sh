@@ -21,8 +21,8 @@
 #          fesem  (dir:0.5: FeSEM K = 2, 3, 4 vs FedAvg and FedProx μ = 0.1)
 #          all    (every method on label:2, label:3, dir:0.1 with FedClust's settings)
 #          cifar10 (FedClust's Tables 1-2, CIFAR-10 column: Local, FedAvg, FedProx, IFCA, CFL, PACFL,
-#                  FedClust on label:2, label:3, dir:0.1 (or PARTS), FedClust's settings, the colour
-#                  LeNet-5; CIFAR10=DIR names the data (default: ../shared/data/cifar10-jpg's
+#                  FedClust, and MT-HFL on the raw pixels, on label:2, label:3, dir:0.1 (or PARTS),
+#                  FedClust's settings, the colour LeNet-5; CIFAR10=DIR names the data (default: ../shared/data/cifar10-jpg's
 #                  tarball, extracted once under target/cifar10-jpg)
 #          mnist  (the MNIST settings of three papers, each method against FedAvg on the same split:
 #                  AdaCFL's (MnistCNN, batch 100, all clients, 1 epoch) on pairs (α = B) or PARTS;
@@ -160,6 +160,9 @@ for grid in "${grids[@]}"; do
           run cifar10 "$n-$a" --algorithm "$a" --partition "$p" "${s[@]}"
         done
         run cifar10 "$n-ifca" --algorithm ifca --clusters 4 --partition "$p" "${s[@]}"
+        # MT-HFL's CIFAR-10 runs cluster ImageNet-pretrained ResNet-18 features, which cannot be
+        # had here: its Gram signatures on the raw pixels (its FMNIST mode), 3 072 × 3 072.
+        run cifar10 "$n-mthfl" --algorithm mthfl --partition "$p" "${s[@]}"
       done ;;
     mnist)
       m=(--dataset mnist --data "${MNIST:-../shared/data/mnist}")
