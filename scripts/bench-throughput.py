@@ -7,12 +7,13 @@
         --runner "qemu-aarch64 -L /usr/aarch64-linux-gnu" --no-torch --samples 600 \
         --baseline target/before/aarch64-unknown-linux-gnu/release/edge-client
 
-For each thread count and model (LeNet-5, MT-HFL's MLP) it runs `edge-client bench --threads t`
+For each thread count and model (LeNet-5, MT-HFL's MLP; `--dataset cifar10 --models lenet5-rgb`
+for the colour LeNet-5 on CIFAR-10) it runs `edge-client bench --threads t`
 (each batch split over t threads; RAYON_NUM_THREADS=t too, and no --threads for a binary from
 before that flag), then a PyTorch script of the same
 training step in a fresh process with torch.set_num_threads(t) and set_num_interop_threads(1),
 right after it (and, with --baseline, another edge-client binary, e.g. one built from an
-earlier commit, right before it). All train one epoch over the first `--samples` Fashion-MNIST training images
+earlier commit, right before it). All train one epoch over the first `--samples` training images
 (pixels / 255, no other normalisation), shuffled, with plain SGD, learning rate 0.01, momentum
 0.5, mean cross-entropy; each reports the median samples/s of `--repeats` epochs after one
 untimed warm-up epoch. With `--rounds R` the sides take turns R times: each side's figure is its
@@ -53,6 +54,7 @@ import torch.nn as nn
 threads, model_name = int(sys.argv[1]), sys.argv[2]
 batches = [int(b) for b in sys.argv[3].split(",")]
 samples, repeats, data_dir = int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6])
+dataset = sys.argv[7]
 torch.set_num_threads(threads)
 torch.set_num_interop_threads(1)
 torch.manual_seed(0)
@@ -62,18 +64,30 @@ def idx(name):
     raw = gzip.open(p).read() if p.suffix == ".gz" else p.read_bytes()
     return raw
 
-img = idx("train-images-idx3-ubyte.gz")
-lab = idx("train-labels-idx1-ubyte.gz")
-pixels = torch.frombuffer(bytearray(img[16:16 + samples * 784]), dtype=torch.uint8).view(samples, 1, 28, 28)
-labels = torch.frombuffer(bytearray(lab[8:8 + samples]), dtype=torch.uint8).long()
+if dataset == "cifar10":
+    # The image folder as the edge client reads it: class folders, then files, in name order;
+    # each JPEG decoded to RGB, channel after channel.
+    from PIL import Image
+    files = [f for c in sorted((data_dir / "train").iterdir()) for f in sorted(c.iterdir())][:samples]
+    classes = sorted(c.name for c in (data_dir / "train").iterdir())
+    pixels = torch.stack([torch.frombuffer(bytearray(Image.open(f).convert("RGB").tobytes()),
+                                           dtype=torch.uint8).view(32, 32, 3).permute(2, 0, 1)
+                          for f in files]).contiguous()
+    labels = torch.tensor([classes.index(f.parent.name) for f in files])
+else:
+    img = idx("train-images-idx3-ubyte.gz")
+    lab = idx("train-labels-idx1-ubyte.gz")
+    pixels = torch.frombuffer(bytearray(img[16:16 + samples * 784]), dtype=torch.uint8).view(samples, 1, 28, 28)
+    labels = torch.frombuffer(bytearray(lab[8:8 + samples]), dtype=torch.uint8).long()
 
 class LeNet5(nn.Module):
-    # conv 1->6 k5, ReLU, maxpool 2, conv 6->16 k5, ReLU, maxpool 2, fc 256->120->84->10
-    def __init__(self):
+    # conv C->6 k5, ReLU, maxpool 2, conv 6->16 k5, ReLU, maxpool 2, fc F->120->84->10 (C, F: 1,
+    # 256 for 1x28x28 images; 3, 400 for 3x32x32, NIID-Bench's SimpleCNN)
+    def __init__(self, channels=1, features=256):
         super().__init__()
-        self.conv1, self.conv2 = nn.Conv2d(1, 6, 5), nn.Conv2d(6, 16, 5)
+        self.conv1, self.conv2 = nn.Conv2d(channels, 6, 5), nn.Conv2d(6, 16, 5)
         self.pool = nn.MaxPool2d(2, 2)
-        self.fc1, self.fc2, self.fc3 = nn.Linear(256, 120), nn.Linear(120, 84), nn.Linear(84, 10)
+        self.fc1, self.fc2, self.fc3 = nn.Linear(features, 120), nn.Linear(120, 84), nn.Linear(84, 10)
     def forward(self, x):
         x = self.pool(torch.relu(self.conv1(x)))
         x = self.pool(torch.relu(self.conv2(x)))
@@ -102,7 +116,7 @@ def epoch(net, opt, loss_fn, batch):
 
 out = []
 for batch in batches:
-    net = LeNet5() if model_name == "lenet5" else Mlp()
+    net = {"lenet5": LeNet5, "lenet5-rgb": lambda: LeNet5(3, 400), "mlp": Mlp}[model_name]()
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.5)
     loss_fn = nn.CrossEntropyLoss()
     epoch(net, opt, loss_fn, batch)  # untimed warm-up
@@ -155,7 +169,7 @@ def run_client(args, threads, model, client=None):
     cmd = shlex.split(args.runner) if args.runner else []
     cmd += [str(client), "bench", "--model", model, "--batches", args.batches,
             "--samples", str(args.samples), "--repeats", str(args.repeats),
-            "--data", str(args.data)]
+            "--dataset", args.dataset, "--data", str(args.data)]
     if takes_threads(args, client):
         cmd += ["--threads", str(threads)]
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
@@ -166,7 +180,7 @@ def run_client(args, threads, model, client=None):
 def run_torch(args, threads, model):
     res = subprocess.run(
         [args.torch_python, "-c", TORCH_SCRIPT, str(threads), model, args.batches,
-         str(args.samples), str(args.repeats), str(args.data)],
+         str(args.samples), str(args.repeats), str(args.data), args.dataset],
         check=True, capture_output=True, text=True,
         env=dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)))
     return json.loads(res.stdout)
@@ -181,6 +195,10 @@ def main():
     p.add_argument("--runner", default="", help="prefix for the client, e.g. 'qemu-aarch64 -L /usr/aarch64-linux-gnu'")
     p.add_argument("--torch-python", default=os.environ.get("TORCH_PY", sys.executable))
     p.add_argument("--no-torch", action="store_true", help="time only the edge client")
+    p.add_argument("--dataset", default="fmnist", choices=["fmnist", "cifar10"],
+                   help="fmnist (IDX files in --data) or cifar10 (its image folder in --data, e.g. "
+                        "../shared/data/cifar10-jpg's tarball extracted; the PyTorch side decodes "
+                        "it with PIL, `pip install pillow` beside torch)")
     p.add_argument("--data", type=Path, default=Path("/usr/share/datasets/fashion-mnist"))
     p.add_argument("--threads", default="1,2")
     p.add_argument("--models", default="lenet5,mlp")

@@ -272,3 +272,54 @@ fn demo_with_too_few_clients_for_its_groups_fails_at_once() {
     assert!(started.elapsed() < std::time::Duration::from_secs(60));
     assert!(!out.join("logs").exists(), "no client was started");
 }
+
+/// An edge client of the demo that fails at start-up ends the demo at once, with its error and
+/// the end of its log, and its fleet with it (it waited for the join's 120 s, then said "only 7
+/// client(s) joined", the client's own error only in its log file). The failing client is a
+/// program that writes an error as edge-client does and exits 2 (clap's usage status), for
+/// every client but one: the others are real edge clients.
+#[test]
+fn a_demo_client_that_fails_at_start_ends_the_demo_with_its_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("demo-failing-client");
+    std::fs::create_dir_all(&dir).unwrap();
+    let real = Path::new(env!("CARGO_BIN_EXE_coordinator")).with_file_name("edge-client");
+    assert!(
+        real.is_file(),
+        "{} (built with the workspace)",
+        real.display()
+    );
+    // client-002 fails; the others run the real edge client.
+    let client = dir.join("edge-client");
+    std::fs::write(
+        &client,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *client-002*) echo 'error: the data of this board cannot be \
+             read (test)' >&2; exit 2;; esac\nexec '{}' \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&client, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.join("out");
+    let started = std::time::Instant::now();
+    let o = coordinator(&[
+        "demo",
+        "--client-bin",
+        client.to_str().unwrap(),
+        "--data",
+        subset().to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("edge client client-002 exited (exit status: 2) before the run ended")
+            && stderr.contains("error: the data of this board cannot be read (test)")
+            && stderr.contains("nothing to resume"),
+        "{stderr}"
+    );
+    // At once: not after the join's 120 s.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,9 +58,11 @@ pub struct DemoArgs {
 }
 
 /// Edge-client processes, killed when dropped (so an error never leaves them behind) or when
-/// SIGINT/SIGTERM stops the demo ([`crate::interrupt`]).
+/// SIGINT/SIGTERM stops the demo ([`crate::interrupt`]). While `watching`, the first of them to
+/// fail ends the demo with its error ([`Fleet::watch`]).
 struct Fleet {
     children: Arc<Mutex<Vec<Child>>>,
+    watching: Arc<AtomicBool>,
     _stop: crate::interrupt::Hook,
 }
 
@@ -83,32 +86,72 @@ impl Drop for Fleet {
 impl Fleet {
     fn new(out: &Path) -> Self {
         let children = Arc::new(Mutex::new(Vec::new()));
+        let watching = Arc::new(AtomicBool::new(false));
         let stop = {
-            let children = children.clone();
+            let (children, watching) = (children.clone(), watching.clone());
             let out = out.to_path_buf();
             crate::interrupt::on_stop(move |signal| {
+                watching.store(false, Ordering::SeqCst);
                 stop_all(&children);
-                let resume = if out.join(serve::CHECKPOINT_FILE).is_file() {
-                    format!(
-                        "; go on with it: coordinator demo --resume {} (models so far: \
-                         coordinator export {})",
-                        out.display(),
-                        out.display()
-                    )
-                } else {
-                    " (stopped before round 0 ended: nothing to resume)".to_string()
-                };
                 eprintln!(
-                    "{signal}: the demo stopped, and its edge clients with it; what it wrote so \
-                     far is in {}{resume}",
-                    out.display()
+                    "{signal}: the demo stopped, and its edge clients with it; {}",
+                    what_is_left(&out)
                 );
             })
         };
         Fleet {
             children,
+            watching,
             _stop: stop,
         }
+    }
+
+    /// Watches the fleet until [`Fleet::unwatch`]: the first edge client to exit with a failure
+    /// (a start-up error: its data, its device, its credentials) has the end of its log printed
+    /// and ends the demo (exit status 1) with the rest of the fleet, at once, not when the join
+    /// or a phase gives up on it minutes later.
+    fn watch(&self, ids: &[String], logs: &Path, out: &Path) {
+        self.watching.store(true, Ordering::SeqCst);
+        let (children, watching) = (self.children.clone(), self.watching.clone());
+        let (ids, logs, out) = (ids.to_vec(), logs.to_path_buf(), out.to_path_buf());
+        std::thread::spawn(move || {
+            while watching.load(Ordering::SeqCst) {
+                let failed = children
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter_mut()
+                    .enumerate()
+                    .find_map(|(i, c)| match c.try_wait() {
+                        Ok(Some(status)) if !status.success() => Some((i, status)),
+                        _ => None,
+                    });
+                if let Some((i, status)) = failed {
+                    if !watching.swap(false, Ordering::SeqCst) {
+                        return; // the run ended (or a signal stopped it) meanwhile
+                    }
+                    let id = ids.get(i).map_or("?", String::as_str);
+                    let log = logs.join(format!("{id}.log"));
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    let lines: Vec<&str> = text.lines().collect();
+                    let tail = lines[lines.len().saturating_sub(10)..].join("\n");
+                    stop_all(&children);
+                    eprintln!(
+                        "error: edge client {id} exited ({status}) before the run ended; the end \
+                         of its log ({}):\n{tail}\nthe demo stopped, and its edge clients with it; \
+                         {}",
+                        log.display(),
+                        what_is_left(&out)
+                    );
+                    std::process::exit(1);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+    }
+
+    /// Ends [`Fleet::watch`]: the clients exit now that the run is over.
+    fn unwatch(&self) {
+        self.watching.store(false, Ordering::SeqCst);
     }
 
     fn push(&self, child: Child) {
@@ -146,6 +189,20 @@ impl Fleet {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// What a stopped demo leaves in `out`, and how to go on with it.
+fn what_is_left(out: &Path) -> String {
+    let resume = if out.join(serve::CHECKPOINT_FILE).is_file() {
+        format!(
+            "; go on with it: coordinator demo --resume {} (models so far: coordinator export {})",
+            out.display(),
+            out.display()
+        )
+    } else {
+        " (stopped before round 0 ended: nothing to resume)".to_string()
+    };
+    format!("what it wrote so far is in {}{resume}", out.display())
 }
 
 fn client_bin(given: Option<&Path>) -> anyhow::Result<PathBuf> {
@@ -285,6 +342,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         logs.display()
     );
     let mut fleet = fleet;
+    fleet.watch(&ids, &logs, &cfg.out);
     let served = serve::run(
         &cfg,
         &NetFlags {
@@ -295,7 +353,9 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
         },
         &broker,
         None,
-    )?;
+    );
+    fleet.unwatch();
+    let served = served?;
     let left = fleet.wait(Duration::from_secs(10));
     if left > 0 {
         warn!("{left} edge clients did not exit after the run; stopping them");
