@@ -151,9 +151,12 @@ def paired(ours, theirs) -> float:
 
 
 def rel(v) -> str:
-    """An argument as recorded: paths inside the checkout relative to it."""
+    """An argument as recorded: paths inside the checkout relative to it, others by their file
+    name only (a machine's own directories mean nothing elsewhere)."""
     if isinstance(v, Path) and v.resolve().is_relative_to(ROOT):
         return str(v.resolve().relative_to(ROOT))
+    if isinstance(v, Path) and v.is_absolute():
+        return f"{v.name} (outside the checkout)"
     return str(v)
 
 
