@@ -15,6 +15,9 @@ use tracing::{debug, info, warn};
 use crate::rounds::{Rejected, Rejection, Tally, until, wait};
 
 use super::NetFlags;
+
+/// The fewest joined clients a run starts with: one client is no federation to cluster.
+pub(super) const MIN_JOINED: usize = 2;
 use super::pool::{Member, MqttPool, finish_fleet};
 
 /// Counts a message from outside the run (an unknown or invalid client id, garbage on a status
@@ -297,14 +300,14 @@ impl MqttPool {
                 candidates.keys().cloned().collect::<Vec<_>>().join(", ")
             );
         }
-        if joined.len() < 2 {
+        if joined.len() < MIN_JOINED {
             // A failed run still tells the clients it heard of to finish, so none of them
             // waits (and reconnects) forever for jobs that will never come.
             let ids = joined.values().chain(candidates.values()).map(|(id, _)| id);
             finish_fleet(&link, &topics, &run, ids);
             link.disconnect();
             anyhow::bail!(
-                "only {} client(s) joined within {:.0}s; clustering needs at least 2",
+                "only {} client(s) joined within {:.0}s; clustering needs at least {MIN_JOINED}",
                 joined.len(),
                 net.join_timeout
             );

@@ -311,23 +311,25 @@ pub fn resolve(run: &crate::config::RunFlags, net: &NetFlags) -> anyhow::Result<
     Ok(cfg)
 }
 
-/// A served run starts once at least 2 clients have joined (the join's rule: one client is no
-/// federation to cluster), so a configuration of fewer, or a fresh run's `--min-clients` outside
-/// `2..=clients`, is refused before anything starts, not after `--join-timeout`.
+/// A served run starts once at least `join::MIN_JOINED` (2) clients have joined, so a
+/// configuration of fewer, or a fresh run's `--min-clients` outside `2..=clients`, is refused
+/// before anything starts, not after `--join-timeout`.
 ///
 /// # Errors
 ///
 /// The rule above, naming the flag.
 pub fn check_fleet(cfg: &RunConfig, net: &NetFlags) -> anyhow::Result<()> {
+    let least = join::MIN_JOINED;
     anyhow::ensure!(
-        cfg.clients >= 2,
-        "--clients {}: a served run needs at least 2 clients (it starts once 2 have joined)",
+        cfg.clients >= least,
+        "--clients {}: a served run needs at least {least} clients (it starts once {least} have \
+         joined)",
         cfg.clients
     );
     if let (None, Some(m)) = (&net.resume, net.min_clients) {
         anyhow::ensure!(
-            (2..=cfg.clients).contains(&m),
-            "--min-clients {m}: must be between 2 and --clients ({})",
+            (least..=cfg.clients).contains(&m),
+            "--min-clients {m}: must be between {least} and --clients ({})",
             cfg.clients
         );
     }
