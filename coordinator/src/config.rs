@@ -139,7 +139,11 @@ impl RunConfig {
             );
         }
         anyhow::ensure!(self.cohort != Some(0), "cohort must be ≥ 1");
-        let unused = self.partition.unused_labels();
+        let dataset = self.method.federation.dataset;
+        self.partition
+            .check_classes(dataset.info().classes())
+            .with_context(|| format!("partition {} on {}", self.partition, dataset.info().name))?;
+        let unused = self.partition.unused_labels(dataset.info().classes());
         if !unused.is_empty() {
             tracing::warn!(
                 "--partition {}: labels {unused:?} are in no group, so their samples go to no \

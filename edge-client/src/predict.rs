@@ -228,8 +228,16 @@ pub fn run(args: &PredictArgs) -> anyhow::Result<Report> {
         .model
         .check_input(kind)
         .with_context(|| format!("{}", args.model.display()))?;
-    let input = load_input(args, kind)?;
     let classes = kind.info().classes();
+    anyhow::ensure!(
+        params.classes() == classes,
+        "{}: the model has {} outputs, {} has {classes} classes: give --dataset the data set it \
+         was trained on",
+        args.model.display(),
+        params.classes(),
+        kind.info().name
+    );
+    let input = load_input(args, kind)?;
     let n = input.pixels.len() / kind.info().shape.pixels();
     info!(
         "{} ({}, cluster {}) on {n} images of {}",

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
+use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition_of};
 use edgecfl_shared::data::spill::SpillFile;
 use edgecfl_shared::data::{DataLabels, DatasetKind};
 use edgecfl_shared::protocol::{ShardInfo, text};
@@ -134,7 +134,8 @@ impl ShardArgs {
             self.index,
             self.of
         );
-        let part = partition(spec, &data.train, self.of, self.seed)
+        let classes = self.dataset.info().classes();
+        let part = partition_of(spec, &data.train, classes, self.of, self.seed)
             .with_context(|| format!("partition {spec}"))?;
         let shard = &part.clients[self.index];
         let test = local_test_indices(shard, &data.test);

@@ -62,7 +62,11 @@ pub fn run(args: &SignatureArgs) -> anyhow::Result<Vec<f32>> {
         !shard.train.is_empty(),
         "this client has no training sample"
     );
-    let initial = Params::init(args.model, args.model_seed);
+    let initial = Params::init_for(
+        args.model,
+        args.shard.dataset.info().classes(),
+        args.model_seed,
+    );
     let cfg = TrainConfig {
         epochs: args.warmup_epochs,
         batch_size: args.batch,

@@ -50,7 +50,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::model::{ModelError, ModelKind, ParamLayout, Params};
 use crate::train::{
-    Backend, CLASSES, Device, EvalReport, LocalData, Proximal, TrainConfig, TrainError, TrainReport,
+    Backend, Device, EvalReport, LocalData, Proximal, TrainConfig, TrainError, TrainReport,
 };
 
 /// One client's local training in a cohort: what [`crate::train::train_local_prox`] takes.
@@ -109,7 +109,7 @@ pub fn train_cohort(members: &[Member<'_>], device: &Device, conv: Convolution) 
     let mut model = None;
     let checks: Vec<Result<(), TrainError>> =
         members.iter().map(|m| check(m, &mut model)).collect();
-    let px = model.map_or(1, |m: ModelKind| m.input().pixels());
+    let px = model.map_or(1, |(m, _): Arch| m.input().pixels());
     let mut valid = Vec::new();
     // Every valid member's images, scaled to [0, 1], after the zero image of padding, and each
     // valid member's first row among them.
@@ -177,8 +177,8 @@ pub fn gradient_cohort(
             Err(TrainError::NoData)
         } else {
             check_size(params)
-                .and_then(|()| crate::train::check_input(params.model, data))
-                .and_then(|()| check_architecture(params.model, &mut model))
+                .and_then(|()| crate::train::check_input(params, data))
+                .and_then(|()| check_architecture(params, &mut model))
         };
         match checked {
             Ok(()) => valid.push(t),
@@ -202,7 +202,8 @@ pub fn gradient_cohort(
             prox: None,
         })
         .collect();
-    if let Some(model) = model {
+    if let Some(arch) = model {
+        let model = arch.0;
         let widest = valid.iter().map(|&t| tasks[t].2).max().unwrap_or(1);
         for group in valid.chunks((EVAL_SAMPLES_PER_STEP / widest).max(1)) {
             let px = model.input().pixels();
@@ -224,7 +225,7 @@ pub fn gradient_cohort(
             if cohort.is_empty() {
                 continue;
             }
-            let gradients = Cohort::new(model, conv, Mean::Shard, &cohort, pixels, first, device)
+            let gradients = Cohort::new(arch, conv, Mean::Shard, &cohort, pixels, first, device)
                 .gradients(device);
             for (t, g) in indices.into_iter().zip(gradients) {
                 out[t] = Some(g);
@@ -257,15 +258,15 @@ pub fn evaluate_cohort(
     let mut valid = Vec::new();
     for (t, (params, data)) in tasks.iter().enumerate() {
         let checked = check_size(params)
-            .and_then(|()| crate::train::check_input(params.model, data))
-            .and_then(|()| check_architecture(params.model, &mut model));
+            .and_then(|()| crate::train::check_input(params, data))
+            .and_then(|()| check_architecture(params, &mut model));
         match checked {
             Ok(()) => valid.push(t),
             Err(e) => out[t] = Some(Err(e)),
         }
     }
-    if let Some(model) = model {
-        let layout = ParamLayout::of(model);
+    if let Some((model, classes)) = model {
+        let layout = ParamLayout::new(model, classes);
         let b = batch.max(1);
         for group in valid.chunks((EVAL_SAMPLES_PER_STEP / b).max(1)) {
             // The group's images after the zero image, and each pair's first row (None when its
@@ -337,7 +338,7 @@ fn evaluate_group<'p>(
     let images = Tensor::<2>::from_data(TensorData::new(pixels, [rows, px]), device);
     let len = |i: usize| first[i].map_or(0, |_| tasks[i].1.len());
     let longest = (0..c).map(len).max().unwrap_or(0);
-    let mut reports = vec![EvalReport::default(); c];
+    let mut reports = vec![EvalReport::new(shape.layout.classes); c];
     if longest == 0 {
         // No empty tensor: some backends cannot allocate an empty buffer.
         return reports;
@@ -361,7 +362,7 @@ fn evaluate_group<'p>(
         preds.push(logits.clone().argmax(2));
         logps.push(log_softmax(logits, 2));
     }
-    // `[steps·C, B, 1]` and `[steps·C, B, 10]`: step j, model i, sample k at (j·C + i)·B + k.
+    // `[steps·C, B, 1]` and `[steps·C, B, classes]`: step j, model i, sample k at (j·C + i)·B + k.
     let pred: Vec<i64> = Tensor::cat(preds, 0).into_data().iter::<i64>().collect();
     let logp: Vec<f32> = Tensor::cat(logps, 0).into_data().iter::<f32>().collect();
     for (j, start) in (0..longest).step_by(b).enumerate() {
@@ -369,7 +370,7 @@ fn evaluate_group<'p>(
             for k in 0..b.min(len(i).saturating_sub(start)) {
                 let at = (j * c + i) * b + k;
                 let label = usize::from(tasks[i].1.labels[start + k]);
-                let loss = -f64::from(logp[at * CLASSES + label]);
+                let loss = -f64::from(logp[at * shape.layout.classes + label]);
                 rep.loss_sum += loss;
                 rep.loss_per_label[label] += loss;
                 rep.total += 1;
@@ -385,39 +386,43 @@ fn evaluate_group<'p>(
 }
 
 /// The checks of [`crate::train::train_local_prox`], and one architecture per cohort.
-fn check(m: &Member<'_>, model: &mut Option<ModelKind>) -> Result<(), TrainError> {
+fn check(m: &Member<'_>, model: &mut Option<Arch>) -> Result<(), TrainError> {
     m.cfg.validate()?;
     check_size(m.start)?;
     if let Some(p) = &m.prox {
-        p.validate(m.start.model)?;
+        p.validate(m.start)?;
     }
-    crate::train::check_input(m.start.model, m.data)?;
-    check_architecture(m.start.model, model)
+    crate::train::check_input(m.start, m.data)?;
+    check_architecture(m.start, model)
 }
 
-/// [`TrainError::InvalidParams`] unless `params` has its model's size.
+/// [`TrainError::InvalidParams`] unless `params` has its model's size for some class count.
 fn check_size(params: &Params) -> Result<(), TrainError> {
-    let expected = ParamLayout::of(params.model).len();
-    if params.values.len() == expected {
+    if ParamLayout::classes_for(params.model, params.values.len()).is_some() {
         Ok(())
     } else {
         Err(TrainError::InvalidParams(ModelError::WrongSize {
             model: params.model,
-            expected,
+            expected: ParamLayout::of(params.model).len(),
             got: params.values.len(),
         }))
     }
 }
 
+/// A cohort's architecture: the model and its class count.
+type Arch = (ModelKind, usize);
+
 /// One architecture per cohort: the first one seen sets it.
-fn check_architecture(kind: ModelKind, model: &mut Option<ModelKind>) -> Result<(), TrainError> {
+fn check_architecture(params: &Params, model: &mut Option<Arch>) -> Result<(), TrainError> {
+    let arch = (params.model, params.classes());
     match model {
-        Some(k) if *k != kind => Err(TrainError::InvalidConfig(format!(
-            "a cohort holds one architecture: {kind} beside {k}"
+        Some(k) if *k != arch => Err(TrainError::InvalidConfig(format!(
+            "a cohort holds one architecture: {} with {} classes beside {} with {}",
+            arch.0, arch.1, k.0, k.1
         ))),
         Some(_) => Ok(()),
         None => {
-            *model = Some(kind);
+            *model = Some(arch);
             Ok(())
         }
     }
@@ -494,7 +499,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
     /// `pixels`: the zero image, then every member's images in order (`LocalData::append_unit_images`), member
     /// i's from row `first[i]`.
     fn new(
-        model: ModelKind,
+        (model, classes): Arch,
         conv: Convolution,
         mean: Mean,
         members: &'m [&'m Member<'a>],
@@ -502,7 +507,7 @@ impl<'m, 'a> Cohort<'m, 'a> {
         first: Vec<usize>,
         device: &Device,
     ) -> Self {
-        let layout = ParamLayout::of(model);
+        let layout = ParamLayout::new(model, classes);
         let ad = device.clone().autodiff();
         let c = members.len();
         // Row i of an entry: member i's slice of it (zeros where it has none).
@@ -825,7 +830,7 @@ impl Batched<'_> {
         images.clone().select(0, rows).reshape(shape)
     }
 
-    /// Logits `[C, B, 10]` of the stacked parameters `p` (per layout entry, `[C, n]`).
+    /// Logits `[C, B, classes]` of the stacked parameters `p` (per layout entry, `[C, n]`).
     fn forward(&self, p: &[Tensor<2>], x: Tensor<4>) -> Tensor<3> {
         let (c, b) = (self.c, self.b);
         let shape = |k: usize| self.layout.entries[k].shape.clone();

@@ -118,6 +118,8 @@ pub fn default_common_layers(model: ModelKind) -> LayerSet {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommonLayers {
     model: ModelKind,
+    /// The model's parameter count (of its class count).
+    len: usize,
     set: LayerSet,
     selection: Selection,
 }
@@ -131,8 +133,17 @@ impl CommonLayers {
     /// [`HierarchyError::UnknownLayer`], or [`HierarchyError::Model`] for a set that selects
     /// nothing.
     pub fn new(model: ModelKind, set: Option<&LayerSet>) -> Result<Self, HierarchyError> {
+        CommonLayers::of(&ParamLayout::of(model), set)
+    }
+
+    /// [`CommonLayers::new`] for the model of `layout` (and its class count).
+    ///
+    /// # Errors
+    ///
+    /// As [`CommonLayers::new`].
+    pub fn of(layout: &ParamLayout, set: Option<&LayerSet>) -> Result<Self, HierarchyError> {
+        let model = layout.model;
         let set = set.cloned().unwrap_or_else(|| default_common_layers(model));
-        let layout = ParamLayout::of(model);
         if let LayerSet::Named(names) = &set {
             let layers = layout.layers();
             if let Some(bad) = names.iter().find(|n| !layers.contains(&n.as_str())) {
@@ -146,6 +157,7 @@ impl CommonLayers {
         let selection = layout.select(&set)?;
         Ok(CommonLayers {
             model,
+            len: layout.len(),
             set,
             selection,
         })
@@ -184,7 +196,7 @@ impl CommonLayers {
                 got: p.model,
             });
         }
-        let expected = ParamLayout::of(self.model).len();
+        let expected = self.len;
         if p.values.len() != expected {
             return Err(HierarchyError::WrongLength {
                 index,

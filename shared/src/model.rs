@@ -53,8 +53,12 @@ use crate::data::catalog::{DatasetKind, ImageShape};
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[non_exhaustive]
 pub enum ModelError {
-    /// The flat vector does not have the model's parameter count.
-    #[error("model {model} has {expected} parameters, got {got}")]
+    /// The flat vector does not have the model's parameter count for any class count.
+    #[error(
+        "model {model} has {expected} parameters with {DEFAULT_CLASSES} classes ({} more for each \
+         further class), got {got}",
+        ParamLayout::new(*model, 1).len() - ParamLayout::new(*model, 0).len()
+    )]
     WrongSize {
         /// The model kind.
         model: ModelKind,
@@ -236,18 +240,28 @@ impl ParamEntry {
     }
 }
 
+pub use crate::data::catalog::{DEFAULT_CLASSES, MAX_CLASSES};
+
 /// The ordered, named tensors of a model: the meaning of every float in a [`Params`] vector.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ParamLayout {
     /// The model it describes.
     pub model: ModelKind,
+    /// Its outputs, one per class (the width of its last layer).
+    pub classes: usize,
     /// Tensors in flattening order.
     pub entries: Vec<ParamEntry>,
 }
 
 impl ParamLayout {
-    /// The layout of `model`.
+    /// The layout of `model` with [`DEFAULT_CLASSES`] outputs.
     pub fn of(model: ModelKind) -> Self {
+        ParamLayout::new(model, DEFAULT_CLASSES)
+    }
+
+    /// The layout of `model` with `classes` outputs: only the last layer's width depends on it.
+    pub fn new(model: ModelKind, classes: usize) -> Self {
+        let k = classes;
         // (name, shape, fan_in)
         let spec: Vec<(&'static str, Vec<usize>, usize)> = match model {
             ModelKind::LeNet5 => vec![
@@ -259,8 +273,8 @@ impl ParamLayout {
                 ("fc1.bias", vec![120], 256),
                 ("fc2.weight", vec![120, 84], 120),
                 ("fc2.bias", vec![84], 120),
-                ("fc3.weight", vec![84, 10], 84),
-                ("fc3.bias", vec![10], 84),
+                ("fc3.weight", vec![84, k], 84),
+                ("fc3.bias", vec![k], 84),
             ],
             ModelKind::LeNet5Rgb => vec![
                 ("conv1.weight", vec![6, 3, 5, 5], 75),
@@ -271,38 +285,38 @@ impl ParamLayout {
                 ("fc1.bias", vec![120], 400),
                 ("fc2.weight", vec![120, 84], 120),
                 ("fc2.bias", vec![84], 120),
-                ("fc3.weight", vec![84, 10], 84),
-                ("fc3.bias", vec![10], 84),
+                ("fc3.weight", vec![84, k], 84),
+                ("fc3.bias", vec![k], 84),
             ],
             ModelKind::Mlp => vec![
                 ("fc1.weight", vec![784, 32], 784),
                 ("fc1.bias", vec![32], 784),
-                ("fc2.weight", vec![32, 10], 32),
-                ("fc2.bias", vec![10], 32),
+                ("fc2.weight", vec![32, k], 32),
+                ("fc2.bias", vec![k], 32),
             ],
             ModelKind::MnistCnn => vec![
                 ("conv1.weight", vec![20, 1, 5, 5], 25),
                 ("conv1.bias", vec![20], 25),
                 ("conv2.weight", vec![50, 20, 5, 5], 500),
                 ("conv2.bias", vec![50], 500),
-                ("fc.weight", vec![800, 10], 800),
-                ("fc.bias", vec![10], 800),
+                ("fc.weight", vec![800, k], 800),
+                ("fc.bias", vec![k], 800),
             ],
             ModelKind::CifarCnn => vec![
                 ("conv1.weight", vec![6, 3, 5, 5], 75),
                 ("conv1.bias", vec![6], 75),
                 ("conv2.weight", vec![16, 6, 5, 5], 150),
                 ("conv2.bias", vec![16], 150),
-                ("fc.weight", vec![400, 10], 400),
-                ("fc.bias", vec![10], 400),
+                ("fc.weight", vec![400, k], 400),
+                ("fc.bias", vec![k], 400),
             ],
             ModelKind::FmnistCnn => vec![
                 ("conv1.weight", vec![16, 1, 5, 5], 25),
                 ("conv1.bias", vec![16], 25),
                 ("conv2.weight", vec![32, 16, 5, 5], 400),
                 ("conv2.bias", vec![32], 400),
-                ("fc.weight", vec![800, 10], 800),
-                ("fc.bias", vec![10], 800),
+                ("fc.weight", vec![800, k], 800),
+                ("fc.bias", vec![k], 800),
             ],
         };
         let mut offset = 0;
@@ -319,7 +333,22 @@ impl ParamLayout {
                 e
             })
             .collect();
-        ParamLayout { model, entries }
+        ParamLayout {
+            model,
+            classes,
+            entries,
+        }
+    }
+
+    /// The class count for which `model` has `len` parameters: every class adds one output of
+    /// the last layer (its inputs' weights and a bias), so the length gives it. None when no
+    /// count in `2..=`[`MAX_CLASSES`] gives `len`.
+    pub fn classes_for(model: ModelKind, len: usize) -> Option<usize> {
+        let body = ParamLayout::new(model, 0).len();
+        let per_class = ParamLayout::new(model, 1).len() - body;
+        let extra = len.checked_sub(body)?;
+        let classes = extra / per_class;
+        (extra % per_class == 0 && (2..=MAX_CLASSES).contains(&classes)).then_some(classes)
     }
 
     /// Total number of parameters.
@@ -485,7 +514,8 @@ impl Selection {
     }
 }
 
-/// A model's parameters as one flat vector, laid out by [`ParamLayout::of`] its `model`.
+/// A model's parameters as one flat vector, laid out by its `model`'s [`ParamLayout`] (whose class
+/// count the length gives).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Params {
     /// The architecture.
@@ -495,16 +525,17 @@ pub struct Params {
 }
 
 impl Params {
-    /// Checks the length and that every value is finite.
+    /// Checks the length (that of `model` for some class count, [`ParamLayout::classes_for`])
+    /// and that every value is finite.
     pub fn new(model: ModelKind, values: Vec<f32>) -> Result<Self, ModelError> {
-        let layout = ParamLayout::of(model);
-        if values.len() != layout.len() {
+        let Some(classes) = ParamLayout::classes_for(model, values.len()) else {
             return Err(ModelError::WrongSize {
                 model,
-                expected: layout.len(),
+                expected: ParamLayout::of(model).len(),
                 got: values.len(),
             });
-        }
+        };
+        let layout = ParamLayout::new(model, classes);
         if let Some(index) = values.iter().position(|v| !v.is_finite()) {
             let name = layout
                 .entries
@@ -517,10 +548,16 @@ impl Params {
         Ok(Params { model, values })
     }
 
-    /// Seeded initialisation as PyTorch's default for Conv2d/Linear: every weight and bias drawn from
-    /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`. Independent of the burn backend.
+    /// [`Params::init_for`] with [`DEFAULT_CLASSES`] outputs.
     pub fn init(model: ModelKind, seed: u64) -> Self {
-        let layout = ParamLayout::of(model);
+        Params::init_for(model, DEFAULT_CLASSES, seed)
+    }
+
+    /// Seeded initialisation as PyTorch's default for Conv2d/Linear: every weight and bias drawn from
+    /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`. Independent of the burn backend. The draws of every
+    /// layer but the last do not depend on `classes`.
+    pub fn init_for(model: ModelKind, classes: usize, seed: u64) -> Self {
+        let layout = ParamLayout::new(model, classes);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut values = Vec::with_capacity(layout.len());
         for e in &layout.entries {
@@ -532,7 +569,12 @@ impl Params {
 
     /// The layout of these parameters.
     pub fn layout(&self) -> ParamLayout {
-        ParamLayout::of(self.model)
+        ParamLayout::new(self.model, self.classes())
+    }
+
+    /// The model's outputs, one per class (given by the length, [`ParamLayout::classes_for`]).
+    pub fn classes(&self) -> usize {
+        ParamLayout::classes_for(self.model, self.values.len()).unwrap_or(DEFAULT_CLASSES)
     }
 }
 
@@ -687,6 +729,20 @@ impl Net {
         }
     }
 
+    /// Its outputs, one per class: the width of its last layer.
+    pub fn classes(&self) -> usize {
+        match self {
+            Net::LeNet5(m) => m.fc3.weight.dims()[1],
+            Net::Mlp(m) => m.fc2.weight.dims()[1],
+            Net::SmallCnn(m) => m.fc.weight.dims()[1],
+        }
+    }
+
+    /// Its layout.
+    pub fn layout(&self) -> ParamLayout {
+        ParamLayout::new(self.kind(), self.classes())
+    }
+
     /// Visits every parameter tensor in [`ParamLayout`] order (weight before bias, layer by
     /// layer): the one place that ties the burn modules to the flat layout.
     fn walk<V: ParamVisitor>(&self, v: &mut V) {
@@ -730,7 +786,7 @@ impl Net {
                 param_values(p, &mut self.0);
             }
         }
-        let mut values = Values(Vec::with_capacity(ParamLayout::of(self.kind()).len()));
+        let mut values = Values(Vec::with_capacity(self.layout().len()));
         self.walk(&mut values);
         Params {
             model: self.kind(),
@@ -772,10 +828,7 @@ impl Net {
                 }
             }
         }
-        let mut out = Grads(
-            grads,
-            Vec::with_capacity(ParamLayout::of(self.kind()).len()),
-        );
+        let mut out = Grads(grads, Vec::with_capacity(self.layout().len()));
         self.walk(&mut out);
         out.1
     }
@@ -798,17 +851,13 @@ impl Net {
                 self.0 = rest;
             }
         }
-        assert_eq!(
-            flat.len(),
-            ParamLayout::of(self.kind()).len(),
-            "flat gradient length"
-        );
+        assert_eq!(flat.len(), self.layout().len(), "flat gradient length");
         let mut out = Register(flat, device, GradientsParams::new());
         self.walk(&mut out);
         out.2
     }
 
-    /// Logits `[batch, 10]` for images `[batch, C, H, W]` of the model's [`ModelKind::input`].
+    /// Logits `[batch, classes]` for images `[batch, C, H, W]` of the model's [`ModelKind::input`].
     pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
         match self {
             Net::LeNet5(m) => {

@@ -630,7 +630,15 @@ pub fn from_bytes(bytes: &[u8]) -> Result<ModelFile, ModelFileError> {
             }
         }
     };
-    let layout = ParamLayout::of(model);
+    // The class count is the width of the last layer (its bias), 10 when that tensor is missing
+    // (then named below).
+    let last = ParamLayout::of(model).entries.last().map(|e| e.name);
+    let classes = last
+        .and_then(|name| raw.tensor(name))
+        .map(|t| t.shape.iter().product::<usize>())
+        .filter(|k| (2..=crate::model::MAX_CLASSES).contains(k))
+        .unwrap_or(crate::model::DEFAULT_CLASSES);
+    let layout = ParamLayout::new(model, classes);
     // Extra tensors first (the first by name, for a deterministic error).
     if let Some(extra) = raw
         .tensors

@@ -18,6 +18,7 @@ use crate::cluster::spectral::{Estimate, Gram, Signature};
 use crate::cohort::{
     Convolution, GradientTask, Member, Trained, evaluate_cohort, gradient_cohort, train_cohort,
 };
+use crate::data::catalog::{DEFAULT_CLASSES, MAX_CLASSES};
 use crate::data::dataset::{Dataset, Splits};
 use crate::data::partition::{Partition, shift_label};
 use crate::federation::{Answer, ClientInfo, ClientPool, FederationError, Job, PoolError};
@@ -25,9 +26,7 @@ use crate::jobs::{Trainer, Training, Update};
 use crate::model::Params;
 use crate::parallel::{cores, par_map, par_map_on};
 use crate::protocol::Encoding;
-use crate::train::{
-    Backend, CLASSES, EvalReport, LocalData, Proximal, TrainConfig, TrainError, evaluate,
-};
+use crate::train::{Backend, EvalReport, LocalData, Proximal, TrainConfig, TrainError, evaluate};
 use burn::prelude::Device;
 
 /// A training as a job handed it to its [`Trainer`], owned (the first pass of
@@ -236,7 +235,7 @@ impl SimPool {
             ));
             labels.push(shard.labels.clone());
             rotation.push(shard.rotation % 4);
-            shift.push(shard.label_shift % CLASSES as u8);
+            shift.push(shard.label_shift % DEFAULT_CLASSES as u8);
         }
         Ok(SimPool {
             infos,
@@ -618,12 +617,12 @@ impl SimPool {
     ) -> Result<Vec<(usize, EvalReport)>, PoolError> {
         // Group clients by (model, rotation, label shift); evaluate each group once on the union
         // of its labels. (model, rotation, shift) → (model, labels needed, clients)
-        type Group<'a> = (&'a Params, [bool; CLASSES], Vec<usize>);
+        type Group<'a> = (&'a Params, [bool; MAX_CLASSES], Vec<usize>);
         let mut groups: HashMap<(*const Params, u8, u8), Group> = HashMap::new();
         for &(c, p) in jobs {
             let entry = groups
                 .entry((std::ptr::from_ref(p), self.rotation[c], self.shift[c]))
-                .or_insert((p, [false; CLASSES], Vec::new()));
+                .or_insert((p, [false; MAX_CLASSES], Vec::new()));
             for &l in &self.labels[c] {
                 entry.1[usize::from(l)] = true;
             }
@@ -641,9 +640,9 @@ impl SimPool {
             .flat_map(|(k, key)| {
                 let (params, needed, members) = &groups[key];
                 let (needed, first) = (*needed, members[0]);
-                (0..CLASSES as u8)
-                    .filter(move |&l| needed[usize::from(l)])
-                    .map(move |l| (k, *params, (key.1, key.2, l), first))
+                (0..MAX_CLASSES)
+                    .filter(move |&l| needed[l])
+                    .map(move |l| (k, *params, (key.1, key.2, l as u8), first))
             })
             .collect();
         for &(_, _, (rotation, shift, label), _) in &tasks {

@@ -31,9 +31,6 @@ use crate::data::partition::{rotate_image, shift_label};
 use crate::data::spill::SpillFile;
 use crate::model::{ModelError, ModelKind, Net, ParamLayout, Params};
 
-/// Number of classes.
-pub const CLASSES: usize = 10;
-
 /// The burn backend, and the device on it, that training and the coordinator's tensor work run on.
 ///
 /// Chosen at run time (`--device`) among the backends compiled in; each non-default one is a cargo
@@ -436,15 +433,22 @@ fn one_thread() -> usize {
 
 /// [`TrainError::InvalidConfig`] unless `data`'s images have the shape `model` takes (no data
 /// fits every model).
-pub(crate) fn check_input(model: ModelKind, data: &LocalData) -> Result<(), TrainError> {
-    if data.is_empty() || data.shape() == model.input() {
-        Ok(())
-    } else {
-        Err(TrainError::InvalidConfig(format!(
+pub(crate) fn check_input(params: &Params, data: &LocalData) -> Result<(), TrainError> {
+    let model = params.model;
+    if !data.is_empty() && data.shape() != model.input() {
+        return Err(TrainError::InvalidConfig(format!(
             "model {model} takes {} images, these are {}",
             model.input(),
             data.shape()
-        )))
+        )));
+    }
+    let classes = params.classes();
+    match data.labels.iter().find(|&&l| usize::from(l) >= classes) {
+        Some(label) => Err(TrainError::InvalidConfig(format!(
+            "label {label} is not one of the model's {classes} classes (a model of another data \
+             set)"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -861,15 +865,16 @@ pub struct Proximal<'a> {
 }
 
 impl Proximal<'_> {
-    /// Checks μ and that the anchor fits parameters of `model`.
-    pub fn validate(&self, model: ModelKind) -> Result<(), TrainError> {
+    /// Checks μ and that the anchor is of the model (and class count) of `params`.
+    pub fn validate(&self, params: &Params) -> Result<(), TrainError> {
+        let model = params.model;
         if !(self.mu.is_finite() && self.mu >= 0.0) {
             return Err(TrainError::InvalidConfig(format!(
                 "proximal μ must be finite and ≥ 0, got {}",
                 self.mu
             )));
         }
-        let expected = ParamLayout::of(model).len();
+        let expected = params.values.len();
         if self.anchor.model != model || self.anchor.values.len() != expected {
             return Err(TrainError::AnchorMismatch {
                 model,
@@ -890,11 +895,10 @@ impl Proximal<'_> {
 /// [`TrainError::InvalidParams`] unless `params` has its model's length (a burn network cannot
 /// be built from it otherwise).
 fn check_len(params: &Params) -> Result<(), TrainError> {
-    let expected = ParamLayout::of(params.model).len();
-    if params.values.len() != expected {
+    if ParamLayout::classes_for(params.model, params.values.len()).is_none() {
         return Err(TrainError::InvalidParams(ModelError::WrongSize {
             model: params.model,
-            expected,
+            expected: ParamLayout::of(params.model).len(),
             got: params.values.len(),
         }));
     }
@@ -944,9 +948,9 @@ fn train_local_with_shard(
 ) -> Result<(Params, TrainReport), TrainError> {
     cfg.validate()?;
     check_len(params)?;
-    check_input(params.model, data)?;
+    check_input(params, data)?;
     if let Some(p) = &prox {
-        p.validate(params.model)?;
+        p.validate(params)?;
     }
     let start = Instant::now();
     let ad = device.clone().autodiff();
@@ -1058,7 +1062,7 @@ impl Helpers {
             got[k + 1] = Some(part);
         }
         let n = parts.iter().map(|p| p.len()).sum::<usize>() as f32;
-        let mut flat = vec![0.0f32; ParamLayout::of(net.kind()).len()];
+        let mut flat = vec![0.0f32; net.layout().len()];
         let mut loss_sum = 0.0;
         for (part, got) in parts.iter().zip(got) {
             let (g, loss) = got.ok_or(TrainError::Worker)??;
@@ -1351,7 +1355,7 @@ pub fn gradient(
         return Err(TrainError::NoData);
     }
     check_len(params)?;
-    check_input(params.model, data)?;
+    check_input(params, data)?;
     let ad = device.clone().autodiff();
     let net = Net::from_params(params, &ad);
     let loss_fn = CrossEntropyLossConfig::new().init(&ad);
@@ -1421,8 +1425,9 @@ impl FromStr for LocalTest {
     }
 }
 
-/// Loss and accuracy of a model on some samples, with per-label counts.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+/// Loss and accuracy of a model on some samples, with per-label counts (one entry per class of
+/// the model: [`EvalReport::new`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalReport {
     /// Sum of the per-sample cross-entropy.
     pub loss_sum: f64,
@@ -1431,18 +1436,59 @@ pub struct EvalReport {
     /// Samples evaluated.
     pub total: usize,
     /// Correct predictions per true label.
-    pub correct_per_label: [usize; CLASSES],
+    pub correct_per_label: Vec<usize>,
     /// Samples per true label.
-    pub total_per_label: [usize; CLASSES],
+    pub total_per_label: Vec<usize>,
     /// Summed cross-entropy per true label.
-    pub loss_per_label: [f64; CLASSES],
+    pub loss_per_label: Vec<f64>,
     /// The evaluated client's *training* samples per label: the weights of the proportional
-    /// view ([`EvalReport::proportional_accuracy`]). All zero where unknown.
+    /// view ([`EvalReport::proportional_accuracy`]). All zero (or empty) where unknown.
     #[serde(default)]
-    pub trained_per_label: [usize; CLASSES],
+    pub trained_per_label: Vec<usize>,
+}
+
+/// An empty report over ten labels (the ten-class data sets'; [`EvalReport::merge`] widens it).
+impl Default for EvalReport {
+    fn default() -> Self {
+        EvalReport::new(crate::model::DEFAULT_CLASSES)
+    }
 }
 
 impl EvalReport {
+    /// An empty report over the labels `0..classes`.
+    pub fn new(classes: usize) -> Self {
+        EvalReport {
+            loss_sum: 0.0,
+            correct: 0,
+            total: 0,
+            correct_per_label: vec![0; classes],
+            total_per_label: vec![0; classes],
+            loss_per_label: vec![0.0; classes],
+            trained_per_label: vec![0; classes],
+        }
+    }
+
+    /// The labels its per-label counts cover, `0..classes()`.
+    pub fn classes(&self) -> usize {
+        self.total_per_label.len()
+    }
+
+    /// Grows every per-label count to at least `classes` entries (zeros).
+    fn widen(&mut self, classes: usize) {
+        if self.correct_per_label.len() < classes {
+            self.correct_per_label.resize(classes, 0);
+        }
+        if self.total_per_label.len() < classes {
+            self.total_per_label.resize(classes, 0);
+        }
+        if self.loss_per_label.len() < classes {
+            self.loss_per_label.resize(classes, 0.0);
+        }
+        if self.trained_per_label.len() < classes {
+            self.trained_per_label.resize(classes, 0);
+        }
+    }
+
     /// Accuracy under a local test view: [`LocalTest::Labels`] is [`EvalReport::accuracy`],
     /// [`LocalTest::Proportional`] is [`EvalReport::proportional_accuracy`].
     pub fn accuracy_in(&self, view: LocalTest) -> Option<f64> {
@@ -1459,14 +1505,13 @@ impl EvalReport {
     /// client holds), so it carries no sampling noise. None when no label has both training and
     /// test samples (e.g. the training counts are unknown).
     pub fn proportional_accuracy(&self) -> Option<f64> {
-        let labels = || (0..CLASSES).filter(|&l| self.total_per_label[l] > 0);
-        let weight: usize = labels().map(|l| self.trained_per_label[l]).sum();
+        let trained = |l: usize| self.trained_per_label.get(l).copied().unwrap_or(0);
+        let correct = |l: usize| self.correct_per_label.get(l).copied().unwrap_or(0);
+        let labels = || (0..self.classes()).filter(|&l| self.total_per_label[l] > 0);
+        let weight: usize = labels().map(trained).sum();
         (weight > 0).then(|| {
             labels()
-                .map(|l| {
-                    self.trained_per_label[l] as f64 * self.correct_per_label[l] as f64
-                        / self.total_per_label[l] as f64
-                })
+                .map(|l| trained(l) as f64 * correct(l) as f64 / self.total_per_label[l] as f64)
                 .sum::<f64>()
                 / weight as f64
         })
@@ -1474,11 +1519,11 @@ impl EvalReport {
 
     /// Sets [`EvalReport::trained_per_label`] from the training labels.
     pub fn with_training_labels(mut self, labels: &[u8]) -> Self {
-        self.trained_per_label = [0; CLASSES];
+        self.trained_per_label.iter_mut().for_each(|n| *n = 0);
         for &l in labels {
-            if let Some(n) = self.trained_per_label.get_mut(usize::from(l)) {
-                *n += 1;
-            }
+            let l = usize::from(l);
+            self.widen(l + 1);
+            self.trained_per_label[l] += 1;
         }
         self
     }
@@ -1500,18 +1545,20 @@ impl EvalReport {
         }
     }
     /// The report restricted to samples whose label is in `labels` (the per-label counts make
-    /// this exact: a client's local test set is every test sample of its labels).
+    /// this exact: a client's local test set is every test sample of its labels). Labels
+    /// outside its classes are left out.
     pub fn restrict(&self, labels: &[u8]) -> EvalReport {
-        let mut out = EvalReport::default();
+        let mut out = EvalReport::new(self.classes());
         for &l in labels {
             let l = usize::from(l);
-            if l >= CLASSES {
+            if l >= self.classes() {
                 continue;
             }
-            out.correct_per_label[l] = self.correct_per_label[l];
+            // `get`: a report read from a checkpoint may hold lists of other lengths.
+            out.correct_per_label[l] = self.correct_per_label.get(l).copied().unwrap_or(0);
             out.total_per_label[l] = self.total_per_label[l];
-            out.loss_per_label[l] = self.loss_per_label[l];
-            out.trained_per_label[l] = self.trained_per_label[l];
+            out.loss_per_label[l] = self.loss_per_label.get(l).copied().unwrap_or(0.0);
+            out.trained_per_label[l] = self.trained_per_label.get(l).copied().unwrap_or(0);
         }
         out.correct = out.correct_per_label.iter().sum();
         out.total = out.total_per_label.iter().sum();
@@ -1525,11 +1572,22 @@ impl EvalReport {
         self.loss_sum += other.loss_sum;
         self.correct += other.correct;
         self.total += other.total;
-        for l in 0..CLASSES {
-            self.correct_per_label[l] += other.correct_per_label[l];
-            self.total_per_label[l] += other.total_per_label[l];
-            self.loss_per_label[l] += other.loss_per_label[l];
+        self.widen(other.classes());
+        // Each count on its own: a report read from a file may hold lists of other lengths.
+        let add = |mine: &mut Vec<usize>, theirs: &[usize]| {
+            if mine.len() < theirs.len() {
+                mine.resize(theirs.len(), 0);
+            }
+            mine.iter_mut().zip(theirs).for_each(|(m, t)| *m += t);
+        };
+        add(&mut self.correct_per_label, &other.correct_per_label);
+        add(&mut self.total_per_label, &other.total_per_label);
+        if self.loss_per_label.len() < other.loss_per_label.len() {
+            self.loss_per_label.resize(other.loss_per_label.len(), 0.0);
         }
+        (self.loss_per_label.iter_mut())
+            .zip(&other.loss_per_label)
+            .for_each(|(m, t)| *m += t);
     }
 }
 
@@ -1544,11 +1602,12 @@ pub fn evaluate(
     batch_size: usize,
     device: &Device,
 ) -> Result<EvalReport, TrainError> {
-    let mut rep = EvalReport::default();
+    let classes = params.classes();
+    let mut rep = EvalReport::new(classes);
     if data.is_empty() {
         return Ok(rep);
     }
-    check_input(params.model, data)?;
+    check_input(params, data)?;
     let net = Net::from_params(params, device);
     // Every batch's predictions and log-probabilities stay on the device until the end and are
     // read in one transfer each: a GPU is not waited for at every batch.
@@ -1563,7 +1622,7 @@ pub fn evaluate(
     let logp: Vec<f32> = Tensor::cat(logps, 0).into_data().iter::<f32>().collect();
     for (i, p) in pred.iter::<i64>().enumerate() {
         let label = usize::from(data.labels[i]);
-        let loss = -f64::from(logp[i * CLASSES + label]);
+        let loss = -f64::from(logp[i * classes + label]);
         rep.loss_sum += loss;
         rep.loss_per_label[label] += loss;
         rep.total += 1;

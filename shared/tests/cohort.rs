@@ -33,8 +33,7 @@ fn local(n: usize, offset: usize) -> LocalData {
 }
 
 /// `n` training samples from `offset` for `model`: Fashion-MNIST's images, or for a colour model
-/// (3×32×32) those images framed by 2 pixels of background and made three channels that differ
-/// (R the levels, G inverted, B halved), so that the labels still follow the picture.
+/// (3×32×32) those images framed and coloured ([`common::grey28_to_rgb32`]).
 fn local_for(model: ModelKind, n: usize, offset: usize) -> LocalData {
     let grey = local(n, offset);
     let shape = model.input();
@@ -44,22 +43,7 @@ fn local_for(model: ModelKind, n: usize, offset: usize) -> LocalData {
     let px = grey.pixels().unwrap();
     let mut rgb = Vec::with_capacity(n * shape.pixels());
     for img in px.chunks_exact(28 * 28) {
-        for c in 0..3 {
-            for r in 0..32 {
-                for col in 0..32 {
-                    let p = if (2..30).contains(&r) && (2..30).contains(&col) {
-                        img[(r - 2) * 28 + col - 2]
-                    } else {
-                        0
-                    };
-                    rgb.push(match c {
-                        0 => p,
-                        1 => 255 - p,
-                        _ => p / 2,
-                    });
-                }
-            }
-        }
+        common::grey28_to_rgb32(img, &mut rgb);
     }
     LocalData::with_shape(shape, rgb, grey.labels.clone())
 }
@@ -480,8 +464,8 @@ fn a_batched_evaluation_reports_what_each_model_reports_alone() {
                     let at = format!("{model}, {conv:?}, batch {batch}, pair {i}");
                     assert_eq!(got.total, d.len(), "{at}");
                     assert_eq!(
-                        (got.total_per_label, got.correct, got.correct_per_label),
-                        (want.total_per_label, want.correct, want.correct_per_label),
+                        (&got.total_per_label, got.correct, &got.correct_per_label),
+                        (&want.total_per_label, want.correct, &want.correct_per_label),
                         "{at}"
                     );
                     let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.abs().max(1.0);

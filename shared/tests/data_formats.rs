@@ -77,6 +77,35 @@ fn python_versions_of_cifar10_equal_the_binary_version() {
     }
 }
 
+/// CIFAR-100's python version (as its authors pickled it) loads to its binary version's images,
+/// with the fine labels for `cifar100` and the coarse ones for `cifar100-coarse`, in full and a
+/// selection at a time.
+#[test]
+fn python_version_of_cifar100_equals_the_binary_version() {
+    let Some(root) = written("cifar_pickles") else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for kind in [DatasetKind::Cifar100, DatasetKind::Cifar100Coarse] {
+        let truth = load(kind, Some(&root.join("c100bin"))).unwrap();
+        assert_eq!((truth.train.len(), truth.test.len()), (5, 3));
+        let got = load(kind, Some(&root.join("c100py"))).unwrap();
+        assert_eq!(got.train, truth.train, "{kind}");
+        assert_eq!(got.test, truth.test, "{kind}");
+        let labels = DataLabels::load(kind, Some(&root.join("c100py"))).unwrap();
+        assert_eq!(labels.test, truth.test.labels, "{kind}");
+        assert_eq!(
+            labels.select_train(&[4, 1, 1]).unwrap(),
+            truth.train.select(&[4, 1, 1]),
+            "{kind}"
+        );
+        seen.push(truth.train.labels);
+    }
+    // The two label sets are the files' two lists, not one read twice.
+    assert_ne!(seen[0], seen[1]);
+    assert!(seen[1].iter().all(|&l| l < 20));
+}
+
 /// A pickle cut short, or a pickle of something else, is an error naming the file.
 #[test]
 fn a_broken_pickle_names_its_file() {

@@ -505,8 +505,19 @@ fn spec_parse_errors() {
     assert!(matches!(err("label:"), SpecError::BadNumber { .. }));
     assert!(matches!(err("label:two"), SpecError::BadNumber { .. }));
     assert!(matches!(err("label:-1"), SpecError::BadNumber { .. }));
-    assert_eq!(err("label:0"), SpecError::LabelCount { k: 0 });
-    assert_eq!(err("label:11"), SpecError::LabelCount { k: 11 });
+    assert_eq!(err("label:0"), SpecError::LabelCount { k: 0, classes: 256 });
+    assert_eq!(
+        err("label:257"),
+        SpecError::LabelCount {
+            k: 257,
+            classes: 256
+        }
+    );
+    // label:11 parses (a data set may have 100 classes) and is refused against ten.
+    assert_eq!(
+        spec("label:11").check_classes(10),
+        Err(SpecError::LabelCount { k: 11, classes: 10 })
+    );
     assert!(matches!(err("dir:abc"), SpecError::BadNumber { .. }));
     assert!(matches!(err("dir:0"), SpecError::Beta { .. }));
     assert!(matches!(err("dir:-0.5"), SpecError::Beta { .. }));
@@ -873,7 +884,8 @@ fn partition_input_errors() {
         partition(&spec("iid"), &[0, 1, 10], 1, 0),
         Err(PartitionError::LabelOutOfRange {
             index: 2,
-            label: 10
+            label: 10,
+            classes: 10
         })
     ));
     assert!(matches!(
@@ -1611,4 +1623,89 @@ fn image_folder_reads_classes_in_the_data_sets_order() {
     std::fs::create_dir_all(t.0.join("test/kitten")).unwrap();
     let err = edgecfl_shared::data::load(DatasetKind::Cifar10, Some(&t.0)).unwrap_err();
     assert!(err.to_string().contains("kitten"), "{err}");
+}
+
+/// Partitions of a 100-class data set (CIFAR-100's shape of labels): `label:20` gives each
+/// client exactly 20 labels and every label to some client, `dir:` spreads all 100, `groups:`
+/// takes the comma form for labels past 9 and prints it back, and the schemes built from the
+/// labels 0-9 say what they need.
+#[test]
+fn partitions_of_a_hundred_classes() {
+    use edgecfl_shared::data::partition_of;
+    // 30 samples of each of the 100 labels, interleaved.
+    let labels: Vec<u8> = (0..3000).map(|i| (i % 100) as u8).collect();
+    // 100 clients: client i owns label i % 100 and 19 drawn, so every label has an owner.
+    let p = partition_of(&spec("label:20"), &labels, 100, 100, 3).unwrap();
+    assert_disjoint(&p, labels.len());
+    let mut seen = [false; 100];
+    for c in &p.clients {
+        assert_eq!(c.labels.len(), 20, "{:?}", c.labels);
+        for &i in &c.train {
+            assert!(c.labels.contains(&labels[i]));
+            seen[usize::from(labels[i])] = true;
+        }
+    }
+    assert!(
+        seen.iter().all(|&s| s),
+        "label:20 over 100 clients leaves a label out"
+    );
+
+    let d = partition_of(&spec("dir:0.5"), &labels, 100, 10, 1).unwrap();
+    assert!(assert_disjoint(&d, labels.len()));
+    assert!(d.clients.iter().any(|c| c.labels.iter().any(|&l| l >= 90)));
+
+    // `-` parts groups, `,` labels within one: {0, 1, 2}, {10, 11, 12}, {99}.
+    let g = spec("groups:0,1,2-10,11,12-99");
+    assert_eq!(
+        g,
+        PartitionSpec::Groups(vec![vec![0, 1, 2], vec![10, 11, 12], vec![99]])
+    );
+    assert_eq!(g.to_string(), "groups:0,1,2-10,11,12-99");
+    assert_eq!(g.unused_labels(100).len(), 93);
+    let gp = partition_of(&g, &labels, 100, 6, 0).unwrap();
+    assert_disjoint(&gp, labels.len());
+    for c in &gp.clients {
+        assert!(
+            [&[0u8, 1, 2][..], &[10, 11, 12], &[99]].contains(&c.labels.as_slice()),
+            "{:?}",
+            c.labels
+        );
+    }
+    assert_eq!(spec("groups:0,1-2,3").unused_labels(100).len(), 96);
+    assert!(matches!(
+        "groups:0,x".parse::<PartitionSpec>(),
+        Err(SpecError::BadNumber { .. })
+    ));
+    // The ten-digit form still means what it always did.
+    assert_eq!(spec("groups:01-23"), spec("groups:0,1-2,3"));
+    assert_eq!(spec("groups:01-23").to_string(), "groups:01-23");
+
+    // Against the data set's classes.
+    assert_eq!(
+        spec("groups:0,100").check_classes(100),
+        Err(SpecError::LabelOutOfRange {
+            group: 0,
+            label: 100
+        })
+    );
+    assert!(spec("label:100").check_classes(100).is_ok());
+    assert!(matches!(
+        partition_of(&spec("label:21"), &labels[..200], 20, 4, 0),
+        Err(PartitionError::Spec(SpecError::LabelCount {
+            k: 21,
+            classes: 20
+        }))
+    ));
+    assert!(spec("pairs").check_classes(100).is_ok());
+    assert_eq!(spec("pairs").unused_labels(100).len(), 90);
+    for s in ["shift:2", "rotate:2*shift:2"] {
+        assert!(matches!(
+            spec(s).check_classes(100),
+            Err(SpecError::Classes { classes: 100, .. })
+        ));
+    }
+    assert!(matches!(
+        spec("dominant:0.8").check_classes(5),
+        Err(SpecError::Classes { classes: 5, .. })
+    ));
 }

@@ -120,3 +120,95 @@ fn training_lowers_loss_and_is_deterministic() {
         after.total_per_label[0] + after.total_per_label[1]
     );
 }
+
+/// More classes widen only the last layer: LeNet-5 for CIFAR-100 is the 3-channel LeNet-5 with
+/// fc3 84 → 100 (8 500 floats where CIFAR-10's has 850), and the length of a parameter vector
+/// gives its class count back.
+#[test]
+fn a_hundred_classes_widen_only_the_final_layer() {
+    let ten = ParamLayout::of(ModelKind::LeNet5Rgb);
+    let hundred = ParamLayout::new(ModelKind::LeNet5Rgb, 100);
+    // conv1 6·75+6, conv2 16·150+16, fc1 400·120+120, fc2 120·84+84, fc3 84·k+k.
+    assert_eq!(ten.len(), 456 + 2416 + 48120 + 10164 + 850);
+    assert_eq!(hundred.len(), 456 + 2416 + 48120 + 10164 + 8500);
+    assert_eq!(hundred.select(&LayerSet::Final).unwrap().len(), 8500);
+    assert_eq!(hundred.select(&LayerSet::SmallestFc).unwrap().len(), 8500);
+    for (model, classes) in [
+        (ModelKind::LeNet5Rgb, 100),
+        (ModelKind::LeNet5Rgb, 20),
+        (ModelKind::LeNet5, 10),
+        (ModelKind::Mlp, 2),
+        (ModelKind::Mlp, 256),
+    ] {
+        let len = ParamLayout::new(model, classes).len();
+        assert_eq!(
+            ParamLayout::classes_for(model, len),
+            Some(classes),
+            "{model}"
+        );
+        assert_eq!(ParamLayout::classes_for(model, len + 1), None, "{model}");
+    }
+    // One class, or more than labels (bytes) can name, is no model.
+    let mlp = |k| ParamLayout::new(ModelKind::Mlp, k).len();
+    assert_eq!(ParamLayout::classes_for(ModelKind::Mlp, mlp(1)), None);
+    assert_eq!(ParamLayout::classes_for(ModelKind::Mlp, mlp(257)), None);
+    assert_eq!(ParamLayout::classes_for(ModelKind::Mlp, 5), None);
+
+    let p = Params::init_for(ModelKind::LeNet5Rgb, 100, 7);
+    assert_eq!((p.values.len(), p.classes()), (hundred.len(), 100));
+    assert_eq!(Params::new(p.model, p.values.clone()).unwrap(), p);
+    let net = Net::from_params(&p, &Device::flex());
+    assert_eq!(net.classes(), 100);
+    assert_eq!(burn::module::Module::num_params(&net), hundred.len());
+    assert_eq!(net.to_params(), p);
+    // The same seed draws the same body: only the last layer differs from the ten-class model.
+    let p10 = Params::init_for(ModelKind::LeNet5Rgb, 10, 7);
+    let body = ten.len() - 850;
+    assert_eq!(p.values[..body], p10.values[..body]);
+}
+
+/// A 20-class model trains and is evaluated on labels 0-19, and refuses a label past its
+/// classes (a shard of another data set) with an error naming it.
+#[test]
+fn a_twenty_class_model_trains_on_twenty_labels_and_refuses_more() {
+    let fm = FashionMnist::bundled().unwrap();
+    // Fashion-MNIST's images, relabelled into 20 classes: label + 10 for every other image.
+    let idx: Vec<usize> = (0..200).collect();
+    let base = LocalData::from_dataset(&fm.train, &idx, 0);
+    let pixels = base.pixels().unwrap().to_vec();
+    let labels: Vec<u8> = base
+        .labels
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| l + 10 * (i % 2) as u8)
+        .collect();
+    let data = LocalData::with_shape(base.shape(), pixels.clone(), labels);
+    let p0 = Params::init_for(ModelKind::Mlp, 20, 1);
+    let device = Device::flex();
+    let cfg = TrainConfig {
+        epochs: 2,
+        batch_size: 20,
+        lr: 0.05,
+        momentum: 0.0,
+        seed: 0,
+        threads: 1,
+    };
+    let before = evaluate(&p0, &data, 50, &device).unwrap();
+    let (p1, _) = train_local(&p0, &data, &cfg, &device).unwrap();
+    assert_eq!(p1.classes(), 20);
+    let after = evaluate(&p1, &data, 50, &device).unwrap();
+    assert_eq!(after.total_per_label.len(), 20);
+    assert_eq!(after.total_per_label.iter().sum::<usize>(), 200);
+    assert!(after.total_per_label[10..].iter().sum::<usize>() == 100);
+    assert!(after.loss_sum < before.loss_sum, "{after:?} vs {before:?}");
+    // A ten-class model on the same shard: label 10 and up are not its classes.
+    let ten = Params::init(ModelKind::Mlp, 1);
+    let err = train_local(&ten, &data, &cfg, &device)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("label 1") && err.contains("10 classes"),
+        "{err}"
+    );
+    assert!(evaluate(&ten, &data, 50, &device).is_err());
+}

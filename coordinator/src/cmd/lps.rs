@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use edgecfl_shared::algorithms::{self, Algorithm, MethodConfig};
+use edgecfl_shared::data::DatasetKind;
 use edgecfl_shared::federation::{
     FederationConfig, FederationError, GpsLink, RunContext, RunResult, Weighting,
 };
@@ -364,12 +365,22 @@ fn settings(a: &LpsAssignment) -> Result<(MethodConfig, Params, CommonLayers), L
     let initial = a.validate().map_err(|e| bad(&e))?;
     let initial = Params::new(a.model, initial).map_err(|e| bad(&e))?;
     let set: LayerSet = a.common_layers.parse().map_err(|e| bad(&e))?;
-    let common = CommonLayers::new(a.model, Some(&set)).map_err(|e| bad(&e))?;
+    let common = CommonLayers::of(&initial.layout(), Some(&set)).map_err(|e| bad(&e))?;
+    // The assignment names no data set: the LPS only needs one its model takes, of θ⁰'s classes.
+    let dataset = DatasetKind::ALL
+        .into_iter()
+        .find(|d| d.info().shape == a.model.input() && d.info().classes() == initial.classes())
+        .ok_or_else(|| {
+            bad(&format!(
+                "no data set of {} images has the {} classes of the assigned model",
+                a.model.input(),
+                initial.classes()
+            ))
+        })?;
     let cfg = MethodConfig::new(
         Algorithm::FedAvg,
         FederationConfig {
-            // The assignment names no data set: the LPS only needs one its model takes.
-            dataset: a.model.default_dataset(),
+            dataset,
             model: a.model,
             rounds: a.rounds as usize,
             frac: a.frac,

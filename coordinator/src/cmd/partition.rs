@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, ensure};
 use edgecfl_shared::data::DatasetKind;
-use edgecfl_shared::data::partition::{PartitionSpec, partition, shift_label};
+use edgecfl_shared::data::partition::{PartitionSpec, partition_of, shift_label};
 use serde_json::{Value, json};
 
 /// Arguments of `coordinator partition`.
@@ -51,8 +51,15 @@ pub struct PartitionArgs {
 pub fn run(args: &PartitionArgs) -> anyhow::Result<Value> {
     let data = edgecfl_shared::data::load(args.dataset, args.data.as_deref())
         .with_context(|| format!("loading {}", args.dataset.info().name))?;
-    let part = partition(&args.partition, &data.train.labels, args.clients, args.seed)
-        .with_context(|| format!("partition {}", args.partition))?;
+    let classes = args.dataset.info().classes();
+    let part = partition_of(
+        &args.partition,
+        &data.train.labels,
+        classes,
+        args.clients,
+        args.seed,
+    )
+    .with_context(|| format!("partition {}", args.partition))?;
     let assignment = args
         .clusters
         .as_ref()

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use edgecfl_shared::algorithms;
-use edgecfl_shared::data::partition::partition;
+use edgecfl_shared::data::partition::partition_of;
 use edgecfl_shared::federation::{RunContext, RunResult};
 use edgecfl_shared::sim::SimPool;
 use tracing::info;
@@ -32,9 +32,10 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
         data.train.len(),
         data.test.len()
     );
-    let part = partition(
+    let part = partition_of(
         &cfg.partition,
         &data.train.labels,
+        dataset.info().classes(),
         cfg.clients,
         cfg.method.federation.seed,
     )

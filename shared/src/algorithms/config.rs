@@ -11,7 +11,7 @@ use crate::federation::{
     self, Checkpoint, ClientPool, FederationConfig, FederationError, GpsLink, Observer, Plan,
     RunContext, RunResult,
 };
-use crate::model::{ParamLayout, Params};
+use crate::model::Params;
 
 /// Which method runs, with the round loop's settings and every method's own. In TOML one flat
 /// `[federation]` table: `algorithm`, the keys of [`FederationConfig`] and those of
@@ -84,7 +84,7 @@ impl MethodConfig {
     /// gradient), or more where the method's file says so ([`Algorithm::largest_upload_floats`]).
     /// [`crate::protocol::upload_limit`] turns it into bytes.
     pub fn largest_upload_floats(&self, clients: usize) -> usize {
-        let params = ParamLayout::of(self.federation.model).len();
+        let params = self.federation.layout().len();
         params.max(self.algorithm.largest_upload_floats(self, clients))
     }
 

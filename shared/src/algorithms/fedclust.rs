@@ -31,7 +31,7 @@ use crate::federation::{
     Strategy, Target, Training, Weighting, client_seed, round0_uploads,
 };
 use crate::jobs::SignatureJob;
-use crate::model::{LayerSet, ParamLayout, Params};
+use crate::model::{LayerSet, Params};
 
 /// Where FedClust's cluster models start after round 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -178,7 +178,7 @@ impl Strategy for FedClust {
         let len = uploads[0].len();
         // Under `Members`: (the signature layers cut out, the whole models).
         let (vectors, models) = if members {
-            let selection = ParamLayout::of(cfg.model).select(&cfg.signature_layers)?;
+            let selection = cfg.layout().select(&cfg.signature_layers)?;
             let cut = uploads.iter().map(|u| selection.extract(u)).collect();
             (cut, Some(uploads))
         } else {

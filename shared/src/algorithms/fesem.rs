@@ -35,7 +35,7 @@ use crate::federation::{
     Answer, ClientInfo, Clusters, Env, FederationError, Init, Job, NewcomerError, Placement, Prox,
     RoundStats, Strategy, Target, Training, Update, client_seed, round0_uploads, updates_of,
 };
-use crate::model::{LayerSet, ParamLayout, Params, Selection};
+use crate::model::{LayerSet, Params, Selection};
 use serde::{Deserialize, Serialize};
 
 /// μ when `--mu` is not given (the paper's FedProx μ).
@@ -54,7 +54,7 @@ pub(crate) fn check(cfg: &MethodConfig) -> Result<(), FederationError> {
             "warmup-epochs must be ≥ 1 for fesem".into(),
         ));
     }
-    ParamLayout::of(cfg.federation.model).select(&layers(cfg))?;
+    cfg.federation.layout().select(&layers(cfg))?;
     Ok(())
 }
 
@@ -96,7 +96,7 @@ impl FeSem {
         Ok(FeSem {
             k: cfg.federation.clusters.unwrap_or(DEFAULT_CLUSTERS),
             mu: cfg.federation.mu.unwrap_or(DEFAULT_MU),
-            selection: ParamLayout::of(cfg.federation.model).select(&layers(cfg))?,
+            selection: cfg.federation.layout().select(&layers(cfg))?,
         })
     }
 
@@ -295,7 +295,7 @@ impl Strategy for FeSem {
             distances: None,
             relevance: None,
             signature_len: len,
-            signature_bytes: ParamLayout::of(env.cfg.model).len() * env.upload().width(),
+            signature_bytes: env.cfg.layout().len() * env.upload().width(),
             clusters_found: true,
         })
     }
@@ -417,7 +417,7 @@ mod tests {
         let centres = vec![vec![1.0, 0.0], vec![-1.0, 0.0]];
         assert_eq!(nearest(&[0.0, 0.0], &centres), (0, 1.0));
         assert_eq!(nearest(&[-2.0, 0.0], &centres), (1, 1.0));
-        let layout = ParamLayout::of(crate::model::ModelKind::Mlp);
+        let layout = crate::model::ParamLayout::of(crate::model::ModelKind::Mlp);
         let a = Params {
             model: crate::model::ModelKind::Mlp,
             values: vec![1.0; layout.len()],

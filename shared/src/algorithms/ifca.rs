@@ -52,8 +52,7 @@ use crate::model::{ModelKind, Params};
 /// IFCA's largest upload: the trained pick and the 8-byte loss of each of the K models (counted
 /// as 2 values each).
 pub(crate) fn largest_upload_floats(cfg: &MethodConfig) -> usize {
-    crate::model::ParamLayout::of(cfg.federation.model).len()
-        + 2 * cfg.federation.clusters.unwrap_or(0)
+    cfg.federation.layout().len() + 2 * cfg.federation.clusters.unwrap_or(0)
 }
 
 /// Checks IFCA's settings: K must be given.
@@ -71,14 +70,16 @@ fn clusters(cfg: &MethodConfig) -> Result<usize, FederationError> {
 }
 
 /// The K starting models: θ⁰ (`initial`) for cluster 0, and for cluster `k ≥ 1`
-/// `Params::init(model, client_seed(seed, 0, usize::MAX − k))`.
+/// `Params::init_for(model, classes, client_seed(seed, 0, usize::MAX − k))`, of `initial`'s
+/// class count.
 pub fn initial_models(initial: &Params, model: ModelKind, seed: u64, k: usize) -> Vec<Params> {
+    let classes = initial.classes();
     (0..k)
         .map(|c| {
             if c == 0 {
                 initial.clone()
             } else {
-                Params::init(model, client_seed(seed, 0, usize::MAX - c))
+                Params::init_for(model, classes, client_seed(seed, 0, usize::MAX - c))
             }
         })
         .collect()

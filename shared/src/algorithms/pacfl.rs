@@ -92,6 +92,8 @@ pub struct Pacfl {
     settings: Settings,
     /// The signatures' dimension: pixels of one image of the run's model.
     d: usize,
+    /// The data set's classes (the labels the subspaces may name).
+    classes: usize,
     /// Round 0: the clustered clients' subspaces, by position, and their clustering.
     state: Option<State>,
 }
@@ -111,6 +113,7 @@ impl Pacfl {
         Pacfl {
             settings: cfg.methods.pacfl.clone(),
             d: cfg.federation.model.input().pixels(),
+            classes: cfg.federation.classes(),
             state: None,
         }
     }
@@ -119,6 +122,7 @@ impl Pacfl {
         Job::Subspace(SubspaceJob {
             p: self.settings.basis() as u32,
             d: self.d as u32,
+            classes: self.classes as u32,
         })
     }
 }

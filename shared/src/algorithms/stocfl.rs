@@ -133,7 +133,7 @@ impl Settings {
 
 /// StoCFL's largest upload: the pair of trained models (global ω and cluster θ).
 pub(crate) fn largest_upload_floats(cfg: &MethodConfig) -> usize {
-    2 * crate::model::ParamLayout::of(cfg.federation.model).len()
+    2 * cfg.federation.layout().len()
 }
 
 /// Checks StoCFL's settings: τ is a cosine, so at most 1.

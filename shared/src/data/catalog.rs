@@ -6,7 +6,8 @@
 //! | `fmnist` (default) | 1×28×28 | 10 | the four IDX files, plain or `.gz` (without `--data`: `EDGECFL_FMNIST_DIR`, the Debian package, the bundled subset) |
 //! | `mnist` | 1×28×28 | 10 | the four IDX files, plain or `.gz` (the same names as Fashion-MNIST's) |
 //! | `cifar10` | 3×32×32 | 10 | the official binary version (`data_batch_1..5.bin`, `test_batch.bin`, in `DIR` or `DIR/cifar-10-batches-bin`), the python version torchvision downloads (`data_batch_1..5`, `test_batch`, in `DIR` or `DIR/cifar-10-batches-py`), or an image folder (`DIR/train/<class>/*`, `DIR/test/<class>/*`, PNG or JPEG) |
-//!
+//! | `cifar100` | 3×32×32 | 100 | the official binary version (`train.bin`, `test.bin`, in `DIR` or `DIR/cifar-100-binary`; the fine labels), the python version (`train`, `test`, in `DIR` or `DIR/cifar-100-python`), or an image folder |
+//! | `cifar100-coarse` | 3×32×32 | 20 | the same files, labelled by the 20 superclasses (the records' coarse label, the pickles' `coarse_labels`) |
 //! | `svhn` | 3×32×32 | 10 | the cropped digits' `train_32x32.mat` and `test_32x32.mat` (MATLAB Level 5, compressed or not; the files' label 10 is the digit 0) |
 //!
 //! Every image is kept as bytes, channel after channel (`C × H × W`, row-major within a channel),
@@ -16,6 +17,13 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+/// The classes of the ten-class data sets (MNIST, Fashion-MNIST, CIFAR-10, SVHN): a model's
+/// outputs unless its data set says otherwise (`ParamLayout::of`, `Params::init`, `partition`).
+pub const DEFAULT_CLASSES: usize = 10;
+
+/// The most classes a data set may have: labels are bytes.
+pub const MAX_CLASSES: usize = 256;
 
 /// The shape of one image: `channels × height × width` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -87,14 +95,21 @@ pub enum DatasetKind {
     Cifar10,
     /// SVHN (Netzer et al.): 99 289 colour 32 × 32 crops of house-number digits.
     Svhn,
+    /// CIFAR-100 (Krizhevsky): 60 000 colour 32 × 32 images, 100 fine classes.
+    Cifar100,
+    /// CIFAR-100 labelled by its 20 coarse classes (superclasses of five fine classes each).
+    #[serde(rename = "cifar100-coarse")]
+    Cifar100Coarse,
 }
 
 impl DatasetKind {
     /// Every kind, in `--help` order.
-    pub const ALL: [DatasetKind; 4] = [
+    pub const ALL: [DatasetKind; 6] = [
         DatasetKind::Fmnist,
         DatasetKind::Mnist,
         DatasetKind::Cifar10,
+        DatasetKind::Cifar100,
+        DatasetKind::Cifar100Coarse,
         DatasetKind::Svhn,
     ];
 
@@ -105,6 +120,8 @@ impl DatasetKind {
             DatasetKind::Mnist => &MNIST,
             DatasetKind::Cifar10 => &CIFAR10,
             DatasetKind::Svhn => &SVHN,
+            DatasetKind::Cifar100 => &CIFAR100,
+            DatasetKind::Cifar100Coarse => &CIFAR100_COARSE,
         }
     }
 
@@ -140,7 +157,9 @@ pub fn data_flag_help() -> String {
 
 /// An unknown `--dataset` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown data set {0:?} (expected fmnist, mnist, cifar10 or svhn)")]
+#[error(
+    "unknown data set {0:?} (expected fmnist, mnist, cifar10, cifar100, cifar100-coarse or svhn)"
+)]
 pub struct UnknownDataset(pub String);
 
 impl FromStr for DatasetKind {
@@ -238,6 +257,154 @@ pub static CIFAR10: DatasetInfo = DatasetInfo {
              DIR/test/<class>/*",
 };
 
+/// CIFAR-100's layouts, for messages.
+const CIFAR100_LAYOUT: &str = "the binary version's train.bin and test.bin (in DIR or \
+     DIR/cifar-100-binary), the python version's train and test (in DIR or DIR/cifar-100-python, \
+     as torchvision downloads it), or an image folder DIR/train/<class>/*.png|jpg and \
+     DIR/test/<class>/*";
+
+/// CIFAR-100 with its fine labels (the order of the official `fine_label_names.txt`).
+pub static CIFAR100: DatasetInfo = DatasetInfo {
+    key: "cifar100",
+    aliases: &["cifar100fine"],
+    name: "CIFAR-100",
+    shape: ImageShape::RGB_32,
+    class_names: &[
+        "apple",
+        "aquarium_fish",
+        "baby",
+        "bear",
+        "beaver",
+        "bed",
+        "bee",
+        "beetle",
+        "bicycle",
+        "bottle",
+        "bowl",
+        "boy",
+        "bridge",
+        "bus",
+        "butterfly",
+        "camel",
+        "can",
+        "castle",
+        "caterpillar",
+        "cattle",
+        "chair",
+        "chimpanzee",
+        "clock",
+        "cloud",
+        "cockroach",
+        "couch",
+        "crab",
+        "crocodile",
+        "cup",
+        "dinosaur",
+        "dolphin",
+        "elephant",
+        "flatfish",
+        "forest",
+        "fox",
+        "girl",
+        "hamster",
+        "house",
+        "kangaroo",
+        "keyboard",
+        "lamp",
+        "lawn_mower",
+        "leopard",
+        "lion",
+        "lizard",
+        "lobster",
+        "man",
+        "maple_tree",
+        "motorcycle",
+        "mountain",
+        "mouse",
+        "mushroom",
+        "oak_tree",
+        "orange",
+        "orchid",
+        "otter",
+        "palm_tree",
+        "pear",
+        "pickup_truck",
+        "pine_tree",
+        "plain",
+        "plate",
+        "poppy",
+        "porcupine",
+        "possum",
+        "rabbit",
+        "raccoon",
+        "ray",
+        "road",
+        "rocket",
+        "rose",
+        "sea",
+        "seal",
+        "shark",
+        "shrew",
+        "skunk",
+        "skyscraper",
+        "snail",
+        "snake",
+        "spider",
+        "squirrel",
+        "streetcar",
+        "sunflower",
+        "sweet_pepper",
+        "table",
+        "tank",
+        "telephone",
+        "television",
+        "tiger",
+        "tractor",
+        "train",
+        "trout",
+        "tulip",
+        "turtle",
+        "wardrobe",
+        "whale",
+        "willow_tree",
+        "wolf",
+        "woman",
+        "worm",
+    ],
+    layout: CIFAR100_LAYOUT,
+};
+
+/// CIFAR-100 with its coarse labels (the order of the official `coarse_label_names.txt`).
+pub static CIFAR100_COARSE: DatasetInfo = DatasetInfo {
+    key: "cifar100-coarse",
+    aliases: &[],
+    name: "CIFAR-100 (coarse labels)",
+    shape: ImageShape::RGB_32,
+    class_names: &[
+        "aquatic_mammals",
+        "fish",
+        "flowers",
+        "food_containers",
+        "fruit_and_vegetables",
+        "household_electrical_devices",
+        "household_furniture",
+        "insects",
+        "large_carnivores",
+        "large_man-made_outdoor_things",
+        "large_natural_outdoor_scenes",
+        "large_omnivores_and_herbivores",
+        "medium_mammals",
+        "non-insect_invertebrates",
+        "people",
+        "reptiles",
+        "small_mammals",
+        "trees",
+        "vehicles_1",
+        "vehicles_2",
+    ],
+    layout: CIFAR100_LAYOUT,
+};
+
 /// SVHN's cropped digits (labels 0-9 are the digits; the files' 10 is read as 0).
 pub static SVHN: DatasetInfo = DatasetInfo {
     key: "svhn",
@@ -257,7 +424,30 @@ mod tests {
     fn names_parse_back_and_shapes_are_the_papers() {
         for k in DatasetKind::ALL {
             assert_eq!(k.to_string().parse::<DatasetKind>().unwrap(), k);
-            assert_eq!(k.info().classes(), 10);
+            let classes = match k {
+                DatasetKind::Cifar100 => 100,
+                DatasetKind::Cifar100Coarse => 20,
+                _ => 10,
+            };
+            assert_eq!(k.info().classes(), classes, "{k}");
+            // The TOML's spelling is the flag's.
+            let toml = serde_json::to_string(&k).unwrap();
+            assert_eq!(toml, format!("\"{k}\""));
+        }
+        assert_eq!(
+            "CIFAR-100".parse::<DatasetKind>().unwrap(),
+            DatasetKind::Cifar100
+        );
+        assert_eq!(
+            "cifar100_coarse".parse::<DatasetKind>().unwrap(),
+            DatasetKind::Cifar100Coarse
+        );
+        // Every class name once (the fine list is the official 100).
+        for k in [DatasetKind::Cifar100, DatasetKind::Cifar100Coarse] {
+            let mut names = k.info().class_names.to_vec();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), k.info().classes());
         }
         assert_eq!(
             "Fashion-MNIST".parse::<DatasetKind>().unwrap(),

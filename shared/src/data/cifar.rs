@@ -1,22 +1,28 @@
-//! CIFAR-10 from the files users have: the official binary version, the pickled "python version"
-//! (what torchvision downloads), or an image folder.
+//! CIFAR-10 and CIFAR-100 from the files users have: the official binary versions, the pickled
+//! "python versions" (what torchvision downloads), or an image folder. [`CifarFiles`] says where
+//! each keeps what; one reader serves all three data sets (`cifar10`, `cifar100` with its 100
+//! fine labels, `cifar100-coarse` with its 20 superclasses).
 //!
-//! The binary version (`cifar-10-binary.tar.gz`, unpacked to `cifar-10-batches-bin/`) is five
-//! training files `data_batch_1.bin` … `data_batch_5.bin` and `test_batch.bin`, each of records of
-//! 3 073 bytes: the label (0-9), then the 32 × 32 red plane, the green plane and the blue plane,
-//! each row-major: the `C × H × W` order the product keeps images in, so a record's last 3 072
-//! bytes are the image as they are. The official files hold 10 000 records each; any whole number
-//! of records is accepted, and a length that is not one is an error naming the file.
+//! CIFAR-10's binary version (`cifar-10-binary.tar.gz`, unpacked to `cifar-10-batches-bin/`) is
+//! five training files `data_batch_1.bin` … `data_batch_5.bin` and `test_batch.bin`, each of
+//! records of 3 073 bytes: the label (0-9), then the 32 × 32 red plane, the green plane and the
+//! blue plane, each row-major: the `C × H × W` order the product keeps images in, so a record's
+//! last 3 072 bytes are the image as they are. CIFAR-100's (`cifar-100-binary.tar.gz`, unpacked
+//! to `cifar-100-binary/`) is `train.bin` and `test.bin`, of records of 3 074 bytes: the coarse
+//! label (0-19), the fine label (0-99), then the image. The official files hold 10 000 (CIFAR-10)
+//! or 50 000 and 10 000 records; any whole number of records is accepted, and a length that is
+//! not one is an error naming the file.
 //!
-//! The python version (`cifar-10-python.tar.gz`, unpacked to `cifar-10-batches-py/`, the folder
-//! torchvision's `CIFAR10(root, download=True)` leaves in `root`) is `data_batch_1` …
-//! `data_batch_5` and `test_batch`, each a pickled dict whose `data` is a NumPy `uint8` array of
-//! 10 000 × 3 072 (the same planes as a binary record's) and `labels` a list of ints; read with
-//! [`super::pickle`], which evaluates nothing.
+//! The python versions (`cifar-10-batches-py/` with `data_batch_1` … `data_batch_5` and
+//! `test_batch`; `cifar-100-python/` with `train` and `test`: the folders torchvision's
+//! `CIFAR10(root, download=True)` and `CIFAR100(…)` leave in `root`) are pickled dicts whose
+//! `data` is a NumPy `uint8` array of n × 3 072 (the same planes as a binary record's), with the
+//! labels as a list of ints under `labels` (CIFAR-10) or `fine_labels` and `coarse_labels`
+//! (CIFAR-100); read with [`super::pickle`], which evaluates nothing.
 //!
-//! `--data DIR` may name `cifar-10-batches-bin/` or `cifar-10-batches-py/` itself or the folder
-//! it was unpacked into; a `DIR` with `train/` and `test/` folders is read as an image folder
-//! instead ([`super::folder`]), e.g. the JPEG copy of CIFAR-10 with `train/airplane/0001.jpg`.
+//! `--data DIR` may name the versions' folder itself or the folder it was unpacked into; a `DIR`
+//! with `train/` and `test/` folders is read as an image folder instead ([`super::folder`]), e.g.
+//! the JPEG copy of CIFAR-10 with `train/airplane/0001.jpg`.
 
 use std::path::{Path, PathBuf};
 
@@ -25,10 +31,129 @@ use super::dataset::{DataError, DataSource, Dataset, Splits, check_labels, read_
 use super::folder;
 use super::pickle::{self, Value};
 
-/// Bytes of one record of the binary version: a label byte and a 3 × 32 × 32 image.
-pub const CIFAR10_RECORD: usize = 1 + ImageShape::RGB_32.pixels();
+/// Where one CIFAR data set's two versions keep their files, and which label a record holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CifarFiles {
+    /// The data set (its classes bound the labels).
+    pub kind: DatasetKind,
+    /// The binary version's folder, as its tarball unpacks.
+    pub bin_dir: &'static str,
+    /// The binary version's training files, in order.
+    pub bin_train: &'static [&'static str],
+    /// The binary version's test file.
+    pub bin_test: &'static str,
+    /// Label bytes before each image of a binary record (CIFAR-10 1; CIFAR-100 2, coarse then
+    /// fine).
+    pub label_bytes: usize,
+    /// Which of them is this data set's label.
+    pub label_at: usize,
+    /// The python version's folder.
+    pub py_dir: &'static str,
+    /// The python version's training files, in order.
+    pub py_train: &'static [&'static str],
+    /// The python version's test file.
+    pub py_test: &'static str,
+    /// The key of the labels in a python batch.
+    pub py_labels: &'static str,
+}
 
-/// The training files of the binary version, in order.
+impl CifarFiles {
+    /// CIFAR-10's.
+    pub const CIFAR10: CifarFiles = CifarFiles {
+        kind: DatasetKind::Cifar10,
+        bin_dir: "cifar-10-batches-bin",
+        bin_train: &CIFAR10_TRAIN_FILES,
+        bin_test: CIFAR10_TEST_FILE,
+        label_bytes: 1,
+        label_at: 0,
+        py_dir: "cifar-10-batches-py",
+        py_train: &CIFAR10_PY_TRAIN_FILES,
+        py_test: CIFAR10_PY_TEST_FILE,
+        py_labels: "labels",
+    };
+    /// CIFAR-100's, with its 100 fine labels.
+    pub const CIFAR100: CifarFiles = CifarFiles {
+        kind: DatasetKind::Cifar100,
+        bin_dir: "cifar-100-binary",
+        bin_train: &["train.bin"],
+        bin_test: "test.bin",
+        label_bytes: 2,
+        label_at: 1,
+        py_dir: "cifar-100-python",
+        py_train: &["train"],
+        py_test: "test",
+        py_labels: "fine_labels",
+    };
+    /// CIFAR-100's, with its 20 coarse labels (the superclasses).
+    pub const CIFAR100_COARSE: CifarFiles = CifarFiles {
+        kind: DatasetKind::Cifar100Coarse,
+        label_at: 0,
+        py_labels: "coarse_labels",
+        ..CifarFiles::CIFAR100
+    };
+
+    /// The files of `kind`, when it is a CIFAR data set.
+    pub fn of(kind: DatasetKind) -> Option<&'static CifarFiles> {
+        [
+            &CifarFiles::CIFAR10,
+            &CifarFiles::CIFAR100,
+            &CifarFiles::CIFAR100_COARSE,
+        ]
+        .into_iter()
+        .find(|f| f.kind == kind)
+    }
+
+    /// Bytes of one record of the binary version: the label bytes and a 3 × 32 × 32 image.
+    pub const fn record(&self) -> usize {
+        self.label_bytes + ImageShape::RGB_32.pixels()
+    }
+
+    /// Where the binary version is: `dir` itself or `dir/<bin_dir>`, whichever holds the first
+    /// training file.
+    pub fn binary_dir(&self, dir: &Path) -> Option<PathBuf> {
+        [dir.to_path_buf(), dir.join(self.bin_dir)]
+            .into_iter()
+            .find(|d| d.join(self.bin_train[0]).is_file())
+    }
+
+    /// Where the python version is: `dir` itself or `dir/<py_dir>`, whichever holds the first
+    /// training file.
+    pub fn python_dir(&self, dir: &Path) -> Option<PathBuf> {
+        [dir.to_path_buf(), dir.join(self.py_dir)]
+            .into_iter()
+            .find(|d| d.join(self.py_train[0]).is_file())
+    }
+
+    /// Each split's files of the binary version in `bin` (training, then test).
+    pub fn binary_files(&self, bin: &Path) -> [Vec<PathBuf>; 2] {
+        [
+            self.bin_train.iter().map(|f| bin.join(f)).collect(),
+            vec![bin.join(self.bin_test)],
+        ]
+    }
+
+    /// Each split's files of the python version in `py` (training, then test).
+    pub fn python_files(&self, py: &Path) -> [Vec<PathBuf>; 2] {
+        [
+            self.py_train.iter().map(|f| py.join(f)).collect(),
+            vec![py.join(self.py_test)],
+        ]
+    }
+
+    /// [`DataError::MissingFile`] naming the binary version's first file: what `dir` lacks
+    /// when it holds no version.
+    pub(crate) fn missing(&self, dir: &Path) -> DataError {
+        DataError::MissingFile {
+            path: dir.join(self.bin_train[0]),
+            dataset: self.kind,
+        }
+    }
+}
+
+/// Bytes of one record of CIFAR-10's binary version: a label byte and a 3 × 32 × 32 image.
+pub const CIFAR10_RECORD: usize = CifarFiles::CIFAR10.record();
+
+/// The training files of CIFAR-10's binary version, in order.
 pub const CIFAR10_TRAIN_FILES: [&str; 5] = [
     "data_batch_1.bin",
     "data_batch_2.bin",
@@ -37,10 +162,10 @@ pub const CIFAR10_TRAIN_FILES: [&str; 5] = [
     "data_batch_5.bin",
 ];
 
-/// The test file of the binary version.
+/// The test file of CIFAR-10's binary version.
 pub const CIFAR10_TEST_FILE: &str = "test_batch.bin";
 
-/// The training files of the python version, in order.
+/// The training files of CIFAR-10's python version, in order.
 pub const CIFAR10_PY_TRAIN_FILES: [&str; 5] = [
     "data_batch_1",
     "data_batch_2",
@@ -49,61 +174,55 @@ pub const CIFAR10_PY_TRAIN_FILES: [&str; 5] = [
     "data_batch_5",
 ];
 
-/// The test file of the python version.
+/// The test file of CIFAR-10's python version.
 pub const CIFAR10_PY_TEST_FILE: &str = "test_batch";
 
-/// Loads CIFAR-10 from `dir`: the binary version in `dir` or `dir/cifar-10-batches-bin`, else
-/// the python version in `dir` or `dir/cifar-10-batches-py`, else an image folder (`dir/train`,
-/// `dir/test`).
+/// Loads a CIFAR data set from `dir`: the binary version in `dir` or `dir/<bin_dir>`, else the
+/// python version in `dir` or `dir/<py_dir>`, else an image folder (`dir/train`, `dir/test`).
 ///
 /// # Errors
 ///
-/// [`DataError::MissingDir`] when `dir` does not exist, [`DataError::MissingFile`] naming
-/// `data_batch_1.bin` when `dir` holds neither layout, and the readers' errors.
-pub fn load_cifar10(dir: &Path) -> Result<Splits, DataError> {
-    let kind = DatasetKind::Cifar10;
+/// [`DataError::MissingDir`] when `dir` does not exist, [`DataError::MissingFile`] naming the
+/// binary version's first file when `dir` holds no layout, and the readers' errors.
+pub fn load_cifar(dir: &Path, files: &CifarFiles) -> Result<Splits, DataError> {
+    let kind = files.kind;
     if !dir.is_dir() {
         return Err(DataError::MissingDir {
             path: dir.to_path_buf(),
             dataset: kind,
         });
     }
-    match binary_dir(dir) {
-        Some(bin) => {
-            let files: Vec<PathBuf> = CIFAR10_TRAIN_FILES.iter().map(|f| bin.join(f)).collect();
-            Ok(Splits {
-                kind,
-                train: read_binary(&files)?,
-                test: read_binary(&[bin.join(CIFAR10_TEST_FILE)])?,
-                source: DataSource::Dir(bin),
-            })
-        }
-        None => match python_dir(dir) {
-            Some(py) => {
-                let train: Vec<PathBuf> =
-                    CIFAR10_PY_TRAIN_FILES.iter().map(|f| py.join(f)).collect();
-                Ok(Splits {
-                    kind,
-                    train: read_python(&train)?,
-                    test: read_python(&[py.join(CIFAR10_PY_TEST_FILE)])?,
-                    source: DataSource::Dir(py),
-                })
-            }
-            None if folder::is_image_folder(dir) => folder::load_image_folder(dir, kind),
-            None => Err(DataError::MissingFile {
-                path: dir.join(CIFAR10_TRAIN_FILES[0]),
-                dataset: kind,
-            }),
-        },
+    if let Some(bin) = files.binary_dir(dir) {
+        let [train, test] = files.binary_files(&bin);
+        return Ok(Splits {
+            kind,
+            train: read_binary(&train, files)?,
+            test: read_binary(&test, files)?,
+            source: DataSource::Dir(bin),
+        });
     }
+    if let Some(py) = files.python_dir(dir) {
+        let [train, test] = files.python_files(&py);
+        return Ok(Splits {
+            kind,
+            train: read_python(&train, files)?,
+            test: read_python(&test, files)?,
+            source: DataSource::Dir(py),
+        });
+    }
+    if folder::is_image_folder(dir) {
+        return folder::load_image_folder(dir, kind);
+    }
+    Err(files.missing(dir))
 }
 
-/// Where the python version is: `dir` itself or `dir/cifar-10-batches-py`, whichever holds
-/// `data_batch_1`.
-pub fn python_dir(dir: &Path) -> Option<PathBuf> {
-    [dir.to_path_buf(), dir.join("cifar-10-batches-py")]
-        .into_iter()
-        .find(|d| d.join(CIFAR10_PY_TRAIN_FILES[0]).is_file())
+/// [`load_cifar`] of CIFAR-10.
+///
+/// # Errors
+///
+/// As [`load_cifar`].
+pub fn load_cifar10(dir: &Path) -> Result<Splits, DataError> {
+    load_cifar(dir, &CifarFiles::CIFAR10)
 }
 
 /// One pickled batch of the python version: its labels, and its images (or where they are).
@@ -120,8 +239,8 @@ pub(crate) struct PyBatch {
 }
 
 /// Reads the pickled batch `path`: its `data` array (`uint8`, `n × 3 072` or `n × 3 × 32 × 32`,
-/// C order) and its `labels_key` list (or integer array) of `n` labels; the images are kept when
-/// `keep_images` (or when they are not one run of the file).
+/// C order) and its list (or integer array) of `n` labels under `files.py_labels`; the images are
+/// kept when `keep_images` (or when they are not one run of the file).
 ///
 /// # Errors
 ///
@@ -130,10 +249,11 @@ pub(crate) struct PyBatch {
 /// [`DataError::LabelOutOfRange`].
 pub(crate) fn read_python_batch(
     path: &Path,
-    labels_key: &str,
+    files: &CifarFiles,
     keep_images: bool,
 ) -> Result<PyBatch, DataError> {
-    let kind = DatasetKind::Cifar10;
+    let kind = files.kind;
+    let labels_key = files.py_labels;
     let bytes = read_file(path, kind)?;
     let format = |reason: String| DataError::Format {
         path: path.to_path_buf(),
@@ -199,74 +319,66 @@ pub(crate) fn read_python_batch(
     })
 }
 
-/// The images and labels of the pickled batches `files`, one after the other.
+/// The images and labels of the pickled batches `paths`, one after the other.
 ///
 /// # Errors
 ///
 /// As [`read_python_batch`].
-pub fn read_python(files: &[PathBuf]) -> Result<Dataset, DataError> {
+pub fn read_python(paths: &[PathBuf], files: &CifarFiles) -> Result<Dataset, DataError> {
     let mut data = Dataset {
         shape: ImageShape::RGB_32,
         ..Dataset::default()
     };
-    for path in files {
-        let batch = read_python_batch(path, "labels", true)?;
+    for path in paths {
+        let batch = read_python_batch(path, files, true)?;
         data.labels.extend(batch.labels);
         data.images.extend(batch.images);
     }
     Ok(data)
 }
 
-/// Where the binary version is: `dir` itself or `dir/cifar-10-batches-bin`, whichever holds
-/// `data_batch_1.bin`.
-pub fn binary_dir(dir: &Path) -> Option<PathBuf> {
-    [dir.to_path_buf(), dir.join("cifar-10-batches-bin")]
-        .into_iter()
-        .find(|d| d.join(CIFAR10_TRAIN_FILES[0]).is_file())
-}
-
 /// [`DataError::Format`] unless `len` bytes are a whole, non-zero number of records.
-pub(crate) fn check_length(path: &Path, len: usize) -> Result<(), DataError> {
-    if len == 0 || !len.is_multiple_of(CIFAR10_RECORD) {
+pub(crate) fn check_length(path: &Path, len: usize, files: &CifarFiles) -> Result<(), DataError> {
+    let record = files.record();
+    if len == 0 || !len.is_multiple_of(record) {
         return Err(DataError::Format {
             path: path.to_path_buf(),
             reason: format!(
-                "{len} bytes is not a whole number of CIFAR-10 records of {CIFAR10_RECORD} bytes \
-                 (a label byte and 3 072 pixels)"
+                "{len} bytes is not a whole number of {} records of {record} bytes ({} label \
+                 byte(s) and 3 072 pixels)",
+                files.kind.info().name,
+                files.label_bytes
             ),
         });
     }
     Ok(())
 }
 
-/// The records of `files`, one after the other.
+/// The records of `paths`, one after the other.
 ///
 /// # Errors
 ///
 /// [`DataError::MissingFile`] / [`DataError::Io`] for a file that cannot be read,
 /// [`DataError::Format`] for one whose length is not a whole number of records (or is 0),
-/// [`DataError::LabelOutOfRange`] for a label above 9.
-pub fn read_binary(files: &[PathBuf]) -> Result<Dataset, DataError> {
+/// [`DataError::LabelOutOfRange`] for a label past the data set's classes.
+pub fn read_binary(paths: &[PathBuf], files: &CifarFiles) -> Result<Dataset, DataError> {
     let shape = ImageShape::RGB_32;
+    let record = files.record();
     let mut data = Dataset {
         shape,
         ..Dataset::default()
     };
-    for path in files {
-        let bytes = read_file(path, DatasetKind::Cifar10)?;
-        check_length(path, bytes.len())?;
-        let mut labels = Vec::with_capacity(bytes.len() / CIFAR10_RECORD);
-        data.images
-            .reserve(bytes.len() / CIFAR10_RECORD * shape.pixels());
-        for record in bytes.chunks_exact(CIFAR10_RECORD) {
-            labels.push(record[0]);
-            data.images.extend_from_slice(&record[1..]);
+    for path in paths {
+        let bytes = read_file(path, files.kind)?;
+        check_length(path, bytes.len(), files)?;
+        let mut labels = Vec::with_capacity(bytes.len() / record);
+        data.images.reserve(bytes.len() / record * shape.pixels());
+        for r in bytes.chunks_exact(record) {
+            labels.push(r[files.label_at]);
+            data.images.extend_from_slice(&r[files.label_bytes..]);
         }
-        data.labels.extend(check_labels(
-            labels,
-            DatasetKind::Cifar10.info().classes(),
-            path,
-        )?);
+        data.labels
+            .extend(check_labels(labels, files.kind.info().classes(), path)?);
     }
     Ok(data)
 }

@@ -3,9 +3,9 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | [`catalog`] | [`DatasetKind`] (`--dataset fmnist\|mnist\|cifar10\|svhn`), each one's [`DatasetInfo`] (image shape, classes); [`load`] (here) reads one |
+//! | [`catalog`] | [`DatasetKind`] (`--dataset fmnist\|mnist\|cifar10\|cifar100\|cifar100-coarse\|svhn`), each one's [`DatasetInfo`] (image shape, classes); [`load`] (here) reads one |
 //! | [`dataset`] | [`Dataset`] (labelled images of one [`ImageShape`]), [`Splits`] (train and test), [`DataError`] |
-//! | [`cifar`] | CIFAR-10's official binary version and its pickled python version |
+//! | [`cifar`] | CIFAR-10's and CIFAR-100's official binary versions and their pickled python versions |
 //! | [`pickle`] | reading the pickles of data sets (dicts, lists, NumPy arrays) without evaluating them |
 //! | [`folder`] | the image-folder layout (`train/<class>/*.png\|jpg`) |
 //! | [`svhn`] | SVHN's cropped digits (`train_32x32.mat`, `test_32x32.mat`) |
@@ -50,7 +50,8 @@ pub use fmnist::{FashionMnist, FashionMnistLabels};
 pub use idx::IdxError;
 pub use partition::{
     ClientShard, DOMINANT_CLASSES, FMNIST3_TASKS, Partition, PartitionError, PartitionSpec,
-    SpecError, client_datasets, local_test_indices, partition, rotate_image, shift_label,
+    SpecError, client_datasets, local_test_indices, partition, partition_of, rotate_image,
+    shift_label,
 };
 pub use shards::DataLabels;
 
@@ -68,7 +69,15 @@ pub fn load(kind: DatasetKind, dir: Option<&Path>) -> Result<Splits, DataError> 
     match kind {
         DatasetKind::Fmnist => FashionMnist::load(dir),
         DatasetKind::Mnist => fmnist::load_idx_dir(need_dir(kind, dir)?, kind),
-        DatasetKind::Cifar10 => cifar::load_cifar10(need_dir(kind, dir)?),
+        DatasetKind::Cifar10 => {
+            cifar::load_cifar(need_dir(kind, dir)?, &cifar::CifarFiles::CIFAR10)
+        }
+        DatasetKind::Cifar100 => {
+            cifar::load_cifar(need_dir(kind, dir)?, &cifar::CifarFiles::CIFAR100)
+        }
+        DatasetKind::Cifar100Coarse => {
+            cifar::load_cifar(need_dir(kind, dir)?, &cifar::CifarFiles::CIFAR100_COARSE)
+        }
         DatasetKind::Svhn => svhn::load_svhn(need_dir(kind, dir)?),
     }
 }

@@ -8,15 +8,22 @@
 //! | string | scheme |
 //! | --- | --- |
 //! | `iid` | shuffle all samples, cut into `n` near-equal parts |
-//! | `label:K` | NIID-Bench "#C=K" label skew: every client holds exactly `K` of the 10 labels |
+//! | `label:K` | NIID-Bench "#C=K" label skew: every client holds exactly `K` of the data set's labels |
 //! | `dir:BETA` | NIID-Bench Dirichlet(β) label skew, β > 0 |
-//! | `groups:012-34-56-789` | StoCFL "pathological" split: disjoint label groups, one cluster each |
+//! | `groups:012-34-56-789` | StoCFL "pathological" split: disjoint label groups, one cluster each (labels from 10 on with commas: `groups:0,1,2-10,11`) |
 //! | `rotate:G` | iid split, client `i` in group `i % G`, images turned `i % G` quarter turns |
 //! | `shift:G` | StoCFL shifted labels: iid split, client `i` in group `g = i % G` sees every label `y` as `(y + 3g) mod 10` (`G ≤ 4`) |
 //! | `rotate:R*BASE` | product: `BASE` (`groups:…`, `pairs`, `dominant:ALPHA` or `shift:G`, `G` groups) with client `i` also turned `(i / G) % R` quarter turns; `G·R` groups (StoCFL §4.1: `rotate:2*groups:012-34-56-789`) |
 //! | `dominant:ALPHA` | AdaCFL α: 5 groups, a fraction α ∈ (0, 1] of each client's samples from its group's class `0, 2, 4, 6, 8`, the rest spread over the other 9 |
 //! | `pairs` | AdaCFL "α = B": 10 groups, client `i` holds labels `g` and `g + 1 mod 10`, `g = i % 10` |
 //! | `tasks:fmnist3` | MT-HFL: clothes / shoes / bags tasks over 5 / 3 / 2 users (of 10), ~10 % of each user's samples from the other tasks |
+//!
+//! Every scheme works on any class count ([`partition_of`]; [`partition`] is the ten-class case);
+//! `pairs`, `dominant:` and `tasks:fmnist3` are made of the labels `0..10` (on a larger data set
+//! the other labels go to no client, and `coordinator` says so), and `shift:` shifts labels
+//! modulo 10, so it takes only ten-class data sets ([`PartitionSpec::check_classes`]). The
+//! procedures below are written for ten classes; `label:K`, `dir:`, `groups:` and the other
+//! classes of `dominant:` run over all `C` classes of the data set where they say `0..10`.
 //!
 //! All schemes draw from one [`ChaCha8Rng`] seeded with the caller's seed, in a fixed order, so a
 //! `(spec, labels, n_clients, seed)` gives the same partition on every run and every platform
@@ -33,11 +40,11 @@
 //!
 //! - **`iid`**: shuffle the indices `0..N`, `array_split` into `n` parts; client `i` gets part `i`.
 //! - **`label:K`** (NIID-Bench `partition_data`, `noniid-#label`): for each client `i` in order,
-//!   `current = [i % 10]`, then draw labels uniformly from `0..10` until `current` holds `K`
-//!   distinct ones; `times[l]` counts the clients owning label `l`. Then each label is split over
-//!   its owners. With `K = 10` no labels are drawn and every label is split over all clients. **A
-//!   label no client owns is left unused** (its samples go to nobody); this can happen for
-//!   `K < 10` when `n` is small. Every owned label must have at least `times[l]` samples, so that
+//!   `current = [i % C]` (`C` the data set's classes, 10 in NIID-Bench), then draw labels
+//!   uniformly from `0..C` until `current` holds `K` distinct ones; `times[l]` counts the clients
+//!   owning label `l`. Then each label is split over its owners. With `K = C` no labels are drawn
+//!   and every label is split over all clients. **A label no client owns is left unused** (its
+//!   samples go to nobody); this can happen for `K < C` when `n < C`. Every owned label must have at least `times[l]` samples, so that
 //!   each client really holds `K` labels.
 //! - **`dir:BETA`** (NIID-Bench `noniid-labeldir`): repeat until every client holds at least
 //!   [`DIRICHLET_MIN_SIZE`] samples, at most [`DIRICHLET_MAX_TRIES`] times: start from empty
@@ -124,8 +131,8 @@ use rand_distr::{Distribution, Gamma};
 use serde::{Deserialize, Serialize};
 
 use super::catalog::ImageShape;
+use super::catalog::{DEFAULT_CLASSES, MAX_CLASSES};
 use super::dataset::{Dataset, Splits};
-use super::fmnist::NUM_CLASSES;
 
 /// The minimum number of samples every client must get from a `dir:` partition (NIID-Bench's
 /// `min_require_size`).
@@ -243,11 +250,13 @@ pub enum SpecError {
         /// The text that should have been a number.
         value: String,
     },
-    /// `label:K` with `K` outside `1..=10`.
-    #[error("label:{k}: the number of labels per client must be between 1 and 10")]
+    /// `label:K` with `K` outside `1..=classes`.
+    #[error("label:{k}: the number of labels per client must be between 1 and {classes}")]
     LabelCount {
         /// The requested labels per client.
         k: usize,
+        /// The data set's classes (256 when the data set is not known yet).
+        classes: usize,
     },
     /// `dir:BETA` with β not positive and finite.
     #[error("dir:{beta}: beta must be positive and finite")]
@@ -270,16 +279,20 @@ pub enum SpecError {
         /// The position of the empty group.
         index: usize,
     },
-    /// A group holds something that is not a digit `0`–`9`.
-    #[error("partition `{input}`: `{found}` is not a label digit 0-9")]
+    /// A group holds something that is not a digit `0`–`9` (or, written with commas, not a
+    /// label number).
+    #[error(
+        "partition `{input}`: `{found}` is not a label digit 0-9 (labels from 10 on are written \
+         with commas: groups:0,1,2-10,11)"
+    )]
     BadGroupChar {
         /// The whole input.
         input: String,
         /// The offending character.
         found: char,
     },
-    /// A group holds a label outside `0..10`.
-    #[error("label {label} in group {group} is not in 0..10")]
+    /// A group holds a label that is not one of the data set's classes.
+    #[error("label {label} in group {group} is not one of the data set's classes")]
     LabelOutOfRange {
         /// The group index.
         group: usize,
@@ -313,6 +326,18 @@ pub enum SpecError {
         /// The refused base, as a string.
         base: String,
     },
+    /// A scheme made for ten-class data sets on a data set of another class count.
+    #[error(
+        "partition {scheme} is made of the labels 0-9 and needs {} classes; this data set has \
+         {classes}",
+        if scheme == "shift:" { "exactly 10" } else { "at least 10" }
+    )]
+    Classes {
+        /// The scheme.
+        scheme: String,
+        /// The data set's classes.
+        classes: usize,
+    },
     /// A label appears twice (in one group or in two).
     #[error("label {label} appears in more than one place; label groups must be disjoint")]
     DuplicateLabel {
@@ -322,10 +347,11 @@ pub enum SpecError {
 }
 
 impl PartitionSpec {
-    /// Checks the parameters: `1 ≤ k ≤ 10`, β positive and finite, groups non-empty, disjoint,
-    /// labels in `0..10`, `1 ≤ G ≤ 4` for `rotate:` and `shift:`, `0 < α ≤ 1`, and for a product
-    /// `1 ≤ R ≤ 4` and a valid base of an allowed kind. Parsing validates already; this is for
-    /// specs built in code.
+    /// Checks the parameters that do not depend on the data set: `1 ≤ k ≤ 256`, β positive and
+    /// finite, groups non-empty and disjoint, `1 ≤ G ≤ 4` for `rotate:` and `shift:`,
+    /// `0 < α ≤ 1`, and for a product `1 ≤ R ≤ 4` and a valid base of an allowed kind
+    /// ([`PartitionSpec::check_classes`] checks the rest against a data set). Parsing validates
+    /// already; this is for specs built in code.
     ///
     /// # Errors
     ///
@@ -334,10 +360,13 @@ impl PartitionSpec {
         match self {
             PartitionSpec::Iid => Ok(()),
             PartitionSpec::Label { k } => {
-                if (1..=NUM_CLASSES).contains(k) {
+                if (1..=MAX_CLASSES).contains(k) {
                     Ok(())
                 } else {
-                    Err(SpecError::LabelCount { k: *k })
+                    Err(SpecError::LabelCount {
+                        k: *k,
+                        classes: MAX_CLASSES,
+                    })
                 }
             }
             PartitionSpec::Dirichlet { beta } => {
@@ -351,15 +380,13 @@ impl PartitionSpec {
                 if groups.is_empty() {
                     return Err(SpecError::NoGroups);
                 }
-                let mut seen = [false; NUM_CLASSES];
+                let mut seen = [false; MAX_CLASSES];
                 for (g, group) in groups.iter().enumerate() {
                     if group.is_empty() {
                         return Err(SpecError::EmptyGroup { index: g });
                     }
                     for &label in group {
-                        let slot = seen
-                            .get_mut(label as usize)
-                            .ok_or(SpecError::LabelOutOfRange { group: g, label })?;
+                        let slot = &mut seen[usize::from(label)];
                         if *slot {
                             return Err(SpecError::DuplicateLabel { label });
                         }
@@ -431,16 +458,66 @@ impl PartitionSpec {
         Ok(())
     }
 
-    /// The labels of `0..10` that no group of a `groups:` spec holds (also as the base of
-    /// `rotate:R*groups:…`): their samples go to no client. Empty for every other spec, which
-    /// uses every label.
-    pub fn unused_labels(&self) -> Vec<u8> {
+    /// The labels of `0..classes` that no client gets: those in no group of a `groups:` spec
+    /// (also as the base of `rotate:R*groups:…`), and for `pairs`, `dominant:` and
+    /// `tasks:fmnist3`, whose groups are made of the labels `0..10`, every label from 10 on.
+    /// Empty for every other spec, which uses every label.
+    pub fn unused_labels(&self, classes: usize) -> Vec<u8> {
+        let all = 0..classes.min(MAX_CLASSES) as u16;
         match self {
-            PartitionSpec::Groups(groups) => (0..NUM_CLASSES as u8)
+            PartitionSpec::Groups(groups) => all
+                .map(|l| l as u8)
                 .filter(|l| !groups.iter().any(|g| g.contains(l)))
                 .collect(),
-            PartitionSpec::Rotated { base, .. } => base.unused_labels(),
+            PartitionSpec::Pairs | PartitionSpec::TasksFmnist3 => {
+                all.skip(DEFAULT_CLASSES).map(|l| l as u8).collect()
+            }
+            PartitionSpec::Rotated { base, .. } => base.unused_labels(classes),
             _ => Vec::new(),
+        }
+    }
+
+    /// Checks the spec against a data set of `classes` classes: `label:K` needs `K ≤ classes`,
+    /// `groups:` labels below `classes`, `pairs`, `dominant:` and `tasks:fmnist3` (made of the
+    /// labels `0..10`) at least 10 classes, and `shift:` (labels shifted modulo 10) exactly 10.
+    ///
+    /// # Errors
+    ///
+    /// The [`SpecError`] naming the first problem.
+    pub fn check_classes(&self, classes: usize) -> Result<(), SpecError> {
+        let tens = |scheme: &str, exact: bool| {
+            let ok = if exact {
+                classes == DEFAULT_CLASSES
+            } else {
+                classes >= DEFAULT_CLASSES
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(SpecError::Classes {
+                    scheme: scheme.to_string(),
+                    classes,
+                })
+            }
+        };
+        match self {
+            PartitionSpec::Label { k } if *k > classes => {
+                Err(SpecError::LabelCount { k: *k, classes })
+            }
+            PartitionSpec::Groups(groups) => {
+                for (g, group) in groups.iter().enumerate() {
+                    if let Some(&label) = group.iter().find(|&&l| usize::from(l) >= classes) {
+                        return Err(SpecError::LabelOutOfRange { group: g, label });
+                    }
+                }
+                Ok(())
+            }
+            PartitionSpec::Pairs => tens("pairs", false),
+            PartitionSpec::Dominant { .. } => tens("dominant:", false),
+            PartitionSpec::TasksFmnist3 => tens("tasks:fmnist3", false),
+            PartitionSpec::Shift { .. } => tens("shift:", true),
+            PartitionSpec::Rotated { base, .. } => base.check_classes(classes),
+            _ => Ok(()),
         }
     }
 
@@ -501,12 +578,17 @@ impl fmt::Display for PartitionSpec {
             PartitionSpec::Label { k } => write!(f, "label:{k}"),
             PartitionSpec::Dirichlet { beta } => write!(f, "dir:{beta}"),
             PartitionSpec::Groups(groups) => {
+                // Digits while every label is one; label numbers with commas from 10 on.
+                let commas = groups.iter().flatten().any(|&l| l >= 10);
                 f.write_str("groups:")?;
                 for (i, group) in groups.iter().enumerate() {
                     if i > 0 {
                         f.write_str("-")?;
                     }
-                    for label in group {
+                    for (j, label) in group.iter().enumerate() {
+                        if commas && j > 0 {
+                            f.write_str(",")?;
+                        }
                         write!(f, "{label}")?;
                     }
                 }
@@ -568,14 +650,25 @@ impl FromStr for PartitionSpec {
         } else if let Some(v) = input.strip_prefix("groups:") {
             let mut groups = Vec::new();
             if !v.is_empty() {
+                // Digits (`012-34`), or with any comma label numbers (`0,1,2-10,11`).
+                let commas = v.contains(',');
                 for part in v.split('-') {
                     let mut group = Vec::with_capacity(part.len());
-                    for c in part.chars() {
-                        let d = c.to_digit(10).ok_or_else(|| SpecError::BadGroupChar {
-                            input: input.to_string(),
-                            found: c,
-                        })?;
-                        group.push(d as u8);
+                    if commas {
+                        for label in part.split(',').filter(|l| !l.is_empty()) {
+                            group.push(label.parse().map_err(|_| SpecError::BadNumber {
+                                input: input.to_string(),
+                                value: label.to_string(),
+                            })?);
+                        }
+                    } else {
+                        for c in part.chars() {
+                            let d = c.to_digit(10).ok_or_else(|| SpecError::BadGroupChar {
+                                input: input.to_string(),
+                                found: c,
+                            })?;
+                            group.push(d as u8);
+                        }
                     }
                     groups.push(group);
                 }
@@ -644,13 +737,15 @@ pub enum PartitionError {
     /// `n_clients` is zero.
     #[error("the number of clients must be at least 1")]
     NoClients,
-    /// A training label is not in `0..10`.
-    #[error("training label {label} of sample {index} is not in 0..10")]
+    /// A training label is not in `0..classes`.
+    #[error("training label {label} of sample {index} is not in 0..{classes}")]
     LabelOutOfRange {
         /// The sample index.
         index: usize,
         /// The offending label.
         label: u8,
+        /// The data set's classes.
+        classes: usize,
     },
     /// Too few training samples for the number of clients.
     #[error(
@@ -734,39 +829,62 @@ pub enum PartitionError {
     },
 }
 
-/// Splits the training set with labels `train_labels` over `n_clients` clients by `spec`, drawing
-/// from `ChaCha8Rng::seed_from_u64(seed)`; see the [module docs](self) for each procedure.
-///
-/// Every training sample goes to at most one client; for `iid`, `label:10`, `groups:` covering all
-/// labels, `rotate:` and `shift:`, to exactly one.
+/// [`partition_of`] a ten-class data set ([`DEFAULT_CLASSES`]: MNIST, Fashion-MNIST, CIFAR-10,
+/// SVHN).
 ///
 /// # Errors
 ///
-/// [`PartitionError::Spec`] for an invalid spec, [`PartitionError::NoClients`],
-/// [`PartitionError::LabelOutOfRange`] for a label outside `0..10`, [`PartitionError::TooFewSamples`]
-/// / [`PartitionError::TooFewLabelSamples`] / [`PartitionError::TooFewClients`] when the data cannot
-/// give every client what the scheme promises, [`PartitionError::TooFewTaskSamples`] for a
-/// `tasks:` split on too small a set, [`PartitionError::DominantTooSmall`],
-/// [`PartitionError::DirichletGaveUp`].
+/// As [`partition_of`].
 pub fn partition(
     spec: &PartitionSpec,
     train_labels: &[u8],
     n_clients: usize,
     seed: u64,
 ) -> Result<Partition, PartitionError> {
+    partition_of(spec, train_labels, DEFAULT_CLASSES, n_clients, seed)
+}
+
+/// Splits the training set with labels `train_labels` (of a data set of `classes` classes) over
+/// `n_clients` clients by `spec`, drawing from `ChaCha8Rng::seed_from_u64(seed)`; see the
+/// [module docs](self) for each procedure.
+///
+/// Every training sample goes to at most one client; for `iid`, `label:K` with `K = classes`,
+/// `groups:` covering all labels, `rotate:` and `shift:`, to exactly one.
+///
+/// # Errors
+///
+/// [`PartitionError::Spec`] for an invalid spec or one the class count refuses
+/// ([`PartitionSpec::check_classes`]), [`PartitionError::NoClients`],
+/// [`PartitionError::LabelOutOfRange`] for a label outside `0..classes`, [`PartitionError::TooFewSamples`]
+/// / [`PartitionError::TooFewLabelSamples`] / [`PartitionError::TooFewClients`] when the data cannot
+/// give every client what the scheme promises, [`PartitionError::TooFewTaskSamples`] for a
+/// `tasks:` split on too small a set, [`PartitionError::DominantTooSmall`],
+/// [`PartitionError::DirichletGaveUp`].
+pub fn partition_of(
+    spec: &PartitionSpec,
+    train_labels: &[u8],
+    classes: usize,
+    n_clients: usize,
+    seed: u64,
+) -> Result<Partition, PartitionError> {
     spec.validate()?;
+    spec.check_classes(classes)?;
     if n_clients == 0 {
         return Err(PartitionError::NoClients);
     }
     if let Some((index, &label)) = train_labels
         .iter()
         .enumerate()
-        .find(|&(_, &l)| l as usize >= NUM_CLASSES)
+        .find(|&(_, &l)| l as usize >= classes)
     {
-        return Err(PartitionError::LabelOutOfRange { index, label });
+        return Err(PartitionError::LabelOutOfRange {
+            index,
+            label,
+            classes,
+        });
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let built = build(spec, train_labels, n_clients, &mut rng)?;
+    let built = build(spec, train_labels, classes, n_clients, &mut rng)?;
 
     let clients = built
         .shards
@@ -774,12 +892,13 @@ pub fn partition(
         .zip(built.rotation)
         .zip(built.shift)
         .map(|((train, rotation), label_shift)| {
-            let mut present = [false; NUM_CLASSES];
+            let mut present = [false; MAX_CLASSES];
             for &i in &train {
                 present[shift_label(train_labels[i], label_shift) as usize] = true;
             }
-            let labels = (0..NUM_CLASSES as u8)
-                .filter(|&l| present[l as usize])
+            let labels = (0..classes)
+                .filter(|&l| present[l])
+                .map(|l| l as u8)
                 .collect();
             ClientShard {
                 train,
@@ -818,10 +937,11 @@ impl Built {
     }
 }
 
-/// The scheme `spec` (validated, labels checked) over `n ≥ 1` clients.
+/// The scheme `spec` (validated, labels checked below `classes`) over `n ≥ 1` clients.
 fn build(
     spec: &PartitionSpec,
     train_labels: &[u8],
+    classes: usize,
     n: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Built, PartitionError> {
@@ -865,40 +985,42 @@ fn build(
                 ..Built::plain(iid(train_labels.len(), n, rng), Some(truth))
             }
         }
-        PartitionSpec::Label { k } => Built::plain(label_skew(*k, train_labels, n, rng)?, None),
+        PartitionSpec::Label { k } => {
+            Built::plain(label_skew(*k, train_labels, classes, n, rng)?, None)
+        }
         PartitionSpec::Dirichlet { beta } => {
             let needed = DIRICHLET_MIN_SIZE.saturating_mul(n);
             if train_labels.len() < needed {
                 return Err(too_few(needed));
             }
-            Built::plain(dirichlet(*beta, train_labels, n, rng)?, None)
+            Built::plain(dirichlet(*beta, train_labels, classes, n, rng)?, None)
         }
         PartitionSpec::Groups(groups) => Built::plain(
-            label_groups(groups, train_labels, n, rng)?,
+            label_groups(groups, train_labels, classes, n, rng)?,
             Some(modulo(groups.len())),
         ),
         PartitionSpec::Pairs => {
-            let owns: Vec<[bool; NUM_CLASSES]> = (0..n)
+            let owns: Vec<Vec<bool>> = (0..n)
                 .map(|i| {
-                    let mut own = [false; NUM_CLASSES];
+                    let mut own = vec![false; classes];
                     own[i % PAIRS_GROUPS] = true;
                     own[(i + 1) % PAIRS_GROUPS] = true;
                     own
                 })
                 .collect();
             Built::plain(
-                split_over_owners(&owns, train_labels, rng)?,
+                split_over_owners(&owns, train_labels, classes, rng)?,
                 Some(modulo(PAIRS_GROUPS)),
             )
         }
         PartitionSpec::Dominant { alpha } => Built::plain(
-            dominant(*alpha, train_labels, n, rng)?,
+            dominant(*alpha, train_labels, classes, n, rng)?,
             Some(modulo(DOMINANT_CLASSES.len())),
         ),
         PartitionSpec::Rotated { rotations, base } => {
             // `validate` admits only bases with groups (client i in group i % G).
             let g = base.num_groups().unwrap_or(1);
-            let inner = build(base, train_labels, n, rng)?;
+            let inner = build(base, train_labels, classes, n, rng)?;
             let rotation: Vec<usize> = (0..n).map(|i| (i / g) % rotations).collect();
             let truth = inner.truth.as_ref().map(|t| {
                 t.iter()
@@ -921,7 +1043,7 @@ fn build(
                 .flat_map(|(t, &u)| std::iter::repeat_n(t, u))
                 .collect();
             Built::plain(
-                tasks(&FMNIST3_TASKS, &truth, train_labels, rng)?,
+                tasks(&FMNIST3_TASKS, &truth, train_labels, classes, rng)?,
                 Some(truth),
             )
         }
@@ -942,9 +1064,9 @@ fn array_split<T: Clone>(items: &[T], parts: usize) -> Vec<Vec<T>> {
     out
 }
 
-/// Sample indices of each label, in index order.
-fn indices_by_label(train_labels: &[u8]) -> [Vec<usize>; NUM_CLASSES] {
-    let mut by_label: [Vec<usize>; NUM_CLASSES] = Default::default();
+/// Sample indices of each label of `0..classes`, in index order.
+fn indices_by_label(train_labels: &[u8], classes: usize) -> Vec<Vec<usize>> {
+    let mut by_label = vec![Vec::new(); classes];
     for (i, &l) in train_labels.iter().enumerate() {
         by_label[l as usize].push(i);
     }
@@ -960,20 +1082,21 @@ fn iid(len: usize, n: usize, rng: &mut ChaCha8Rng) -> Vec<Vec<usize>> {
 fn label_skew(
     k: usize,
     train_labels: &[u8],
+    classes: usize,
     n: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<Vec<usize>>, PartitionError> {
     // Which labels each client owns (NIID-Bench `contain`).
-    let mut owns = vec![[false; NUM_CLASSES]; n];
+    let mut owns = vec![vec![false; classes]; n];
     for (i, own) in owns.iter_mut().enumerate() {
-        if k == NUM_CLASSES {
+        if k == classes {
             // NIID-Bench's k = 10 branch draws nothing: every client owns every label.
-            *own = [true; NUM_CLASSES];
+            own.fill(true);
         } else {
-            own[i % NUM_CLASSES] = true;
+            own[i % classes] = true;
             let mut distinct = 1;
             while distinct < k {
-                let l = rng.random_range(0..NUM_CLASSES);
+                let l = rng.random_range(0..classes);
                 if !own[l] {
                     own[l] = true;
                     distinct += 1;
@@ -981,25 +1104,26 @@ fn label_skew(
             }
         }
     }
-    split_over_owners(&owns, train_labels, rng)
+    split_over_owners(&owns, train_labels, classes, rng)
 }
 
-/// For each label `l` in `0..10` owned by some client: shuffle its sample indices and
+/// For each label `l` in `0..classes` owned by some client: shuffle its sample indices and
 /// `array_split` them over its owners in increasing client id (`owns[c][l]`: client `c` owns
 /// `l`). Labels nobody owns are unused and draw nothing. Every owned label must have at least
 /// as many samples as owners (checked before any draw).
 fn split_over_owners(
-    owns: &[[bool; NUM_CLASSES]],
+    owns: &[Vec<bool>],
     train_labels: &[u8],
+    classes: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<Vec<usize>>, PartitionError> {
-    let mut times = [0usize; NUM_CLASSES];
+    let mut times = vec![0usize; classes];
     for own in owns {
         for (t, &o) in times.iter_mut().zip(own.iter()) {
             *t += usize::from(o);
         }
     }
-    let mut by_label = indices_by_label(train_labels);
+    let mut by_label = indices_by_label(train_labels, classes);
     for (l, idx) in by_label.iter().enumerate() {
         if times[l] > idx.len() {
             return Err(PartitionError::TooFewLabelSamples {
@@ -1043,13 +1167,14 @@ fn ln_gamma_variate(gamma: &Gamma<f64>, beta: f64, rng: &mut ChaCha8Rng) -> f64 
 fn dirichlet(
     beta: f64,
     train_labels: &[u8],
+    classes: usize,
     n: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<Vec<usize>>, PartitionError> {
     let spec_err = || PartitionError::Spec(SpecError::Beta { beta });
     let shape = if beta < 1.0 { beta + 1.0 } else { beta };
     let gamma = Gamma::new(shape, 1.0).map_err(|_| spec_err())?;
-    let by_label = indices_by_label(train_labels);
+    let by_label = indices_by_label(train_labels, classes);
     let cap = train_labels.len() as f64 / n as f64;
     let mut best_min_size = 0;
     let mut log_p = vec![0.0f64; n];
@@ -1115,32 +1240,33 @@ fn dirichlet(
 fn label_groups(
     groups: &[Vec<u8>],
     train_labels: &[u8],
+    classes: usize,
     n: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<Vec<usize>>, PartitionError> {
     // Client i owns the labels of group i % G.
-    let owns: Vec<[bool; NUM_CLASSES]> = (0..n)
+    let owns: Vec<Vec<bool>> = (0..n)
         .map(|i| {
-            let mut own = [false; NUM_CLASSES];
+            let mut own = vec![false; classes];
             for &l in &groups[i % groups.len()] {
                 own[l as usize] = true;
             }
             own
         })
         .collect();
-    split_over_owners(&owns, train_labels, rng)
+    split_over_owners(&owns, train_labels, classes, rng)
 }
 
 /// `dominant:` sample counts of client `i` for `m` samples per client (module docs): `d` of its
-/// dominant class, `r = m − d` spread over the other 9 classes.
-fn dominant_counts(alpha: f64, i: usize, m: usize) -> [usize; NUM_CLASSES] {
+/// dominant class, `r = m − d` spread over the other `classes − 1` classes.
+fn dominant_counts(alpha: f64, i: usize, m: usize, classes: usize) -> Vec<usize> {
     let groups = DOMINANT_CLASSES.len();
     let c = DOMINANT_CLASSES[i % groups] as usize;
     let d = dominant_count(alpha, m);
     let r = m - d;
-    let others: Vec<usize> = (0..NUM_CLASSES).filter(|&l| l != c).collect();
+    let others: Vec<usize> = (0..classes).filter(|&l| l != c).collect();
     let k = (i / groups) % others.len();
-    let mut counts = [0usize; NUM_CLASSES];
+    let mut counts = vec![0usize; classes];
     counts[c] = d;
     for j in 0..others.len() {
         counts[others[(j + k) % others.len()]] =
@@ -1158,16 +1284,17 @@ fn dominant_count(alpha: f64, m: usize) -> usize {
 fn dominant(
     alpha: f64,
     train_labels: &[u8],
+    classes: usize,
     n: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<Vec<usize>>, PartitionError> {
-    let mut by_label = indices_by_label(train_labels);
+    let mut by_label = indices_by_label(train_labels, classes);
     let available: Vec<usize> = by_label.iter().map(Vec::len).collect();
     // Every count grows with m (d and r never decrease), so whether m fits is monotone in m.
     let fits = |m: usize| -> bool {
-        let mut demand = [0usize; NUM_CLASSES];
+        let mut demand = vec![0usize; classes];
         for i in 0..n {
-            for (total, c) in demand.iter_mut().zip(dominant_counts(alpha, i, m)) {
+            for (total, c) in demand.iter_mut().zip(dominant_counts(alpha, i, m, classes)) {
                 *total += c;
             }
         }
@@ -1190,10 +1317,10 @@ fn dominant(
     for idx in by_label.iter_mut() {
         idx.shuffle(rng);
     }
-    let mut next = [0usize; NUM_CLASSES];
+    let mut next = vec![0usize; classes];
     let mut shards = Vec::with_capacity(n);
     for i in 0..n {
-        let counts = dominant_counts(alpha, i, m);
+        let counts = dominant_counts(alpha, i, m, classes);
         let mut shard = Vec::with_capacity(m);
         for (l, &count) in counts.iter().enumerate() {
             shard.extend_from_slice(&by_label[l][next[l]..next[l] + count]);
@@ -1238,9 +1365,10 @@ fn tasks(
     task_sets: &[&[u8]],
     task_of: &[usize],
     train_labels: &[u8],
+    classes: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<Vec<usize>>, PartitionError> {
-    let mut task_of_label = [None; NUM_CLASSES];
+    let mut task_of_label = vec![None; classes];
     for (t, set) in task_sets.iter().enumerate() {
         for &l in *set {
             task_of_label[l as usize] = Some(t);
@@ -1305,7 +1433,7 @@ fn tasks(
 /// ([`ClientShard::label_shift`], `shift:`). A shift that is a multiple of 10, and a label outside
 /// `0..10`, leave the label as it is.
 pub fn shift_label(label: u8, shift: u8) -> u8 {
-    let classes = NUM_CLASSES as u8;
+    let classes = DEFAULT_CLASSES as u8;
     if shift.is_multiple_of(classes) || label >= classes {
         label
     } else {
@@ -1388,7 +1516,7 @@ pub fn client_datasets(
             set.images = rotated;
         }
     }
-    if !shard.label_shift.is_multiple_of(NUM_CLASSES as u8) {
+    if !shard.label_shift.is_multiple_of(DEFAULT_CLASSES as u8) {
         for set in [&mut train, &mut test] {
             for l in &mut set.labels {
                 *l = shift_label(*l, shard.label_shift);
@@ -1407,11 +1535,14 @@ mod tests {
     #[test]
     fn unused_labels_of_a_groups_spec() {
         let spec = |t: &str| t.parse::<PartitionSpec>().unwrap();
-        assert_eq!(spec("groups:012-34-56-78").unused_labels(), [9]);
-        assert_eq!(spec("groups:0-5").unused_labels(), [1, 2, 3, 4, 6, 7, 8, 9]);
-        assert!(spec("groups:012-34-56-789").unused_labels().is_empty());
+        assert_eq!(spec("groups:012-34-56-78").unused_labels(10), [9]);
         assert_eq!(
-            spec("rotate:2*groups:01-23").unused_labels(),
+            spec("groups:0-5").unused_labels(10),
+            [1, 2, 3, 4, 6, 7, 8, 9]
+        );
+        assert!(spec("groups:012-34-56-789").unused_labels(10).is_empty());
+        assert_eq!(
+            spec("rotate:2*groups:01-23").unused_labels(10),
             [4, 5, 6, 7, 8, 9]
         );
         for full in [
@@ -1422,7 +1553,7 @@ mod tests {
             "tasks:fmnist3",
             "pairs",
         ] {
-            assert!(spec(full).unused_labels().is_empty(), "{full}");
+            assert!(spec(full).unused_labels(10).is_empty(), "{full}");
         }
     }
 

@@ -1,5 +1,5 @@
 //! One client's part of a data set without the rest: [`DataLabels::load`] reads only the labels
-//! (IDX label files; CIFAR-10's label bytes or pickled label lists; an image folder's listing), the caller cuts its
+//! (IDX label files; CIFAR's label bytes or pickled label lists; an image folder's listing), the caller cuts its
 //! shard from them (a [`partition`](super::partition::partition())), then
 //! [`select_train`](DataLabels::select_train) / [`select_test`](DataLabels::select_test) read
 //! only those images. The result equals [`Dataset::select`] on [`super::load`]'s data, byte for
@@ -11,10 +11,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::catalog::{DatasetKind, ImageShape};
-use super::cifar::{
-    CIFAR10_PY_TEST_FILE, CIFAR10_PY_TRAIN_FILES, CIFAR10_RECORD, CIFAR10_TEST_FILE,
-    CIFAR10_TRAIN_FILES,
-};
+use super::cifar::CifarFiles;
 use super::dataset::{DataError, DataSource, Dataset, check_labels};
 use super::fmnist::FashionMnistLabels;
 use super::folder;
@@ -48,7 +45,7 @@ struct Run {
 enum Images {
     /// Fashion-MNIST or MNIST: the IDX reader's own selection.
     Idx(FashionMnistLabels),
-    /// Images at a fixed stride in files (CIFAR-10's binary and python versions): each split's
+    /// Images at a fixed stride in files (CIFAR's binary and python versions): each split's
     /// files, in order.
     Runs([Vec<Run>; 2]),
     /// Images held in memory (SVHN; a pickle that re-encodes its pixels): each split's.
@@ -74,14 +71,22 @@ impl DataLabels {
         };
         match kind {
             DatasetKind::Fmnist => Ok(idx(FashionMnistLabels::load(dir)?)),
-            DatasetKind::Mnist => {
-                let dir = dir.ok_or(DataError::NeedsDir { dataset: kind })?;
-                Ok(idx(FashionMnistLabels::load_idx_dir(dir, kind)?))
-            }
-            DatasetKind::Cifar10 => {
-                let dir = dir.ok_or(DataError::NeedsDir { dataset: kind })?;
-                cifar10(dir)
-            }
+            DatasetKind::Mnist => Ok(idx(FashionMnistLabels::load_idx_dir(
+                dir.ok_or(DataError::NeedsDir { dataset: kind })?,
+                kind,
+            )?)),
+            DatasetKind::Cifar10 => cifar(
+                dir.ok_or(DataError::NeedsDir { dataset: kind })?,
+                &CifarFiles::CIFAR10,
+            ),
+            DatasetKind::Cifar100 => cifar(
+                dir.ok_or(DataError::NeedsDir { dataset: kind })?,
+                &CifarFiles::CIFAR100,
+            ),
+            DatasetKind::Cifar100Coarse => cifar(
+                dir.ok_or(DataError::NeedsDir { dataset: kind })?,
+                &CifarFiles::CIFAR100_COARSE,
+            ),
             // SVHN's labels follow its images inside one compressed stream: the whole file is
             // read, and the images kept (225 MB for the training file).
             DatasetKind::Svhn => {
@@ -175,7 +180,9 @@ impl DataLabels {
         for (p, &i) in indices.iter().enumerate() {
             image.clear();
             match &self.images {
-                Images::Runs(files) => read_run(&files[split], &mut handles, i, shape, &mut image)?,
+                Images::Runs(files) => {
+                    read_run(&files[split], &mut handles, i, shape, self.kind, &mut image)?
+                }
                 Images::Memory(images) => {
                     image.extend_from_slice(&images[split][i * shape.pixels()..][..shape.pixels()])
                 }
@@ -206,29 +213,30 @@ impl DataLabels {
     }
 }
 
-/// CIFAR-10's labels: the binary version's label bytes, else the python version's label lists,
-/// else an image folder's listing (as [`super::cifar::load_cifar10`] chooses).
-fn cifar10(dir: &Path) -> Result<DataLabels, DataError> {
-    let kind = DatasetKind::Cifar10;
+/// A CIFAR data set's labels: the binary version's label bytes, else the python version's label
+/// lists, else an image folder's listing (as [`super::cifar::load_cifar`] chooses).
+fn cifar(dir: &Path, files: &CifarFiles) -> Result<DataLabels, DataError> {
+    let kind = files.kind;
     if !dir.is_dir() {
         return Err(DataError::MissingDir {
             path: dir.to_path_buf(),
             dataset: kind,
         });
     }
-    if let Some(bin) = super::cifar::binary_dir(dir) {
+    if let Some(bin) = files.binary_dir(dir) {
         let mut labels = [Vec::new(), Vec::new()];
-        let mut files = [Vec::new(), Vec::new()];
-        let train = CIFAR10_TRAIN_FILES.iter().map(|f| (0, bin.join(f)));
-        for (split, path) in train.chain([(1, bin.join(CIFAR10_TEST_FILE))]) {
-            let own = record_labels(&path)?;
-            files[split].push(Run {
-                path: path.clone(),
-                count: own.len(),
-                start: 1,
-                stride: CIFAR10_RECORD as u64,
-            });
-            labels[split].extend(check_labels(own, kind.info().classes(), &path)?);
+        let mut runs = [Vec::new(), Vec::new()];
+        for (split, paths) in files.binary_files(&bin).into_iter().enumerate() {
+            for path in paths {
+                let own = record_labels(&path, files)?;
+                runs[split].push(Run {
+                    path: path.clone(),
+                    count: own.len(),
+                    start: files.label_bytes as u64,
+                    stride: files.record() as u64,
+                });
+                labels[split].extend(check_labels(own, kind.info().classes(), &path)?);
+            }
         }
         let [train, test] = labels;
         return Ok(DataLabels {
@@ -236,34 +244,35 @@ fn cifar10(dir: &Path) -> Result<DataLabels, DataError> {
             train,
             test,
             source: DataSource::Dir(bin),
-            images: Images::Runs(files),
+            images: Images::Runs(runs),
         });
     }
-    if let Some(py) = super::cifar::python_dir(dir) {
+    if let Some(py) = files.python_dir(dir) {
         let mut labels = [Vec::new(), Vec::new()];
-        let mut files = [Vec::new(), Vec::new()];
-        let mut runs = true;
-        let train = CIFAR10_PY_TRAIN_FILES.iter().map(|f| (0, py.join(f)));
-        for (split, path) in train.chain([(1, py.join(CIFAR10_PY_TEST_FILE))]) {
-            let batch = super::cifar::read_python_batch(&path, "labels", false)?;
-            let count = batch.labels.len();
-            labels[split].extend(batch.labels);
-            match batch.offset {
-                Some(start) => files[split].push(Run {
-                    path,
-                    count,
-                    start,
-                    stride: ImageShape::RGB_32.pixels() as u64,
-                }),
-                None => runs = false,
+        let mut runs = [Vec::new(), Vec::new()];
+        let mut in_runs = true;
+        for (split, paths) in files.python_files(&py).into_iter().enumerate() {
+            for path in paths {
+                let batch = super::cifar::read_python_batch(&path, files, false)?;
+                let count = batch.labels.len();
+                labels[split].extend(batch.labels);
+                match batch.offset {
+                    Some(start) => runs[split].push(Run {
+                        path,
+                        count,
+                        start,
+                        stride: ImageShape::RGB_32.pixels() as u64,
+                    }),
+                    None => in_runs = false,
+                }
             }
         }
         // Python 2 and NumPy's own reduction (protocol 3 and up) write the pixels as one run of
         // raw bytes; Python 3's protocol 2 re-encodes them, and such a copy is held in memory.
-        let images = if runs {
-            Images::Runs(files)
+        let images = if in_runs {
+            Images::Runs(runs)
         } else {
-            let full = super::cifar::load_cifar10(&py)?;
+            let full = super::cifar::load_cifar(&py, files)?;
             Images::Memory([full.train.images, full.test.images])
         };
         let [train, test] = labels;
@@ -288,15 +297,12 @@ fn cifar10(dir: &Path) -> Result<DataLabels, DataError> {
             images: Images::Folder([paths(train), paths(test)]),
         });
     }
-    Err(DataError::MissingFile {
-        path: dir.join(CIFAR10_TRAIN_FILES[0]),
-        dataset: kind,
-    })
+    Err(files.missing(dir))
 }
 
-/// The label byte of every record of a CIFAR-10 binary file, read a record at a time.
-fn record_labels(path: &Path) -> Result<Vec<u8>, DataError> {
-    let file = open(path)?;
+/// The label of every record of a CIFAR binary file, read a record at a time.
+fn record_labels(path: &Path, files: &CifarFiles) -> Result<Vec<u8>, DataError> {
+    let file = open(path, files.kind)?;
     let len = file
         .metadata()
         .map_err(|source| DataError::Io {
@@ -304,18 +310,18 @@ fn record_labels(path: &Path) -> Result<Vec<u8>, DataError> {
             source,
         })?
         .len() as usize;
-    super::cifar::check_length(path, len)?;
+    super::cifar::check_length(path, len, files)?;
     let mut reader = BufReader::new(file);
-    let mut record = vec![0u8; CIFAR10_RECORD];
-    let mut labels = Vec::with_capacity(len / CIFAR10_RECORD);
-    for _ in 0..len / CIFAR10_RECORD {
+    let mut record = vec![0u8; files.record()];
+    let mut labels = Vec::with_capacity(len / files.record());
+    for _ in 0..len / files.record() {
         reader
             .read_exact(&mut record)
             .map_err(|source| DataError::Io {
                 path: path.to_path_buf(),
                 source,
             })?;
-        labels.push(record[0]);
+        labels.push(record[files.label_at]);
     }
     Ok(labels)
 }
@@ -327,6 +333,7 @@ fn read_run(
     handles: &mut [Option<File>],
     mut i: usize,
     shape: ImageShape,
+    kind: DatasetKind,
     out: &mut Vec<u8>,
 ) -> Result<(), DataError> {
     for (
@@ -346,7 +353,7 @@ fn read_run(
             };
             let file = match handle {
                 Some(f) => f,
-                None => handle.insert(open(path)?),
+                None => handle.insert(open(path, kind)?),
             };
             file.seek(SeekFrom::Start(start + i as u64 * stride))
                 .map_err(io)?;
@@ -362,12 +369,13 @@ fn read_run(
     })
 }
 
-fn open(path: &Path) -> Result<File, DataError> {
-    File::open(path).map_err(|e| super::dataset::io_error(path, DatasetKind::Cifar10, e))
+fn open(path: &Path, kind: DatasetKind) -> Result<File, DataError> {
+    File::open(path).map_err(|e| super::dataset::io_error(path, kind, e))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::cifar::{CIFAR10_TEST_FILE, CIFAR10_TRAIN_FILES};
     use super::*;
 
     fn temp(name: &str) -> PathBuf {
@@ -436,5 +444,73 @@ mod tests {
         }
         std::fs::remove_dir_all(&bin).unwrap();
         std::fs::remove_dir_all(&folder).unwrap();
+    }
+
+    /// CIFAR-100's binary records (coarse label, fine label, image) as the format's page lays
+    /// them out: `cifar100` reads the fine labels, `cifar100-coarse` the coarse ones, each
+    /// selection equals the full load, and a label past the classes names its file.
+    #[test]
+    fn cifar100_binary_reads_fine_or_coarse_labels() {
+        let top = temp("c100");
+        let bin = top.join("cifar-100-binary");
+        std::fs::create_dir_all(&bin).unwrap();
+        // (coarse, fine): fine label f belongs to a coarse class c in the real files; any pair
+        // is a valid record.
+        let train = [(19u8, 99u8), (0, 4), (4, 0), (19, 58), (7, 7)];
+        let test = [(11u8, 15u8), (3, 61)];
+        let write = |name: &str, pairs: &[(u8, u8)]| {
+            let mut bytes = Vec::new();
+            for (r, &(coarse, fine)) in pairs.iter().enumerate() {
+                bytes.extend([coarse, fine]);
+                bytes.extend((0..3072).map(|p| (p as u8) ^ (r as u8) ^ fine));
+            }
+            std::fs::write(bin.join(name), bytes).unwrap();
+        };
+        write("train.bin", &train);
+        write("test.bin", &test);
+        for (kind, pick) in [
+            (DatasetKind::Cifar100, 1usize),
+            (DatasetKind::Cifar100Coarse, 0),
+        ] {
+            let want = |pairs: &[(u8, u8)]| -> Vec<u8> {
+                pairs.iter().map(|&(c, f)| [c, f][pick]).collect()
+            };
+            let full = super::super::load(kind, Some(&top)).unwrap();
+            assert_eq!(full.train.labels, want(&train), "{kind}");
+            assert_eq!(full.test.labels, want(&test), "{kind}");
+            assert_eq!(full.source, DataSource::Dir(bin.clone()));
+            // Image 3 (record 3 of train.bin, fine label 58), blue plane pixel 7.
+            assert_eq!(full.train.image(3)[2048 + 7], (2048u32 + 7) as u8 ^ 3 ^ 58);
+            let labels = DataLabels::load(kind, Some(&bin)).unwrap();
+            assert_eq!(labels.train, full.train.labels);
+            let idx = [4, 0, 3, 3];
+            assert_eq!(labels.select_train(&idx).unwrap(), full.train.select(&idx));
+            assert_eq!(labels.select_test(&[1]).unwrap(), full.test.select(&[1]));
+        }
+        // A coarse label of 20 is out of range for the coarse labels only.
+        write("test.bin", &[(20, 1)]);
+        assert!(super::super::load(DatasetKind::Cifar100, Some(&top)).is_ok());
+        for err in [
+            super::super::load(DatasetKind::Cifar100Coarse, Some(&top)).unwrap_err(),
+            DataLabels::load(DatasetKind::Cifar100Coarse, Some(&top)).unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, DataError::LabelOutOfRange { path, label: 20, classes: 20, .. } if path.ends_with("test.bin")),
+                "{err}"
+            );
+        }
+        // A CIFAR-10 record length (3 073 bytes) is not a CIFAR-100 file.
+        std::fs::write(bin.join("test.bin"), vec![0u8; 3073]).unwrap();
+        let err = super::super::load(DatasetKind::Cifar100, Some(&top)).unwrap_err();
+        assert!(
+            matches!(&err, DataError::Format { path, reason } if path.ends_with("test.bin") && reason.contains("3074")),
+            "{err}"
+        );
+        // An empty folder names the file it looked for.
+        let empty = temp("c100-empty");
+        let err = DataLabels::load(DatasetKind::Cifar100, Some(&empty)).unwrap_err();
+        assert!(err.to_string().contains("train.bin"), "{err}");
+        std::fs::remove_dir_all(&top).unwrap();
+        std::fs::remove_dir_all(&empty).unwrap();
     }
 }

@@ -252,11 +252,15 @@ pub(crate) fn bad_state(method: &str, what: impl std::fmt::Display) -> Federatio
 ///
 /// [`FederationError::Config`] naming `method` and `what` model it is.
 pub(crate) fn check_model(method: &str, what: &str, p: &Params) -> Result<(), FederationError> {
-    let expected = crate::model::ParamLayout::of(p.model).len();
-    if p.values.len() != expected {
+    if crate::model::ParamLayout::classes_for(p.model, p.values.len()).is_none() {
+        let expected = crate::model::ParamLayout::of(p.model).len();
         return Err(bad_state(
             method,
-            format!("{what} has {} values, not {expected}", p.values.len()),
+            format!(
+                "{what} has {} values, no class count of {} gives that ({expected} with 10)",
+                p.values.len(),
+                p.model
+            ),
         ));
     }
     if p.values.iter().any(|v| !v.is_finite()) {

@@ -9,7 +9,7 @@ use crate::cluster::hc::Linkage;
 use crate::cluster::robust::Guard;
 use crate::data::catalog::DatasetKind;
 use crate::hierarchy::CommonLayers;
-use crate::model::{LayerSet, ModelKind};
+use crate::model::{LayerSet, ModelKind, ParamLayout};
 pub use crate::protocol::NormBound;
 use crate::train::{LocalTest, TrainConfig};
 
@@ -276,6 +276,16 @@ mod norm_bound_text {
 }
 
 impl FederationConfig {
+    /// The data set's classes: the outputs of the run's model.
+    pub fn classes(&self) -> usize {
+        self.dataset.info().classes()
+    }
+
+    /// The layout of the run's model.
+    pub fn layout(&self) -> ParamLayout {
+        ParamLayout::new(self.model, self.classes())
+    }
+
     /// Checks ranges; the error says which field is wrong. Which method runs and its own settings
     /// are checked by the registry ([`crate::algorithms::MethodConfig::validate`]).
     pub fn validate(&self) -> Result<(), FederationError> {
@@ -330,7 +340,10 @@ impl FederationConfig {
     ///
     /// [`FederationError::Hierarchy`] for a layer the model does not have.
     pub fn common(&self) -> Result<CommonLayers, FederationError> {
-        Ok(CommonLayers::new(self.model, self.common_layers.as_ref())?)
+        Ok(CommonLayers::of(
+            &self.layout(),
+            self.common_layers.as_ref(),
+        )?)
     }
 
     /// The local-training settings of one client in one round.

@@ -193,7 +193,7 @@ impl<'a> Run<'a> {
         }
         let (initial, remote_gps) = match lps {
             Some((initial, link)) => (initial, Some(link)),
-            None => (Params::init(cfg.model, cfg.seed), None),
+            None => (Params::init_for(cfg.model, cfg.classes(), cfg.seed), None),
         };
         let common = if hierarchical {
             Some(cfg.common()?)
@@ -502,7 +502,7 @@ impl<'a> Run<'a> {
         let reports: Vec<Option<EvalReport>> = self
             .last_eval
             .iter()
-            .map(|e| e.as_ref().map(|(r, _)| *r))
+            .map(|e| e.as_ref().map(|(r, _)| r.clone()))
             .collect();
         // Means over the clients with an evaluation (on a fleet, a client that never
         // answered has none; in process every client has one).

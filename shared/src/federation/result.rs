@@ -383,7 +383,7 @@ pub(super) fn task_accuracy(
         };
         let report = match ctx.task_labels.as_ref().and_then(|l| l.get(t)) {
             Some(labels) => e.restrict(labels),
-            None => *e,
+            None => e.clone(),
         };
         if report.total > 0 {
             sum[t].0 += report.accuracy();

@@ -5,7 +5,7 @@
 use crate::client::{ClientData, ClientError, EVAL_BATCH};
 use crate::model::Params;
 use crate::protocol::{Encoding, LabelEval, Tensor, ToClient, ToCoordinator};
-use crate::train::{CLASSES, Device, EvalReport, evaluate};
+use crate::train::{Device, EvalReport, evaluate};
 
 use super::train::decode_params;
 use super::{Alone, JobKind, Rejected, Rejection, Trainer, Uploads, WireError, unexpected};
@@ -49,30 +49,31 @@ impl JobKind for Evaluate {
         _: Encoding,
     ) -> Result<ToCoordinator, WireError> {
         Ok(ToCoordinator::Evaluation {
-            per_label: (0..CLASSES)
+            per_label: (0..r.classes())
                 .filter(|&l| r.total_per_label[l] > 0)
                 .map(|l| LabelEval {
                     label: l as u8,
                     correct: r.correct_per_label[l] as u32,
                     total: r.total_per_label[l] as u32,
                     loss_sum: r.loss_per_label[l],
-                    trained: r.trained_per_label[l] as u32,
+                    trained: r.trained_per_label.get(l).copied().unwrap_or(0) as u32,
                 })
                 .collect(),
         })
     }
 
-    /// The report rebuilt from the label counts: labels that exist, at most as many correct as
-    /// samples, cross-entropy sums finite and non-negative (and finite in sum).
-    fn accept(_: &EvaluateJob<'_>, body: ToCoordinator) -> Result<Box<EvalReport>, Rejected> {
+    /// The report rebuilt from the label counts: labels among the model's classes, at most as
+    /// many correct as samples, cross-entropy sums finite and non-negative (and finite in sum).
+    fn accept(job: &EvaluateJob<'_>, body: ToCoordinator) -> Result<Box<EvalReport>, Rejected> {
         let ToCoordinator::Evaluation { per_label } = body else {
             return Err(unexpected(&body));
         };
-        let mut r = EvalReport::default();
+        let classes = job.model.classes();
+        let mut r = EvalReport::new(classes);
         for l in per_label {
             let i = usize::from(l.label);
             let loss_ok = l.loss_sum.is_finite() && l.loss_sum >= 0.0;
-            if i >= CLASSES || l.correct > l.total || !loss_ok {
+            if i >= classes || l.correct > l.total || !loss_ok {
                 return Err(Rejected::new(
                     Rejection::Malformed,
                     format!("evaluation entry {l:?}"),

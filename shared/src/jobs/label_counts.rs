@@ -9,13 +9,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::{ClientData, ClientError};
 use crate::protocol::{Encoding, ToClient, ToCoordinator};
-use crate::train::{CLASSES, Device};
+use crate::train::Device;
 
 use super::{Alone, JobKind, Rejected, Rejection, Trainer, Uploads, WireError, custom};
 
-/// Count the training samples of each label.
+/// Count the training samples of each label `0..classes`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct LabelCountsJob;
+pub struct LabelCountsJob {
+    /// The data set's classes.
+    pub classes: u32,
+}
 
 /// The job kind.
 #[derive(Debug, Clone, Copy)]
@@ -25,7 +28,7 @@ impl JobKind for LabelCounts {
     const NAME: &'static str = "label-counts";
     const UPLOADS: Uploads = Uploads::Signatures;
     type Job<'a> = LabelCountsJob;
-    /// Samples of each label `0..10`.
+    /// Samples of each label `0..classes`.
     type Answer = Vec<u32>;
 
     fn floats_down(_: &LabelCountsJob) -> usize {
@@ -49,9 +52,9 @@ impl JobKind for LabelCounts {
     }
 
     /// One count per label, at least one sample in all.
-    fn accept(_: &LabelCountsJob, body: ToCoordinator) -> Result<Vec<u32>, Rejected> {
+    fn accept(job: &LabelCountsJob, body: ToCoordinator) -> Result<Vec<u32>, Rejected> {
         let counts: Vec<u32> = custom::of_reply::<Self, _>(body)?;
-        if counts.len() != CLASSES || counts.iter().all(|&c| c == 0) {
+        if counts.len() != job.classes as usize || counts.iter().all(|&c| c == 0) {
             return Err(Rejected::new(
                 Rejection::WrongSize,
                 format!("{} label counts", counts.len()),
@@ -61,14 +64,16 @@ impl JobKind for LabelCounts {
     }
 
     fn execute(
-        _: &LabelCountsJob,
+        job: &LabelCountsJob,
         data: ClientData<'_>,
         _: &Device,
         _: &mut dyn Trainer,
     ) -> Result<Vec<u32>, ClientError> {
-        let mut counts = vec![0u32; CLASSES];
+        let mut counts = vec![0u32; job.classes as usize];
         for &l in &data.train.labels {
-            counts[usize::from(l)] += 1;
+            *counts
+                .get_mut(usize::from(l))
+                .ok_or(ClientError::NoData("a label beyond the job's classes"))? += 1;
         }
         Ok(counts)
     }
@@ -106,7 +111,7 @@ mod tests {
         let part = partition(&spec, &data.train.labels, 4, 3).unwrap();
         let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
         let jobs: Vec<(usize, Job<'_>)> = (0..4)
-            .map(|c| (c, Job::LabelCounts(LabelCountsJob)))
+            .map(|c| (c, Job::LabelCounts(LabelCountsJob { classes: 10 })))
             .collect();
         let answers = pool.run(1, &jobs).unwrap();
         assert_eq!(answers.len(), 4);
@@ -115,14 +120,12 @@ mod tests {
                 panic!("{} for label counts", a.name())
             };
             let shard = &part.clients[c];
-            let mut want = vec![0u32; CLASSES];
+            let mut want = vec![0u32; 10];
             for &i in &shard.train {
                 want[usize::from(data.train.labels[i])] += 1;
             }
             assert_eq!(counts, want, "client {c}");
-            let present: Vec<u8> = (0..CLASSES as u8)
-                .filter(|&l| counts[usize::from(l)] > 0)
-                .collect();
+            let present: Vec<u8> = (0..10).filter(|&l| counts[usize::from(l)] > 0).collect();
             assert_eq!(present, shard.labels, "client {c}");
         }
     }
@@ -137,7 +140,7 @@ mod tests {
             test: None,
         };
         let device = Backend::Flex.device().unwrap();
-        let job = Job::LabelCounts(LabelCountsJob);
+        let job = Job::LabelCounts(LabelCountsJob { classes: 10 });
         let run = id("r").unwrap();
         let sent = Envelope::new(run.clone(), 1, job.command(Encoding::F32).unwrap()).to_bytes();
         let cmd = Envelope::<ToClient>::from_bytes(&sent).unwrap().body;

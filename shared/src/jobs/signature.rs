@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::client::{ClientData, ClientError, LABEL_STATS_MIN_SHARE};
-use crate::model::{LayerSet, ParamLayout};
+use crate::model::LayerSet;
 use crate::protocol::{self, Encoding, Tensor, ToClient, ToCoordinator};
-use crate::train::{CLASSES, Device};
+use crate::train::Device;
 
 use super::train::{config_of, decode_params, settings_of};
 use super::{
@@ -95,7 +95,9 @@ impl JobKind for Signature {
                 "a proximal warm-up is not carried over MQTT",
             ));
         }
-        ParamLayout::of(job.train.start.model)
+        job.train
+            .start
+            .layout()
             .select(job.layers)
             .map_err(|e| WireError::new::<Self>(e.to_string()))?;
         let (job_, layers) = (
@@ -126,10 +128,14 @@ impl JobKind for Signature {
         }
     }
 
-    /// Of the selected layers' length; label statistics of 1 to 10 classes and an entropy in
-    /// `[0, log₂ 10]`.
+    /// Of the selected layers' length; label statistics of 1 to C classes (the model's) and an
+    /// entropy in `[0, log₂ C]`.
     fn accept(job: &SignatureJob<'_>, body: ToCoordinator) -> Result<SignatureUpload, Rejected> {
-        let len = ParamLayout::of(job.train.start.model)
+        let most = job.train.start.classes();
+        let len = job
+            .train
+            .start
+            .layout()
             .select(job.layers)
             .map_err(|e| Rejected::new(Rejection::Malformed, e.to_string()))?
             .len();
@@ -147,8 +153,8 @@ impl JobKind for Signature {
                 },
             ) => {
                 if classes == 0
-                    || classes as usize > CLASSES
-                    || !(0.0..=(CLASSES as f64).log2() + 1e-9).contains(&entropy)
+                    || classes as usize > most
+                    || !(0.0..=(most as f64).log2() + 1e-9).contains(&entropy)
                 {
                     return Err(Rejected::new(
                         Rejection::Malformed,
@@ -170,7 +176,7 @@ impl JobKind for Signature {
         device: &Device,
         trainer: &mut dyn Trainer,
     ) -> Result<SignatureUpload, ClientError> {
-        let selection = ParamLayout::of(job.train.start.model).select(job.layers)?;
+        let selection = job.train.start.layout().select(job.layers)?;
         let trained = trainer.train(&job.train, data.train, device)?;
         Ok(SignatureUpload {
             values: selection.extract(&trained.params.values),

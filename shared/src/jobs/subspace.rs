@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::{ClientData, ClientError};
 use crate::cluster::subspace::{Subspace, client_subspace};
 use crate::protocol::{Encoding, ToClient, ToCoordinator};
-use crate::train::{CLASSES, Device};
+use crate::train::Device;
 
 use super::{Alone, JobKind, Rejected, Rejection, Trainer, Uploads, WireError, custom};
 
@@ -19,6 +19,8 @@ pub struct SubspaceJob {
     pub p: u32,
     /// The dimension they must have: the pixels of one image of the run's model.
     pub d: u32,
+    /// The data set's classes: every label is below it.
+    pub classes: u32,
 }
 
 /// PACFL's data signature.
@@ -73,7 +75,7 @@ impl JobKind for SubspaceSignature {
         let mut per_label = [0u32; 256];
         for &l in &r.labels {
             per_label[usize::from(l)] += 1;
-            if usize::from(l) >= CLASSES || per_label[usize::from(l)] > job.p {
+            if u32::from(l) >= job.classes || per_label[usize::from(l)] > job.p {
                 return Err(wrong(format!(
                     "label {l}: more than {} columns, or no class",
                     job.p

@@ -6,7 +6,7 @@
 //! the server's checks of an uploaded model, a client's one training.
 
 use crate::client::{ClientData, ClientError};
-use crate::model::{ModelError, ModelKind, ParamLayout, Params};
+use crate::model::{ModelError, ModelKind, Params};
 use crate::protocol::{Encoding, Tensor, ToClient, ToCoordinator, TrainJob};
 use crate::train::{Device, LocalData, Proximal, TrainConfig, train_local, train_local_prox};
 
@@ -182,10 +182,11 @@ pub(crate) fn config_of(job: &TrainJob, threads: usize) -> TrainConfig {
     }
 }
 
-/// A model sent by the coordinator, decoded: its architecture's length, finite.
+/// A model sent by the coordinator, decoded: its architecture's length (for some class count,
+/// [`Params::new`]), finite.
 pub fn decode_params(model: ModelKind, params: &Tensor) -> Result<Params, ClientError> {
     let values = params
-        .decode(Some(ParamLayout::of(model).len()))
+        .decode(None)
         .map_err(|e| ClientError::Command(format!("model from the coordinator: {e}")))?;
     Ok(Params::new(model, values)?)
 }

@@ -12,3 +12,25 @@ pub fn device_from_env(var: &str, default: &str) -> (Backend, Device) {
         .unwrap_or_else(|e| panic!("{backend} does not start: {e}"));
     (backend, device)
 }
+
+/// A 28 × 28 grey image as a 3 × 32 × 32 colour one, appended to `out`: framed by 2 pixels of
+/// background, three channels that differ (R the levels, G inverted, B halved), so that a label
+/// that follows the grey picture follows the colour one.
+pub fn grey28_to_rgb32(img: &[u8], out: &mut Vec<u8>) {
+    for c in 0..3 {
+        for r in 0..32 {
+            for col in 0..32 {
+                let p = if (2..30).contains(&r) && (2..30).contains(&col) {
+                    img[(r - 2) * 28 + col - 2]
+                } else {
+                    0
+                };
+                out.push(match c {
+                    0 => p,
+                    1 => 255 - p,
+                    _ => p / 2,
+                });
+            }
+        }
+    }
+}

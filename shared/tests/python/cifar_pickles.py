@@ -1,4 +1,5 @@
-"""Writes one small CIFAR-10 in the layouts users have on disk, for shared/tests/data_formats.rs.
+"""Writes one small CIFAR-10 and CIFAR-100 in the layouts users have on disk, for
+shared/tests/data_formats.rs.
 
     python3 cifar_pickles.py OUT_DIR
 
@@ -12,6 +13,10 @@ test batch of 2) as:
   py3p2/cifar-10-batches-py/  Python 3's pickle at protocol 2 (bytes re-encoded by _codecs);
   py3p5/cifar-10-batches-py/  Python 3's pickle at protocol 5 (NumPy's _frombuffer), str keys and
                               the labels as an int64 array, as a user who re-saved the batches has.
+  c100bin/cifar-100-binary/   CIFAR-100's binary version (coarse label byte, fine label byte, the
+                              planes) of 5 training and 3 test images;
+  c100py/cifar-100-python/    CIFAR-100's python version of the same, as its authors wrote it
+                              (Python 2's cPickle at protocol 2, `fine_labels`, `coarse_labels`).
 
 Each pickle is read back here as torchvision reads it (`pickle.load(f, encoding="latin1")`) and
 checked against the arrays it was made from, so the files are what Python itself accepts.
@@ -95,7 +100,29 @@ def main():
             assert [int(x) for x in keyed["labels"]] == labels
             with open(os.path.join(root, layout, layouts[layout], name), "wb") as f:
                 f.write(blob)
+    cifar100(root, rng)
     print("wrote", root)
+
+
+def cifar100(root, rng):
+    for sub in ["c100bin/cifar-100-binary", "c100py/cifar-100-python"]:
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    for name, n in [("train", 5), ("test", 3)]:
+        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        fine = [int(x) for x in rng.integers(0, 100, size=n)]
+        coarse = [int(x) for x in rng.integers(0, 20, size=n)]
+        with open(os.path.join(root, "c100bin/cifar-100-binary", name + ".bin"), "wb") as f:
+            for img, c, l in zip(data, coarse, fine):
+                f.write(bytes([c, l]) + img.tobytes())
+        buf = io.BytesIO()
+        Py2Pickler(buf, protocol=2).dump(
+            {b"filenames": [b"x.png"] * n, b"batch_label": name.encode(),
+             b"fine_labels": fine, b"coarse_labels": coarse, b"data": data})
+        back = pickle.loads(buf.getvalue(), encoding="latin1")
+        assert np.array_equal(back["data"], data) and back["fine_labels"] == fine
+        assert back["coarse_labels"] == coarse
+        with open(os.path.join(root, "c100py/cifar-100-python", name), "wb") as f:
+            f.write(buf.getvalue())
 
 
 if __name__ == "__main__":

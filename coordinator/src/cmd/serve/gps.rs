@@ -549,7 +549,7 @@ impl Gps {
     /// θ⁰ as every `Assign` carries it.
     fn initial(&self) -> Tensor {
         let cfg = &self.plan.federation;
-        let theta = edgecfl_shared::model::Params::init(cfg.model, cfg.seed);
+        let theta = edgecfl_shared::model::Params::init_for(cfg.model, cfg.classes(), cfg.seed);
         Tensor::encode(&theta.values, Encoding::F32)
     }
 

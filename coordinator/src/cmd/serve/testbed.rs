@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition};
+use edgecfl_shared::data::partition::{PartitionSpec, local_test_indices, partition_of};
 use edgecfl_shared::data::{DataLabels, DatasetKind};
 
 /// The partition of a testbed, as the coordinator computes it.
@@ -37,7 +37,7 @@ impl Testbed {
     ) -> anyhow::Result<Testbed> {
         let labels = DataLabels::load(dataset, data)
             .with_context(|| format!("loading {}'s labels", dataset.info().name))?;
-        let p = partition(spec, &labels.train, of, seed)
+        let p = partition_of(spec, &labels.train, dataset.info().classes(), of, seed)
             .with_context(|| format!("partitioning {} into {of} shards", labels.source))?;
         let sizes = p
             .clients
