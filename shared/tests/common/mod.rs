@@ -16,6 +16,8 @@ pub fn device_from_env(var: &str, default: &str) -> (Backend, Device) {
 /// A 28 × 28 grey image as a 3 × 32 × 32 colour one, appended to `out`: framed by 2 pixels of
 /// background, three channels that differ (R the levels, G inverted, B halved), so that a label
 /// that follows the grey picture follows the colour one.
+// The suite's cohort and FedClust tests use it; gpu_backends.rs, which shares this module, not.
+#[allow(dead_code)]
 pub fn grey28_to_rgb32(img: &[u8], out: &mut Vec<u8>) {
     for c in 0..3 {
         for r in 0..32 {
