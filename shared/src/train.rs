@@ -1517,13 +1517,15 @@ impl EvalReport {
         })
     }
 
-    /// Sets [`EvalReport::trained_per_label`] from the training labels.
+    /// Sets [`EvalReport::trained_per_label`] from the training labels (those below
+    /// [`EvalReport::classes`]).
     pub fn with_training_labels(mut self, labels: &[u8]) -> Self {
         self.trained_per_label.iter_mut().for_each(|n| *n = 0);
+        // Labels past the report's classes (the model's) are not its to count.
         for &l in labels {
-            let l = usize::from(l);
-            self.widen(l + 1);
-            self.trained_per_label[l] += 1;
+            if let Some(n) = self.trained_per_label.get_mut(usize::from(l)) {
+                *n += 1;
+            }
         }
         self
     }

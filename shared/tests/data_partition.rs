@@ -1632,8 +1632,9 @@ fn image_folder_reads_classes_in_the_data_sets_order() {
 #[test]
 fn partitions_of_a_hundred_classes() {
     use edgecfl_shared::data::partition_of;
-    // 30 samples of each of the 100 labels, interleaved.
-    let labels: Vec<u8> = (0..3000).map(|i| (i % 100) as u8).collect();
+    // 60 samples of each of the 100 labels, interleaved (label:20 gives a label about 20 owners,
+    // each of whom needs a sample).
+    let labels: Vec<u8> = (0..6000).map(|i| (i % 100) as u8).collect();
     // 100 clients: client i owns label i % 100 and 19 drawn, so every label has an owner.
     let p = partition_of(&spec("label:20"), &labels, 100, 100, 3).unwrap();
     assert_disjoint(&p, labels.len());

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, clap::Args)]
 pub struct PartitionArgs {
     /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | shift:G | rotate:R*BASE |
-    /// dominant:ALPHA | pairs | tasks:fmnist3
+    /// dominant:ALPHA | pairs | tasks:fmnist3 (labels from 10 on with commas: groups:0,1,2-10,11)
     #[arg(long)]
     pub partition: PartitionSpec,
     /// Number of clients.
