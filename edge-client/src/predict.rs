@@ -290,6 +290,9 @@ pub fn run(args: &PredictArgs) -> anyhow::Result<Report> {
     })
 }
 
+/// The most classes the text report shows as columns.
+const WIDE: usize = 20;
+
 /// The report as text: probabilities per image (unlabelled), or accuracy and the confusion
 /// matrix (labelled).
 pub fn text(r: &Report) -> String {
@@ -315,6 +318,38 @@ pub fn text(r: &Report) -> String {
         .map(|c| c.chars().take(7).collect())
         .collect();
     match (&r.accuracy, &r.confusion) {
+        // More classes than a terminal's width holds columns: each class's accuracy, and each
+        // image's five most probable classes (`--json` has the full matrix and probabilities).
+        (Some(acc), Some(conf)) if r.classes.len() > WIDE => {
+            let _ = writeln!(
+                s,
+                "accuracy {:.2} %; per true class, correct / images (--json: the confusion \
+                 matrix):",
+                100.0 * acc
+            );
+            for (k, row) in conf.iter().enumerate() {
+                let total: usize = row.iter().sum();
+                if total > 0 {
+                    let _ = writeln!(s, "{:>16} {:>6} / {total}", r.classes[k], row[k]);
+                }
+            }
+        }
+        _ if r.accuracy.is_none() && r.classes.len() > WIDE => {
+            let _ = writeln!(
+                s,
+                "{:>6} the five most probable classes (--json: every probability)",
+                "image"
+            );
+            for p in &r.predictions {
+                let mut order: Vec<usize> = (0..p.probabilities.len()).collect();
+                order.sort_by(|&a, &b| p.probabilities[b].total_cmp(&p.probabilities[a]));
+                let _ = write!(s, "{:>6}", p.index);
+                for &k in order.iter().take(5) {
+                    let _ = write!(s, " {} {:.4}", r.classes[k], p.probabilities[k]);
+                }
+                s.push('\n');
+            }
+        }
         (Some(acc), Some(conf)) => {
             let _ = writeln!(s, "accuracy {:.2} %", 100.0 * acc);
             let _ = writeln!(
