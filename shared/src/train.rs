@@ -1473,22 +1473,6 @@ impl EvalReport {
         self.total_per_label.len()
     }
 
-    /// Grows every per-label count to at least `classes` entries (zeros).
-    fn widen(&mut self, classes: usize) {
-        if self.correct_per_label.len() < classes {
-            self.correct_per_label.resize(classes, 0);
-        }
-        if self.total_per_label.len() < classes {
-            self.total_per_label.resize(classes, 0);
-        }
-        if self.loss_per_label.len() < classes {
-            self.loss_per_label.resize(classes, 0.0);
-        }
-        if self.trained_per_label.len() < classes {
-            self.trained_per_label.resize(classes, 0);
-        }
-    }
-
     /// Accuracy under a local test view: [`LocalTest::Labels`] is [`EvalReport::accuracy`],
     /// [`LocalTest::Proportional`] is [`EvalReport::proportional_accuracy`].
     pub fn accuracy_in(&self, view: LocalTest) -> Option<f64> {
@@ -1574,7 +1558,10 @@ impl EvalReport {
         self.loss_sum += other.loss_sum;
         self.correct += other.correct;
         self.total += other.total;
-        self.widen(other.classes());
+        // The training counts are not merged, but cover the labels the report now has.
+        if self.trained_per_label.len() < other.classes() {
+            self.trained_per_label.resize(other.classes(), 0);
+        }
         // Each count on its own: a report read from a file may hold lists of other lengths.
         let add = |mine: &mut Vec<usize>, theirs: &[usize]| {
             if mine.len() < theirs.len() {

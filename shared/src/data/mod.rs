@@ -82,7 +82,7 @@ pub fn load(kind: DatasetKind, dir: Option<&Path>) -> Result<Splits, DataError> 
     }
 }
 
-fn need_dir(kind: DatasetKind, dir: Option<&Path>) -> Result<&Path, DataError> {
+pub(crate) fn need_dir(kind: DatasetKind, dir: Option<&Path>) -> Result<&Path, DataError> {
     dir.ok_or(DataError::NeedsDir { dataset: kind })
 }
 

@@ -72,21 +72,14 @@ impl DataLabels {
         match kind {
             DatasetKind::Fmnist => Ok(idx(FashionMnistLabels::load(dir)?)),
             DatasetKind::Mnist => Ok(idx(FashionMnistLabels::load_idx_dir(
-                dir.ok_or(DataError::NeedsDir { dataset: kind })?,
+                super::need_dir(kind, dir)?,
                 kind,
             )?)),
-            DatasetKind::Cifar10 => cifar(
-                dir.ok_or(DataError::NeedsDir { dataset: kind })?,
-                &CifarFiles::CIFAR10,
-            ),
-            DatasetKind::Cifar100 => cifar(
-                dir.ok_or(DataError::NeedsDir { dataset: kind })?,
-                &CifarFiles::CIFAR100,
-            ),
-            DatasetKind::Cifar100Coarse => cifar(
-                dir.ok_or(DataError::NeedsDir { dataset: kind })?,
-                &CifarFiles::CIFAR100_COARSE,
-            ),
+            DatasetKind::Cifar10 => cifar(super::need_dir(kind, dir)?, &CifarFiles::CIFAR10),
+            DatasetKind::Cifar100 => cifar(super::need_dir(kind, dir)?, &CifarFiles::CIFAR100),
+            DatasetKind::Cifar100Coarse => {
+                cifar(super::need_dir(kind, dir)?, &CifarFiles::CIFAR100_COARSE)
+            }
             // SVHN's labels follow its images inside one compressed stream: the whole file is
             // read, and the images kept (225 MB for the training file).
             DatasetKind::Svhn => {
