@@ -141,7 +141,7 @@ impl RunConfig {
         anyhow::ensure!(self.cohort != Some(0), "cohort must be ≥ 1");
         let dataset = self.method.federation.dataset;
         self.partition
-            .check_classes(dataset.info().classes())
+            .check_dataset(dataset)
             .with_context(|| format!("partition {} on {}", self.partition, dataset.info().name))?;
         let unused = self.partition.unused_labels(dataset.info().classes());
         if !unused.is_empty() {
@@ -168,7 +168,8 @@ pub struct RunFlags {
     #[arg(long)]
     pub algorithm: Option<Algorithm>,
     /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | shift:G | rotate:R*BASE |
-    /// dominant:ALPHA | pairs | tasks:fmnist3 (labels from 10 on with commas: groups:0,1,2-10,11)
+    /// dominant:ALPHA | pairs | tasks:fmnist3 | writers (FEMNIST: one writer a client; labels from
+    /// 10 on with commas: groups:0,1,2-10,11)
     #[arg(long)]
     pub partition: Option<PartitionSpec>,
     /// Number of clients.

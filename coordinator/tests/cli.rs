@@ -130,6 +130,78 @@ fn on_the_cpu_the_mlp_trains_in_cohorts_of_ten_unless_told_and_lenet_alone() {
     assert!(!lenet.contains("cohorts:"), "{lenet}");
 }
 
+/// FEMNIST from LEAF's JSON (written by `shared/tests/python/leaf_femnist.py`; skipped, with a
+/// line, without python3 and numpy), one writer a client: a FedAvg run of three writers trains
+/// the 62-way LeNet-5 and reports every client.
+#[test]
+fn simulate_runs_femnist_one_writer_a_client() {
+    if !Command::new("python3")
+        .args(["-c", "import numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("skipped: needs python3 with numpy (.ci/run installs it)");
+        return;
+    }
+    let (data, out) = (temp_dir("femnist-data"), temp_dir("femnist"));
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tests/python/leaf_femnist.py");
+    let run = Command::new("python3")
+        .arg(&script)
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let femnist = |clients: &str, more: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--dataset",
+            "femnist",
+            "--data",
+            data.to_str().unwrap(),
+            "--partition",
+            "writers",
+            "--clients",
+            clients,
+        ];
+        args.extend_from_slice(more);
+        coordinator(&args)
+    };
+    let o = femnist(
+        "3",
+        &[
+            "--algorithm",
+            "fedavg",
+            "--frac",
+            "1",
+            "--rounds",
+            "1",
+            "--epochs",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["partition"], "writers");
+    assert_eq!(summary["n_clients"], 3);
+    assert_eq!(summary["client_accuracy"].as_array().unwrap().len(), 3);
+    let o = femnist("4", &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && stderr.contains("only 3 writers"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 #[test]
 fn bad_flags_and_missing_data_fail_cleanly() {
     let cases: &[(&[&str], &str)] = &[
@@ -176,6 +248,10 @@ fn bad_flags_and_missing_data_fail_cleanly() {
             "join-round",
         ),
         (&["simulate", "--partition", "label:0"], "label"),
+        (
+            &["serve", "--partition", "writers"],
+            "writers needs a data set that records its writers (femnist)",
+        ),
         (&["simulate", "--lambda=-3"], "lambda"),
         (
             &["simulate", "--data", "/nonexistent/fmnist", "--rounds", "1"],

@@ -29,7 +29,7 @@ pub struct ShardArgs {
           help = format!("{} Without --partition, all of it is this client's data.", edgecfl_shared::data::catalog::data_flag_help()))]
     pub data: Option<PathBuf>,
     /// Take one shard of this partition (iid | label:K | dir:BETA | groups:… | rotate:G | shift:G |
-    /// rotate:R*BASE | dominant:ALPHA | pairs | tasks:fmnist3).
+    /// rotate:R*BASE | dominant:ALPHA | pairs | tasks:fmnist3 | writers).
     #[arg(long)]
     pub partition: Option<PartitionSpec>,
     /// Partition seed (must match the coordinator's for a shared split).
@@ -115,6 +115,10 @@ pub struct Shard {
 impl ShardArgs {
     /// Loads the data and cuts this client's shard.
     pub fn load(&self) -> anyhow::Result<Shard> {
+        if let Some(spec) = &self.partition {
+            spec.check_dataset(self.dataset)
+                .with_context(|| format!("partition {spec} on {}", self.dataset.info().name))?;
+        }
         let data = DataLabels::load(self.dataset, self.data.as_deref())
             .with_context(|| format!("loading {}", self.dataset.info().name))?;
         let source = data.source.to_string();
@@ -135,8 +139,15 @@ impl ShardArgs {
             self.of
         );
         let classes = self.dataset.info().classes();
-        let part = partition_of(spec, &data.train, classes, self.of, self.seed)
-            .with_context(|| format!("partition {spec}"))?;
+        let part = partition_of(
+            spec,
+            &data.train,
+            classes,
+            data.writers.as_ref(),
+            self.of,
+            self.seed,
+        )
+        .with_context(|| format!("partition {spec}"))?;
         let shard = &part.clients[self.index];
         let test = local_test_indices(shard, &data.test);
         let (rotation, shift) = (shard.rotation, shard.label_shift);

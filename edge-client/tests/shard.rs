@@ -53,7 +53,11 @@ fn old_way(data: &Splits, a: &ShardArgs) -> (LocalData, LocalData) {
 }
 
 fn assert_same(data: &Splits, a: &ShardArgs) {
-    let (train, test) = old_way(data, a);
+    assert_loads(a, old_way(data, a));
+}
+
+/// `a`'s shard is `(train, test)`: the same labels and images, in the same order.
+fn assert_loads(a: &ShardArgs, (train, test): (LocalData, LocalData)) {
     let shard = a.load().unwrap();
     let what = format!(
         "{:?} {}/{}",
@@ -178,4 +182,63 @@ fn bad_shard_arguments_are_errors() {
         .err()
         .unwrap();
     assert!(format!("{err:#}").contains("does not exist"), "{err:#}");
+}
+
+/// FEMNIST's `writers` shards, from LEAF JSON files as LEAF's Python writes them
+/// (`shared/tests/python/leaf_femnist.py`; skipped, with a line, without python3 and numpy):
+/// each client's training samples and its writer's own test samples, read a file at a time, in
+/// memory or spilled, equal those of the full load; more clients than writers, and `writers` on
+/// a data set without writers, are refused.
+#[test]
+fn femnist_writer_shards_equal_the_full_load() {
+    use edgecfl_shared::data::{DatasetKind, partition_of};
+    if !std::process::Command::new("python3")
+        .args(["-c", "import numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("skipped: needs python3 with numpy (.ci/run installs it)");
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("leaf-{}", std::process::id()));
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tests/python/leaf_femnist.py");
+    let run = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let data = edgecfl_shared::data::load(DatasetKind::Femnist, Some(&dir)).unwrap();
+    let spec: PartitionSpec = "writers".parse().unwrap();
+    let part = partition_of(&spec, &data.train.labels, 62, data.writers.as_ref(), 3, 0).unwrap();
+    let femnist = |index, of| ShardArgs {
+        dataset: DatasetKind::Femnist,
+        ..args(&dir, Some("writers"), 0, index, of)
+    };
+    for (index, shard) in part.clients.iter().enumerate() {
+        let own_test = shard.test.clone().unwrap();
+        for spill_above in [16.0, 0.0] {
+            let expected = (
+                LocalData::from_dataset(&data.train, &shard.train, 0),
+                LocalData::from_dataset(&data.test, &own_test, 0),
+            );
+            assert_loads(
+                &ShardArgs {
+                    spill_above,
+                    ..femnist(index, 3)
+                },
+                expected,
+            );
+        }
+    }
+    let err = femnist(0, 4).load().err().unwrap();
+    assert!(format!("{err:#}").contains("only 3 writers"), "{err:#}");
+    let err = args(&dir, Some("writers"), 0, 0, 3).load().err().unwrap();
+    assert!(format!("{err:#}").contains("femnist"), "{err:#}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,7 +2,8 @@
 //! version as Python 2 wrote it, as Python 3 writes it at protocols 2 and 5, each against the
 //! binary version of the same images (`tests/python/cifar_pickles.py`); SVHN's MATLAB files as
 //! scipy writes them, plain and compressed, against numpy's transpose of the same arrays
-//! (`tests/python/svhn_mat.py`); in full and a client's selection at a time. Skipped, with a
+//! (`tests/python/svhn_mat.py`); FEMNIST in LEAF's JSON as its preprocessing writes it
+//! (`tests/python/leaf_femnist.py`); in full and a client's selection at a time. Skipped, with a
 //! line, without python3, numpy and scipy (`.ci/run` installs them).
 
 use std::path::{Path, PathBuf};
@@ -204,4 +205,177 @@ fn svhn_mat_files_read_as_numpy_transposes_them() {
         matches!(&err, DataError::Format { path, reason } if path.ends_with("test_32x32.mat") && reason.contains("cut short")),
         "{err}"
     );
+}
+
+/// FEMNIST as LEAF's preprocessing writes it (`tests/python/leaf_femnist.py`: `json.dump` of
+/// `np.asarray(img).flatten() / 255` rows): the bytes numpy had, in file-name, then `users`,
+/// then row order, each sample's writer, a client's selection; and the `writers` partition,
+/// by hand: the writers with test samples, one a client, each tested on its own test samples.
+#[test]
+fn femnist_in_leaf_json_reads_as_numpy_wrote_it_with_its_writers() {
+    use edgecfl_shared::data::{PartitionError, PartitionSpec, client_datasets, partition_of};
+    let Some(root) = written("leaf_femnist") else {
+        return;
+    };
+    let truth = |split: &str| {
+        let read = |ext: &str| std::fs::read(root.join("truth").join(format!("{split}.{ext}")));
+        let writers: Vec<String> = String::from_utf8(read("writers").unwrap())
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        let data = Dataset {
+            images: read("images").unwrap(),
+            labels: read("labels").unwrap(),
+            shape: ImageShape::GREY_28,
+        };
+        (data, writers)
+    };
+    let (train, train_writers) = truth("train");
+    let (test, test_writers) = truth("test");
+    let got = load(DatasetKind::Femnist, Some(&root)).unwrap();
+    assert_eq!((got.train.len(), got.test.len()), (10, 4));
+    assert_eq!(got.train, train);
+    assert_eq!(got.test, test);
+    let writers = got.writers.clone().unwrap();
+    assert_eq!(writers.names, ["w_b", "w_only_train", "w_z", "w_a"]);
+    let names = |ids: &[u32]| -> Vec<String> {
+        ids.iter()
+            .map(|&w| writers.names[w as usize].clone())
+            .collect()
+    };
+    assert_eq!(names(&writers.train), train_writers);
+    assert_eq!(names(&writers.test), test_writers);
+
+    let labels = DataLabels::load(DatasetKind::Femnist, Some(&root)).unwrap();
+    assert_eq!(labels.train, train.labels);
+    assert_eq!(labels.writers.as_ref(), Some(&writers));
+    let idx = [9, 0, 5, 9, 4];
+    assert_eq!(labels.select_train(&idx).unwrap(), train.select(&idx));
+    assert_eq!(labels.select_test(&[3, 1]).unwrap(), test.select(&[3, 1]));
+
+    // Train order: w_b 0-3, w_only_train 4, w_z 5-7, w_a 8-9; test: w_b 0, w_a 1-2, w_z 3.
+    let spec: PartitionSpec = "writers".parse().unwrap();
+    assert_eq!(spec.to_string(), "writers");
+    let part = partition_of(&spec, &got.train.labels, 62, Some(&writers), 3, 0).unwrap();
+    let shards: Vec<(Vec<usize>, Option<Vec<usize>>)> = part
+        .clients
+        .iter()
+        .map(|c| (c.train.clone(), c.test.clone()))
+        .collect();
+    assert_eq!(
+        shards,
+        [
+            (vec![0, 1, 2, 3], Some(vec![0])),
+            (vec![5, 6, 7], Some(vec![3])),
+            (vec![8, 9], Some(vec![1, 2])),
+        ]
+    );
+    assert_eq!(part.truth, None);
+    let (_, own_test) = client_datasets(&got, &part.clients[2]).unwrap();
+    assert_eq!(own_test, test.select(&[1, 2]));
+    assert_eq!(
+        partition_of(&spec, &got.train.labels, 62, Some(&writers), 4, 0).unwrap_err(),
+        PartitionError::TooFewWriters {
+            clients: 4,
+            writers: 3
+        }
+    );
+    // Without writers, and on a data set that has none, `writers` is refused.
+    assert!(matches!(
+        partition_of(&spec, &got.train.labels, 62, None, 3, 0),
+        Err(PartitionError::Spec(_))
+    ));
+    assert!(spec.check_dataset(DatasetKind::Femnist).is_ok());
+    let err = spec.check_dataset(DatasetKind::Mnist).unwrap_err();
+    assert!(err.to_string().contains("femnist"), "{err}");
+    // Every other scheme works on FEMNIST's 62 classes.
+    let iid = partition_of(&"iid".parse().unwrap(), &got.train.labels, 62, None, 2, 0).unwrap();
+    assert_eq!(iid.clients.iter().map(|c| c.train.len()).sum::<usize>(), 10);
+}
+
+/// What is not LEAF's layout is an error naming the file, and the user where there is one.
+#[test]
+fn a_broken_leaf_file_names_its_file_and_user() {
+    let root =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("leaf-broken-{}", std::process::id()));
+    let row = |v: &str, n: usize| format!("[{}]", vec![v; n].join(", "));
+    let file = |users: &str, samples: &str, data: &str| {
+        format!(r#"{{"users": [{users}], "num_samples": [{samples}], "user_data": {{{data}}}}}"#)
+    };
+    let good_user = format!(r#""u1": {{"x": [{}], "y": [3]}}"#, row("0.5", 784));
+    let cases = [
+        (
+            file(
+                r#""u1""#,
+                "1",
+                &format!(r#""u1": {{"x": [{}], "y": [3]}}"#, row("0.5", 783)),
+            ),
+            "784",
+        ),
+        (
+            file(
+                r#""u1""#,
+                "1",
+                &format!(r#""u1": {{"x": [{}], "y": [3]}}"#, row("1.5", 784)),
+            ),
+            "[0, 1]",
+        ),
+        (
+            file(
+                r#""u1""#,
+                "1",
+                &format!(r#""u1": {{"x": [{}], "y": [62]}}"#, row("0", 784)),
+            ),
+            "label 62",
+        ),
+        (
+            file(r#""u1""#, "2", &good_user),
+            "\"u1\": num_samples says 2",
+        ),
+        (
+            file(r#""u1", "u2""#, "1, 1", &good_user),
+            "\"u2\" is in users",
+        ),
+        (
+            file("", "", &good_user),
+            "\"u1\", which users does not list",
+        ),
+        (file(r#""u1""#, "1, 1", &good_user), "1 users but 2"),
+        ("[1, 2]".to_string(), "not LEAF's JSON layout"),
+    ];
+    for (text, says) in cases {
+        let _ = std::fs::remove_dir_all(&root);
+        for split in ["train", "test"] {
+            std::fs::create_dir_all(root.join(split)).unwrap();
+            std::fs::write(
+                root.join(split).join("ok.json"),
+                file(r#""u1""#, "1", &good_user),
+            )
+            .unwrap();
+        }
+        std::fs::write(root.join("train").join("bad.json"), &text).unwrap();
+        for err in [
+            load(DatasetKind::Femnist, Some(&root)).unwrap_err(),
+            DataLabels::load(DatasetKind::Femnist, Some(&root)).unwrap_err(),
+        ] {
+            let msg = err.to_string();
+            assert!(
+                msg.contains("bad.json") && msg.contains(says),
+                "{says}: {msg}"
+            );
+        }
+    }
+    std::fs::remove_file(root.join("train").join("bad.json")).unwrap();
+    assert!(load(DatasetKind::Femnist, Some(&root)).is_ok());
+    std::fs::remove_file(root.join("test").join("ok.json")).unwrap();
+    let err = load(DatasetKind::Femnist, Some(&root)).unwrap_err();
+    assert!(matches!(err, DataError::MissingFile { .. }), "{err}");
+    std::fs::remove_dir_all(root.join("test")).unwrap();
+    let err = load(DatasetKind::Femnist, Some(&root)).unwrap_err();
+    assert!(
+        matches!(err, DataError::MissingDir { ref path, .. } if path.ends_with("test")),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
 }

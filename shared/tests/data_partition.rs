@@ -906,6 +906,7 @@ fn partition_input_errors() {
         labels: vec![0],
         rotation: 0,
         label_shift: 0,
+        test: None,
     };
     assert!(matches!(
         client_datasets(bundled(), &shard),
@@ -1061,6 +1062,7 @@ fn local_test_set_rule() {
         labels: vec![1, 4],
         rotation: 0,
         label_shift: 0,
+        test: None,
     };
     let test_labels = [0, 1, 4, 4, 9, 1, 3];
     assert_eq!(local_test_indices(&shard, &test_labels), vec![1, 2, 3, 5]);
@@ -1069,6 +1071,7 @@ fn local_test_set_rule() {
         labels: vec![],
         rotation: 0,
         label_shift: 0,
+        test: None,
     };
     assert!(local_test_indices(&empty, &test_labels).is_empty());
 
@@ -1359,6 +1362,7 @@ fn shift_label_rule() {
         labels: vec![1, 4],
         rotation: 0,
         label_shift: 3,
+        test: None,
     };
     let test_labels = [0, 1, 4, 4, 9, 1, 3, 8];
     assert_eq!(local_test_indices(&shard, &test_labels), vec![1, 5, 7]);
@@ -1636,7 +1640,7 @@ fn partitions_of_a_hundred_classes() {
     // each of whom needs a sample).
     let labels: Vec<u8> = (0..6000).map(|i| (i % 100) as u8).collect();
     // 100 clients: client i owns label i % 100 and 19 drawn, so every label has an owner.
-    let p = partition_of(&spec("label:20"), &labels, 100, 100, 3).unwrap();
+    let p = partition_of(&spec("label:20"), &labels, 100, None, 100, 3).unwrap();
     assert_disjoint(&p, labels.len());
     let mut seen = [false; 100];
     for c in &p.clients {
@@ -1651,7 +1655,7 @@ fn partitions_of_a_hundred_classes() {
         "label:20 over 100 clients leaves a label out"
     );
 
-    let d = partition_of(&spec("dir:0.5"), &labels, 100, 10, 1).unwrap();
+    let d = partition_of(&spec("dir:0.5"), &labels, 100, None, 10, 1).unwrap();
     assert!(assert_disjoint(&d, labels.len()));
     assert!(d.clients.iter().any(|c| c.labels.iter().any(|&l| l >= 90)));
 
@@ -1663,7 +1667,7 @@ fn partitions_of_a_hundred_classes() {
     );
     assert_eq!(g.to_string(), "groups:0,1,2-10,11,12-99");
     assert_eq!(g.unused_labels(100).len(), 93);
-    let gp = partition_of(&g, &labels, 100, 6, 0).unwrap();
+    let gp = partition_of(&g, &labels, 100, None, 6, 0).unwrap();
     assert_disjoint(&gp, labels.len());
     for c in &gp.clients {
         assert!(
@@ -1691,7 +1695,7 @@ fn partitions_of_a_hundred_classes() {
     );
     assert!(spec("label:100").check_classes(100).is_ok());
     assert!(matches!(
-        partition_of(&spec("label:21"), &labels[..200], 20, 4, 0),
+        partition_of(&spec("label:21"), &labels[..200], 20, None, 4, 0),
         Err(PartitionError::Spec(SpecError::LabelCount {
             k: 21,
             classes: 20

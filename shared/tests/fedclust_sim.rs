@@ -220,7 +220,7 @@ fn fedclust_on_cifar100_coarse_labels_recovers_label_groups() {
     let spec: PartitionSpec = "groups:0,1,2,3,4,10,11,12,13,14-5,6,7,8,9,15,16,17,18,19"
         .parse()
         .unwrap();
-    let part = partition_of(&spec, &data.train.labels, 20, 6, 3).unwrap();
+    let part = partition_of(&spec, &data.train.labels, 20, None, 6, 3).unwrap();
     let truth = part.truth.clone().unwrap();
     let mut pool = SimPool::new(&data, &part, Backend::Flex).unwrap();
     let mut cfg = config(Algorithm::FedClust);

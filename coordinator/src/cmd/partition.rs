@@ -56,6 +56,7 @@ pub fn run(args: &PartitionArgs) -> anyhow::Result<Value> {
         &args.partition,
         &data.train.labels,
         classes,
+        data.writers.as_ref(),
         args.clients,
         args.seed,
     )

@@ -36,6 +36,7 @@ fn run_inner(cfg: &RunConfig, live: &Live) -> anyhow::Result<RunResult> {
         &cfg.partition,
         &data.train.labels,
         dataset.info().classes(),
+        data.writers.as_ref(),
         cfg.clients,
         cfg.method.federation.seed,
     )

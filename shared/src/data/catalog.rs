@@ -9,6 +9,7 @@
 //! | `cifar100` | 3×32×32 | 100 | the official binary version (`train.bin`, `test.bin`, in `DIR` or `DIR/cifar-100-binary`; the fine labels), the python version (`train`, `test`, in `DIR` or `DIR/cifar-100-python`), or an image folder |
 //! | `cifar100-coarse` | 3×32×32 | 20 | the same files, labelled by the 20 superclasses (the records' coarse label, the pickles' `coarse_labels`) |
 //! | `svhn` | 3×32×32 | 10 | the cropped digits' `train_32x32.mat` and `test_32x32.mat` (MATLAB Level 5, compressed or not; the files' label 10 is the digit 0) |
+//! | `femnist` | 1×28×28 | 62 | LEAF's JSON files, `train/*.json` and `test/*.json` (LEAF's `data/femnist/data`), with each sample's writer ([`super::femnist`]) |
 //!
 //! Every image is kept as bytes, channel after channel (`C × H × W`, row-major within a channel),
 //! as PyTorch's `ToTensor` lays it out; training scales each byte to `[0, 1]`.
@@ -100,17 +101,20 @@ pub enum DatasetKind {
     /// CIFAR-100 labelled by its 20 coarse classes (superclasses of five fine classes each).
     #[serde(rename = "cifar100-coarse")]
     Cifar100Coarse,
+    /// FEMNIST (LEAF): EMNIST's digits and letters, 62 classes, grouped by writer.
+    Femnist,
 }
 
 impl DatasetKind {
     /// Every kind, in `--help` order.
-    pub const ALL: [DatasetKind; 6] = [
+    pub const ALL: [DatasetKind; 7] = [
         DatasetKind::Fmnist,
         DatasetKind::Mnist,
         DatasetKind::Cifar10,
         DatasetKind::Cifar100,
         DatasetKind::Cifar100Coarse,
         DatasetKind::Svhn,
+        DatasetKind::Femnist,
     ];
 
     /// Its description.
@@ -122,7 +126,14 @@ impl DatasetKind {
             DatasetKind::Svhn => &SVHN,
             DatasetKind::Cifar100 => &CIFAR100,
             DatasetKind::Cifar100Coarse => &CIFAR100_COARSE,
+            DatasetKind::Femnist => &FEMNIST,
         }
+    }
+
+    /// Whether its files say who wrote each sample (FEMNIST), which the `writers` partition
+    /// needs.
+    pub fn has_writers(self) -> bool {
+        self == DatasetKind::Femnist
     }
 
     /// Whether this is the default, Fashion-MNIST (configurations leave it unwritten).
@@ -158,7 +169,7 @@ pub fn data_flag_help() -> String {
 /// An unknown `--dataset` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown data set {0:?} (expected fmnist, mnist, cifar10, cifar100, cifar100-coarse or svhn)"
+    "unknown data set {0:?} (expected fmnist, mnist, cifar10, cifar100, cifar100-coarse, svhn or femnist)"
 )]
 pub struct UnknownDataset(pub String);
 
@@ -416,6 +427,22 @@ pub static SVHN: DatasetInfo = DatasetInfo {
              ufldl.stanford.edu/housenumbers gives them)",
 };
 
+/// FEMNIST's 62 classes in LEAF's label order: the digits, the capitals, the small letters.
+pub static FEMNIST: DatasetInfo = DatasetInfo {
+    key: "femnist",
+    aliases: &[],
+    name: "FEMNIST",
+    shape: ImageShape::GREY_28,
+    class_names: &[
+        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "A", "B", "C", "D", "E", "F", "G", "H",
+        "I", "J", "K", "L", "M", "N", "O", "P", "Q", "R", "S", "T", "U", "V", "W", "X", "Y", "Z",
+        "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r",
+        "s", "t", "u", "v", "w", "x", "y", "z",
+    ],
+    layout: "LEAF's JSON files train/*.json and test/*.json (the folder LEAF's preprocess.sh \
+             writes, data/femnist/data)",
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,6 +454,7 @@ mod tests {
             let classes = match k {
                 DatasetKind::Cifar100 => 100,
                 DatasetKind::Cifar100Coarse => 20,
+                DatasetKind::Femnist => 62,
                 _ => 10,
             };
             assert_eq!(k.info().classes(), classes, "{k}");
@@ -443,7 +471,11 @@ mod tests {
             DatasetKind::Cifar100Coarse
         );
         // Every class name once (the fine list is the official 100).
-        for k in [DatasetKind::Cifar100, DatasetKind::Cifar100Coarse] {
+        for k in [
+            DatasetKind::Cifar100,
+            DatasetKind::Cifar100Coarse,
+            DatasetKind::Femnist,
+        ] {
             let mut names = k.info().class_names.to_vec();
             names.sort_unstable();
             names.dedup();

@@ -199,6 +199,7 @@ pub fn load_cifar(dir: &Path, files: &CifarFiles) -> Result<Splits, DataError> {
             train: read_binary(&train, files)?,
             test: read_binary(&test, files)?,
             source: DataSource::Dir(bin),
+            writers: None,
         });
     }
     if let Some(py) = files.python_dir(dir) {
@@ -208,6 +209,7 @@ pub fn load_cifar(dir: &Path, files: &CifarFiles) -> Result<Splits, DataError> {
             train: read_python(&train, files)?,
             test: read_python(&test, files)?,
             source: DataSource::Dir(py),
+            writers: None,
         });
     }
     if folder::is_image_folder(dir) {

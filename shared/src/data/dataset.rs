@@ -216,6 +216,8 @@ pub struct Splits {
     pub test: Dataset,
     /// Where the data came from.
     pub source: DataSource,
+    /// Who wrote each sample, for the data sets whose files say so (FEMNIST); `None` otherwise.
+    pub writers: Option<super::femnist::Writers>,
 }
 
 /// Every label below `classes`.

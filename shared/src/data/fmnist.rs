@@ -125,6 +125,7 @@ pub(crate) fn load_idx_dir(dir: &Path, kind: DatasetKind) -> Result<Splits, Data
         train,
         test,
         source: DataSource::Dir(dir.to_path_buf()),
+        writers: None,
     })
 }
 
@@ -443,6 +444,7 @@ mod bundled {
             train: split(TRAIN_IMAGES, TRAIN_LABELS)?,
             test: split(TEST_IMAGES, TEST_LABELS)?,
             source: DataSource::Bundled,
+            writers: None,
         })
     }
 }

@@ -42,6 +42,7 @@ pub fn load_image_folder(dir: &Path, kind: DatasetKind) -> Result<Splits, DataEr
         train: read("train")?,
         test: read("test")?,
         source: DataSource::Dir(dir.to_path_buf()),
+        writers: None,
     })
 }
 

@@ -9,12 +9,13 @@
 //! | [`pickle`] | reading the pickles of data sets (dicts, lists, NumPy arrays) without evaluating them |
 //! | [`folder`] | the image-folder layout (`train/<class>/*.png\|jpg`) |
 //! | [`svhn`] | SVHN's cropped digits (`train_32x32.mat`, `test_32x32.mat`) |
+//! | [`femnist`] | FEMNIST in LEAF's JSON layout (`train/*.json`, `test/*.json`) and its [`Writers`] |
 //! | [`mat`] | reading MATLAB Level 5 MAT-files' numeric arrays (compressed or not) |
 //! | [`idx`] | reading IDX files (plain or gzip'd) with exact magic and length checks; [`idx::read_images_selected`] streams an image file keeping only chosen images |
 //! | [`fmnist`] | the four IDX files of Fashion-MNIST and MNIST; [`FashionMnist`]: loading from `--data DIR`, `EDGECFL_FMNIST_DIR`, the Debian package's `/usr/share/datasets/fashion-mnist`, or the bundled subset (300 train + 100 test images per class); [`FashionMnistLabels`]: the labels first, then only the images a client keeps |
 //! | [`shards`] | [`DataLabels`](shards::DataLabels): any data set's labels first, then only the images a client keeps |
 //! | [`spill`] | [`SpillFile`](spill::SpillFile): an anonymous scratch file that holds a client's training images when they are too many to keep in memory |
-//! | [`partition`](mod@partition) | [`PartitionSpec`] (`iid`, `label:K`, `dir:BETA`, `groups:…`, `rotate:G`, `shift:G`, `rotate:R*BASE`, `dominant:ALPHA`, `pairs`, `tasks:fmnist3`), [`partition()`](partition::partition), local test sets, image rotation, label shifts |
+//! | [`partition`](mod@partition) | [`PartitionSpec`] (`iid`, `label:K`, `dir:BETA`, `groups:…`, `rotate:G`, `shift:G`, `rotate:R*BASE`, `dominant:ALPHA`, `pairs`, `tasks:fmnist3`, `writers`), [`partition()`](partition::partition), local test sets, image rotation, label shifts |
 //!
 //! A typical use:
 //!
@@ -34,6 +35,7 @@
 pub mod catalog;
 pub mod cifar;
 pub mod dataset;
+pub mod femnist;
 pub mod fmnist;
 pub mod folder;
 pub mod idx;
@@ -46,6 +48,7 @@ pub mod svhn;
 
 pub use catalog::{DatasetInfo, DatasetKind, ImageShape};
 pub use dataset::{DataError, DataSource, Dataset, Splits};
+pub use femnist::Writers;
 pub use fmnist::{FashionMnist, FashionMnistLabels};
 pub use idx::IdxError;
 pub use partition::{
@@ -79,6 +82,7 @@ pub fn load(kind: DatasetKind, dir: Option<&Path>) -> Result<Splits, DataError> 
             cifar::load_cifar(need_dir(kind, dir)?, &cifar::CifarFiles::CIFAR100_COARSE)
         }
         DatasetKind::Svhn => svhn::load_svhn(need_dir(kind, dir)?),
+        DatasetKind::Femnist => femnist::load_femnist(need_dir(kind, dir)?),
     }
 }
 

@@ -17,6 +17,7 @@
 //! | `dominant:ALPHA` | AdaCFL α: 5 groups, a fraction α ∈ (0, 1] of each client's samples from its group's class `0, 2, 4, 6, 8`, the rest spread over the other 9 |
 //! | `pairs` | AdaCFL "α = B": 10 groups, client `i` holds labels `g` and `g + 1 mod 10`, `g = i % 10` |
 //! | `tasks:fmnist3` | MT-HFL: clothes / shoes / bags tasks over 5 / 3 / 2 users (of 10), ~10 % of each user's samples from the other tasks |
+//! | `writers` | FEMNIST's natural clients (LEAF): client `i` is the `i`-th writer that has training and test samples, tested on its own test samples |
 //!
 //! Every scheme works on any class count ([`partition_of`]; [`partition`] is the ten-class case);
 //! `pairs`, `dominant:` and `tasks:fmnist3` are made of the labels `0..10` (on a larger data set
@@ -113,12 +114,18 @@
 //!
 //!   Samples are used at most once; the rest of the leftovers is unused.
 //!   [`PartitionSpec::task_labels`] gives the labels of each task (for per-task accuracy).
+//! - **`writers`** (FEMNIST's clients in LEAF, StoCFL and FeSEM): the data set's [`Writers`]
+//!   say who wrote each sample. The writers with at least one training and one test sample, in
+//!   the order [`Writers::names`] lists them (file order, then each file's `users`), are the
+//!   candidates; client `i` gets every training sample of candidate `i` (in reading order) and
+//!   is tested on that writer's test samples ([`ClientShard::test`]). `n` may not exceed the
+//!   candidates; the later writers are unused. Nothing is drawn; no ground truth.
 //!
 //! ## Local test sets
 //!
 //! [`local_test_indices`] gives PACFL's "local view": a client is tested on every test sample whose
 //! label occurs in its training shard (for `shift:`, whose *shifted* label is one the client
-//! holds). [`client_datasets`] builds a client's training and local test [`Dataset`]s, rotation
+//! holds); under `writers`, on its writer's own test samples. [`client_datasets`] builds a client's training and local test [`Dataset`]s, rotation
 //! and label shift applied to both.
 
 use std::fmt;
@@ -130,9 +137,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Gamma};
 use serde::{Deserialize, Serialize};
 
-use super::catalog::ImageShape;
-use super::catalog::{DEFAULT_CLASSES, MAX_CLASSES};
+use super::catalog::{DEFAULT_CLASSES, DatasetKind, ImageShape, MAX_CLASSES};
 use super::dataset::{Dataset, Splits};
+use super::femnist::Writers;
 
 /// The minimum number of samples every client must get from a `dir:` partition (NIID-Bench's
 /// `min_require_size`).
@@ -227,6 +234,10 @@ pub enum PartitionSpec {
     /// AdaCFL's "α = B" split (`pairs`): client `i` holds labels `i % 10` and `(i + 1) % 10`;
     /// 10 groups.
     Pairs,
+    /// One writer a client (`writers`, FEMNIST): client `i` gets every training sample of the
+    /// `i`-th writer with both training and test samples, and that writer's test samples as its
+    /// local test set; needs a data set that records its writers.
+    Writers,
 }
 
 /// An invalid [`PartitionSpec`], from parsing a string or from [`PartitionSpec::validate`].
@@ -344,6 +355,12 @@ pub enum SpecError {
         /// The repeated label.
         label: u8,
     },
+    /// `writers` on a data set whose files do not say who wrote each sample.
+    #[error("writers needs a data set that records its writers (femnist); {dataset} does not")]
+    NoWriters {
+        /// The data set's name.
+        dataset: String,
+    },
 }
 
 impl PartitionSpec {
@@ -402,7 +419,7 @@ impl PartitionSpec {
                     Err(SpecError::RotateGroups { groups: *groups })
                 }
             }
-            PartitionSpec::TasksFmnist3 | PartitionSpec::Pairs => Ok(()),
+            PartitionSpec::TasksFmnist3 | PartitionSpec::Pairs | PartitionSpec::Writers => Ok(()),
             PartitionSpec::Shift { groups } => {
                 if (1..=MAX_SHIFT_GROUPS).contains(groups) {
                     Ok(())
@@ -521,6 +538,22 @@ impl PartitionSpec {
         }
     }
 
+    /// [`check_classes`](Self::check_classes) against `dataset`'s classes, and that `writers`
+    /// has a data set that records its writers ([`DatasetKind::has_writers`]).
+    ///
+    /// # Errors
+    ///
+    /// The [`SpecError`] naming the first problem ([`SpecError::NoWriters`]).
+    pub fn check_dataset(&self, dataset: DatasetKind) -> Result<(), SpecError> {
+        self.check_classes(dataset.info().classes())?;
+        if *self == PartitionSpec::Writers && !dataset.has_writers() {
+            return Err(SpecError::NoWriters {
+                dataset: dataset.info().name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// The number of ground-truth groups: the label groups of `groups:`, `G` for `rotate:G` and
     /// `shift:G`, 3 for `tasks:fmnist3`, 5 for `dominant:`, 10 for `pairs`, `G·R` for
     /// `rotate:R*BASE`; `None` for `iid`, `label:` and `dir:`.
@@ -532,9 +565,10 @@ impl PartitionSpec {
             PartitionSpec::Dominant { .. } => Some(DOMINANT_CLASSES.len()),
             PartitionSpec::Pairs => Some(PAIRS_GROUPS),
             PartitionSpec::Rotated { rotations, base } => base.num_groups().map(|g| g * rotations),
-            PartitionSpec::Iid | PartitionSpec::Label { .. } | PartitionSpec::Dirichlet { .. } => {
-                None
-            }
+            PartitionSpec::Iid
+            | PartitionSpec::Label { .. }
+            | PartitionSpec::Dirichlet { .. }
+            | PartitionSpec::Writers => None,
         }
     }
 
@@ -566,7 +600,8 @@ impl PartitionSpec {
             | PartitionSpec::Dirichlet { .. }
             | PartitionSpec::Rotate { .. }
             | PartitionSpec::Shift { .. }
-            | PartitionSpec::Dominant { .. } => None,
+            | PartitionSpec::Dominant { .. }
+            | PartitionSpec::Writers => None,
         }
     }
 }
@@ -600,6 +635,7 @@ impl fmt::Display for PartitionSpec {
             PartitionSpec::Rotated { rotations, base } => write!(f, "rotate:{rotations}*{base}"),
             PartitionSpec::Dominant { alpha } => write!(f, "dominant:{alpha}"),
             PartitionSpec::Pairs => f.write_str("pairs"),
+            PartitionSpec::Writers => f.write_str("writers"),
         }
     }
 }
@@ -635,6 +671,8 @@ impl FromStr for PartitionSpec {
             PartitionSpec::Iid
         } else if input == "pairs" {
             PartitionSpec::Pairs
+        } else if input == "writers" {
+            PartitionSpec::Writers
         } else if input == "tasks:fmnist3" {
             PartitionSpec::TasksFmnist3
         } else if let Some(v) = input.strip_prefix("label:") {
@@ -713,6 +751,11 @@ pub struct ClientShard {
     /// non-zero only for `shift:`. Missing in older serialised shards, hence `0` by default.
     #[serde(default)]
     pub label_shift: u8,
+    /// Indices into the test set of the client's own test samples (`writers`: its writer's);
+    /// `None` for every other scheme, whose local test set is chosen by label
+    /// ([`local_test_indices`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<Vec<usize>>,
 }
 
 /// A partition of the training set over clients.
@@ -818,6 +861,17 @@ pub enum PartitionError {
         /// The largest smallest-client size seen over all draws.
         best_min_size: usize,
     },
+    /// `writers` over more clients than there are writers with training and test samples.
+    #[error(
+        "writers over {clients} clients: only {writers} writers have both training and test \
+         samples (LEAF's sample split, -t sample, gives every writer both)"
+    )]
+    TooFewWriters {
+        /// The number of clients.
+        clients: usize,
+        /// The writers that could be clients.
+        writers: usize,
+    },
     /// A shard index is outside the training set ([`client_datasets`] with a partition of another
     /// dataset).
     #[error("sample index {index} is out of range for a set of {len} samples")]
@@ -841,12 +895,12 @@ pub fn partition(
     n_clients: usize,
     seed: u64,
 ) -> Result<Partition, PartitionError> {
-    partition_of(spec, train_labels, DEFAULT_CLASSES, n_clients, seed)
+    partition_of(spec, train_labels, DEFAULT_CLASSES, None, n_clients, seed)
 }
 
-/// Splits the training set with labels `train_labels` (of a data set of `classes` classes) over
-/// `n_clients` clients by `spec`, drawing from `ChaCha8Rng::seed_from_u64(seed)`; see the
-/// [module docs](self) for each procedure.
+/// Splits the training set with labels `train_labels` (of a data set of `classes` classes, whose
+/// samples' `writers` are known for FEMNIST) over `n_clients` clients by `spec`, drawing from
+/// `ChaCha8Rng::seed_from_u64(seed)`; see the [module docs](self) for each procedure.
 ///
 /// Every training sample goes to at most one client; for `iid`, `label:K` with `K = classes`,
 /// `groups:` covering all labels, `rotate:` and `shift:`, to exactly one.
@@ -859,11 +913,13 @@ pub fn partition(
 /// / [`PartitionError::TooFewLabelSamples`] / [`PartitionError::TooFewClients`] when the data cannot
 /// give every client what the scheme promises, [`PartitionError::TooFewTaskSamples`] for a
 /// `tasks:` split on too small a set, [`PartitionError::DominantTooSmall`],
-/// [`PartitionError::DirichletGaveUp`].
+/// [`PartitionError::DirichletGaveUp`]; for `writers`, [`SpecError::NoWriters`] without
+/// `writers` and [`PartitionError::TooFewWriters`].
 pub fn partition_of(
     spec: &PartitionSpec,
     train_labels: &[u8],
     classes: usize,
+    writers: Option<&Writers>,
     n_clients: usize,
     seed: u64,
 ) -> Result<Partition, PartitionError> {
@@ -884,8 +940,8 @@ pub fn partition_of(
         });
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let built = build(spec, train_labels, classes, n_clients, &mut rng)?;
-
+    let mut built = build(spec, train_labels, classes, writers, n_clients, &mut rng)?;
+    let mut tests = built.test.take().map(Vec::into_iter);
     let clients = built
         .shards
         .into_iter()
@@ -905,6 +961,7 @@ pub fn partition_of(
                 labels,
                 rotation,
                 label_shift,
+                test: tests.as_mut().and_then(Iterator::next),
             }
         })
         .collect();
@@ -915,12 +972,13 @@ pub fn partition_of(
     })
 }
 
-/// What one scheme produces: per client its training indices, rotation and label shift, and the
-/// ground truth.
+/// What one scheme produces: per client its training indices, rotation and label shift (and
+/// for `writers` its test indices), and the ground truth.
 struct Built {
     shards: Vec<Vec<usize>>,
     rotation: Vec<u8>,
     shift: Vec<u8>,
+    test: Option<Vec<Vec<usize>>>,
     truth: Option<Vec<usize>>,
 }
 
@@ -932,9 +990,43 @@ impl Built {
             shards,
             rotation: vec![0; n],
             shift: vec![0; n],
+            test: None,
             truth,
         }
     }
+}
+
+/// `writers`: client `i` is the `i`-th writer (in the order [`Writers::names`] lists them) with
+/// both training and test samples; it gets all of that writer's samples of each split.
+fn by_writers(writers: Option<&Writers>, n: usize) -> Result<Built, PartitionError> {
+    let writers = writers.ok_or_else(|| SpecError::NoWriters {
+        dataset: "the data given".to_string(),
+    })?;
+    let mut samples = vec![[Vec::new(), Vec::new()]; writers.names.len()];
+    for (split, owners) in [&writers.train, &writers.test].into_iter().enumerate() {
+        for (i, &w) in owners.iter().enumerate() {
+            samples[w as usize][split].push(i);
+        }
+    }
+    let eligible: Vec<[Vec<usize>; 2]> = samples
+        .into_iter()
+        .filter(|[train, test]| !train.is_empty() && !test.is_empty())
+        .collect();
+    if eligible.len() < n {
+        return Err(PartitionError::TooFewWriters {
+            clients: n,
+            writers: eligible.len(),
+        });
+    }
+    let (shards, test) = eligible
+        .into_iter()
+        .take(n)
+        .map(|[train, test]| (train, test))
+        .unzip();
+    Ok(Built {
+        test: Some(test),
+        ..Built::plain(shards, None)
+    })
 }
 
 /// The scheme `spec` (validated, labels checked below `classes`) over `n ≥ 1` clients.
@@ -942,6 +1034,7 @@ fn build(
     spec: &PartitionSpec,
     train_labels: &[u8],
     classes: usize,
+    writers: Option<&Writers>,
     n: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Built, PartitionError> {
@@ -988,6 +1081,7 @@ fn build(
         PartitionSpec::Label { k } => {
             Built::plain(label_skew(*k, train_labels, classes, n, rng)?, None)
         }
+        PartitionSpec::Writers => by_writers(writers, n)?,
         PartitionSpec::Dirichlet { beta } => {
             let needed = DIRICHLET_MIN_SIZE.saturating_mul(n);
             if train_labels.len() < needed {
@@ -1020,7 +1114,7 @@ fn build(
         PartitionSpec::Rotated { rotations, base } => {
             // `validate` admits only bases with groups (client i in group i % G).
             let g = base.num_groups().unwrap_or(1);
-            let inner = build(base, train_labels, classes, n, rng)?;
+            let inner = build(base, train_labels, classes, writers, n, rng)?;
             let rotation: Vec<usize> = (0..n).map(|i| (i / g) % rotations).collect();
             let truth = inner.truth.as_ref().map(|t| {
                 t.iter()
@@ -1446,6 +1540,9 @@ pub fn shift_label(label: u8, shift: u8) -> u8 {
 /// labels ([`ClientShard::labels`]), in increasing order. The client sees these samples with
 /// shifted labels ([`shift_label`]).
 pub fn local_test_indices(shard: &ClientShard, test_labels: &[u8]) -> Vec<usize> {
+    if let Some(own) = &shard.test {
+        return own.clone();
+    }
     let mut wanted = [false; 256];
     for &l in &shard.labels {
         wanted[l as usize] = true;

@@ -28,6 +28,8 @@ pub struct DataLabels {
     pub test: Vec<u8>,
     /// Where the data come from.
     pub source: DataSource,
+    /// Who wrote each sample (FEMNIST); `None` for the other data sets.
+    pub writers: Option<super::femnist::Writers>,
     images: Images,
 }
 
@@ -52,6 +54,8 @@ enum Images {
     Memory([Vec<u8>; 2]),
     /// An image folder: each split's files, in reading order.
     Folder([Vec<PathBuf>; 2]),
+    /// LEAF's JSON files (FEMNIST): each split's files and their numbers of samples, in order.
+    Leaf([Vec<(PathBuf, usize)>; 2]),
 }
 
 impl DataLabels {
@@ -67,6 +71,7 @@ impl DataLabels {
             train: labels.train.clone(),
             test: labels.test.clone(),
             source: labels.source.clone(),
+            writers: None,
             images: Images::Idx(labels),
         };
         match kind {
@@ -89,9 +94,11 @@ impl DataLabels {
                     train: full.train.labels,
                     test: full.test.labels,
                     source: full.source,
+                    writers: None,
                     images: Images::Memory([full.train.images, full.test.images]),
                 })
             }
+            DatasetKind::Femnist => leaf(super::need_dir(kind, dir)?),
         }
     }
 
@@ -164,6 +171,19 @@ impl DataLabels {
             labels: indices.iter().map(|&i| labels[i]).collect(),
             ..Dataset::default()
         };
+        if let Images::Leaf(files) = &self.images {
+            if to.is_none() {
+                data.images = vec![0; indices.len() * shape.pixels()];
+            }
+            leaf_select(&files[split], indices, |p, image| match to {
+                None => {
+                    data.images[p * shape.pixels()..][..shape.pixels()].copy_from_slice(image);
+                    Ok(())
+                }
+                Some(file) => write_spilled(file, p, image),
+            })?;
+            return Ok(data);
+        }
         let mut image = Vec::with_capacity(shape.pixels());
         // Each file opened once per selection, not once per image.
         let mut handles: Vec<Option<File>> = match &self.images {
@@ -182,17 +202,11 @@ impl DataLabels {
                 Images::Folder(files) => {
                     folder::decode_into(&files[split][i], self.kind, shape, &mut image)?
                 }
-                Images::Idx(_) => {}
+                Images::Idx(_) | Images::Leaf(_) => {}
             }
             match to {
                 None => data.images.extend_from_slice(&image),
-                Some(file) => {
-                    file.write_at(&image, (p * shape.pixels()) as u64)
-                        .map_err(|source| DataError::Io {
-                            path: PathBuf::from("<scratch file>"),
-                            source,
-                        })?
-                }
+                Some(file) => write_spilled(file, p, &image)?,
             }
         }
         Ok(data)
@@ -204,6 +218,76 @@ impl DataLabels {
             DataSource::Bundled => PathBuf::from("<bundled>"),
         }
     }
+}
+
+/// Writes image `p` of a selection (`image.len()` bytes each) to its place in the scratch file.
+fn write_spilled(file: &SpillFile, p: usize, image: &[u8]) -> Result<(), DataError> {
+    file.write_at(image, (p * image.len()) as u64)
+        .map_err(|source| DataError::Io {
+            path: PathBuf::from("<scratch file>"),
+            source,
+        })
+}
+
+/// FEMNIST's labels and writers from LEAF's JSON files (each file read whole, its pixels then
+/// dropped).
+fn leaf(dir: &Path) -> Result<DataLabels, DataError> {
+    let mut labels = [Vec::new(), Vec::new()];
+    let mut files = [Vec::new(), Vec::new()];
+    let writers = super::femnist::read_splits(dir, |split, path, file| {
+        files[split].push((path.to_path_buf(), file.data.len()));
+        labels[split].extend(file.data.labels);
+    })?;
+    let [train, test] = labels;
+    Ok(DataLabels {
+        kind: DatasetKind::Femnist,
+        train,
+        test,
+        source: DataSource::Dir(dir.to_path_buf()),
+        writers: Some(writers),
+        images: Images::Leaf(files),
+    })
+}
+
+/// Hands image `indices[p]` of a split held in LEAF `files` to `emit(p, image)`, reading each
+/// file that holds one of them once, in file order.
+fn leaf_select(
+    files: &[(PathBuf, usize)],
+    indices: &[usize],
+    mut emit: impl FnMut(usize, &[u8]) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    let starts: Vec<usize> = files
+        .iter()
+        .scan(0, |at, (_, n)| {
+            let start = *at;
+            *at += n;
+            Some(start)
+        })
+        .collect();
+    let mut wanted: Vec<Vec<(usize, usize)>> = vec![Vec::new(); files.len()];
+    for (p, &i) in indices.iter().enumerate() {
+        let f = starts.partition_point(|&s| s <= i) - 1;
+        wanted[f].push((p, i - starts[f]));
+    }
+    for ((path, count), wanted) in files.iter().zip(&wanted) {
+        if wanted.is_empty() {
+            continue;
+        }
+        let file = super::femnist::read_leaf_file(path)?;
+        if file.data.len() != *count {
+            return Err(DataError::Format {
+                path: path.clone(),
+                reason: format!(
+                    "held {count} samples when its labels were read, {} now",
+                    file.data.len()
+                ),
+            });
+        }
+        for &(p, local) in wanted {
+            emit(p, file.data.image(local))?;
+        }
+    }
+    Ok(())
 }
 
 /// A CIFAR data set's labels: the binary version's label bytes, else the python version's label
@@ -237,6 +321,7 @@ fn cifar(dir: &Path, files: &CifarFiles) -> Result<DataLabels, DataError> {
             train,
             test,
             source: DataSource::Dir(bin),
+            writers: None,
             images: Images::Runs(runs),
         });
     }
@@ -274,6 +359,7 @@ fn cifar(dir: &Path, files: &CifarFiles) -> Result<DataLabels, DataError> {
             train,
             test,
             source: DataSource::Dir(py),
+            writers: None,
             images,
         });
     }
@@ -287,6 +373,7 @@ fn cifar(dir: &Path, files: &CifarFiles) -> Result<DataLabels, DataError> {
             train: labels(&train),
             test: labels(&test),
             source: DataSource::Dir(dir.to_path_buf()),
+            writers: None,
             images: Images::Folder([paths(train), paths(test)]),
         });
     }

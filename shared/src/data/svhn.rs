@@ -33,6 +33,7 @@ pub fn load_svhn(dir: &Path) -> Result<Splits, DataError> {
         train: read_svhn(&dir.join(SVHN_TRAIN_FILE))?,
         test: read_svhn(&dir.join(SVHN_TEST_FILE))?,
         source: DataSource::Dir(dir.to_path_buf()),
+        writers: None,
     })
 }
 

@@ -37,8 +37,15 @@ impl Testbed {
     ) -> anyhow::Result<Testbed> {
         let labels = DataLabels::load(dataset, data)
             .with_context(|| format!("loading {}'s labels", dataset.info().name))?;
-        let p = partition_of(spec, &labels.train, dataset.info().classes(), of, seed)
-            .with_context(|| format!("partitioning {} into {of} shards", labels.source))?;
+        let p = partition_of(
+            spec,
+            &labels.train,
+            dataset.info().classes(),
+            labels.writers.as_ref(),
+            of,
+            seed,
+        )
+        .with_context(|| format!("partitioning {} into {of} shards", labels.source))?;
         let sizes = p
             .clients
             .iter()
