@@ -169,6 +169,11 @@ fn every_model_s_file_gives_our_logits_in_numpy() {
         meta.cluster = Some(0);
         meta.members = vec!["c0".into()];
         meta.round = Some(0);
+        // The colour models' images are the CIFAR-10 records below (ResNet-9's own data set is
+        // CIFAR-100).
+        if model.input() == ImageShape::RGB_32 {
+            meta.dataset = edgecfl_shared::data::DatasetKind::Cifar10;
+        }
         let file = dir.join(format!("{model}.safetensors"));
         model_file::write(&file, &Params::init(model, 11), &meta).unwrap();
         let json = dir.join(format!("{model}.json"));

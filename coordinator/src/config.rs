@@ -204,7 +204,7 @@ pub struct RunFlags {
     #[arg(long)]
     pub linkage: Option<Linkage>,
     /// The model (its help lists each one with its input).
-    #[arg(long, help = format!("{}. With --dataset and no --model, that data set's LeNet-5",
+    #[arg(long, help = format!("{}. With --dataset and no --model, that data set's model (ResNet-9 for CIFAR-100, else its LeNet-5)",
                                edgecfl_shared::model::model_flag_help()))]
     pub model: Option<ModelKind>,
     /// Layers uploaded in round 0: final | smallest-fc | all | names (conv1,conv2).

@@ -25,7 +25,7 @@ use tracing::info;
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// The model (its help lists each one with its input).
-    #[arg(long, help = format!("{}. Default: the data set's LeNet-5",
+    #[arg(long, help = format!("{}. Default: the data set's model (ResNet-9 for CIFAR-100, else its LeNet-5)",
                                edgecfl_shared::model::model_flag_help()))]
     pub model: Option<ModelKind>,
     /// Devices to measure (comma-separated), e.g. `cpu,vulkan`: cpu (= flex) | ndarray |

@@ -48,7 +48,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use crate::model::{ModelError, ModelKind, ParamLayout, Params};
+use crate::model::{ModelError, ModelKind, ParamLayout, Params, RESNET9_POOLED, group_norm};
 use crate::train::{
     Backend, Device, EvalReport, LocalData, Proximal, TrainConfig, TrainError, TrainReport,
 };
@@ -802,9 +802,11 @@ struct Batched<'l> {
 
 impl Batched<'_> {
     /// Whether LeNet-5 runs its convolutions grouped (its input is then `[B, C·in, H, W]`, the
-    /// models as channels; else model-major).
+    /// models as channels; else model-major). ResNet-9 always does: its 3 × 3 blocks are grouped
+    /// convolutions and GroupNorms over the clients' channels, whatever [`Convolution`] says.
     fn grouped(&self) -> bool {
-        self.model == ModelKind::LeNet5 && self.conv == Convolution::Grouped
+        (self.model == ModelKind::LeNet5 && self.conv == Convolution::Grouped)
+            || self.model == ModelKind::ResNet9
     }
 
     /// The slot of model i's k-th sample in a step's rows.
@@ -857,6 +859,34 @@ impl Batched<'_> {
                 let x = conv(conv(x, 0), 2);
                 let x: Tensor<3> = x.reshape([b, c, shape(4)[0]]).swap_dims(0, 1);
                 lenet_head(x, &linear)
+            }
+            ModelKind::ResNet9 => {
+                // `[B, C·ch, H, W]`: each block one convolution grouped by client and one
+                // GroupNorm of C·32 groups (client i's channels are consecutive, so each group
+                // is one of its own), each client's scale and shift per channel.
+                let block = |x: Tensor<4>, i: usize| {
+                    let k = 4 * i;
+                    let s = shape(k);
+                    let flat = |t: &Tensor<2>| t.clone().reshape([c * s[0]]);
+                    let w = p[k].clone().reshape([c * s[0], s[1], s[2], s[3]]);
+                    let options = ConvOptions::new([1, 1], [1, 1], [1, 1], c);
+                    let y = conv2d(x, w, Some(flat(&p[k + 1])), options);
+                    let groups = c * crate::model::RESNET9_GROUPS;
+                    let y = relu(group_norm(y, flat(&p[k + 2]), flat(&p[k + 3]), groups));
+                    if RESNET9_POOLED[i] {
+                        max_pool2d(y, MaxPoolOptions::new([2, 2]))
+                    } else {
+                        y
+                    }
+                };
+                let x = block(block(x, 0), 1);
+                let x = block(block(x.clone(), 2), 3) + x;
+                let x = block(block(x, 4), 5);
+                let x = block(block(x.clone(), 6), 7) + x;
+                let x = max_pool2d(x, MaxPoolOptions::new([4, 4]));
+                let fc = 4 * crate::model::RESNET9_BLOCKS.len();
+                let x: Tensor<3> = x.reshape([b, c, shape(fc)[0]]).swap_dims(0, 1);
+                linear(x, fc)
             }
             ModelKind::Mlp => {
                 let x: Tensor<3> = x.reshape([c, b, self.model.input().pixels()]);

@@ -101,7 +101,7 @@ pub enum HierarchyError {
 
 /// The common layers MT-HFL shares through the GPS by default: the two convolution layers of
 /// LeNet-5 and AdaCFL's CNNs (`conv1,conv2`, as the paper's CNN), the first layer of the MLP
-/// (`fc1`).
+/// (`fc1`), every block of ResNet-9 but its classifier.
 pub fn default_common_layers(model: ModelKind) -> LayerSet {
     let names: &[&str] = match model {
         ModelKind::LeNet5
@@ -110,6 +110,8 @@ pub fn default_common_layers(model: ModelKind) -> LayerSet {
         | ModelKind::CifarCnn
         | ModelKind::FmnistCnn => &["conv1", "conv2"],
         ModelKind::Mlp => &["fc1"],
+        // Every block, the classifier apart (as the CNNs share their convolutions).
+        ModelKind::ResNet9 => &["conv1", "conv2", "res1", "conv3", "conv4", "res2"],
     };
     LayerSet::Named(names.iter().map(|s| (*s).to_string()).collect())
 }

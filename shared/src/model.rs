@@ -13,6 +13,7 @@
 //! | [`ModelKind::MnistCnn`] | 1×28×28 | conv 1→20 k5, ReLU, maxpool 2, conv 20→50 k5, ReLU, maxpool 2, fc 800→10 | 33 580 | 8 010 |
 //! | [`ModelKind::CifarCnn`] | 3×32×32 | conv 3→6 k5, ReLU, maxpool 2, conv 6→16 k5, ReLU, maxpool 2, fc 400→10 | 6 882 | 4 010 |
 //! | [`ModelKind::FmnistCnn`] | 1×28×28 | conv 1→16 k5 pad 2, ReLU, maxpool 2, conv 16→32 k5, ReLU, maxpool 2, fc 800→10 | 21 258 | 8 010 |
+//! | [`ModelKind::ResNet9`] | 3×32×32 | blocks of conv k3 pad 1, GroupNorm(32), ReLU: 3→64, 64→128 + maxpool 2, residual 2 × 128→128, 128→256 + maxpool 2, 256→512 + maxpool 2, residual 2 × 512→512; maxpool 4, fc 512→10 | 6 575 370 | 5 130 |
 //!
 //! LeNet-5 is NIID-Bench's / PACFL's `SimpleCNNMNIST`, the model of FedClust's FMNIST experiments,
 //! and `SimpleCNN` (3 input channels, 16·5·5 = 400 features into fc1) that of its CIFAR-10 and
@@ -28,6 +29,17 @@
 //! placement of a "same" padding that gives 8 000 weights (none gives 512, the second alone
 //! 1 152). Linear weights are stored in burn's `[d_input, d_output]`
 //! layout; convolution weights as `[out, in, kh, kw]`.
+//!
+//! ResNet-9 is the network of FedClust's CIFAR-100 runs (its paper names only "ResNet-9"): the
+//! widely used DAWNBench one (Myrtle.ai; the `ResNet9` of many federated-learning codes), whose
+//! residual blocks add two convolution blocks' output to their input. Its BatchNorm is replaced
+//! by **GroupNorm with 32 groups** (Wu & He 2018; ε = 10⁻⁵, scale 1 and shift 0 at the start):
+//! BatchNorm's running statistics are state outside the weights, which the flat [`Params`] (and
+//! every aggregation rule) would have to carry and average, and on non-IID clients they are the
+//! client's own label mix, so averaged statistics match no client; GroupNorm has only a scale and
+//! a shift per channel, computes its statistics per sample, and behaves the same in training and
+//! evaluation (Hsieh et al. 2020, "The Non-IID Data Quagmire", make the same choice). Its
+//! dropout before the classifier is left out: training here is deterministic given the seed.
 //!
 //! Layer sets ([`LayerSet`]) select named tensors: FedClust's final layer, AdaCFL's smallest fully
 //! connected layer, MT-HFL's shared feature layers.
@@ -108,19 +120,21 @@ impl fmt::Display for ModelKind {
             ModelKind::MnistCnn => "mnist-cnn",
             ModelKind::CifarCnn => "cifar-cnn",
             ModelKind::FmnistCnn => "fmnist-cnn",
+            ModelKind::ResNet9 => "resnet9",
         })
     }
 }
 
 impl ModelKind {
     /// Every model, in `--help` order.
-    pub const ALL: [ModelKind; 6] = [
+    pub const ALL: [ModelKind; 7] = [
         ModelKind::LeNet5,
         ModelKind::LeNet5Rgb,
         ModelKind::Mlp,
         ModelKind::MnistCnn,
         ModelKind::CifarCnn,
         ModelKind::FmnistCnn,
+        ModelKind::ResNet9,
     ];
 
     /// The images the model takes.
@@ -129,12 +143,13 @@ impl ModelKind {
             ModelKind::LeNet5 | ModelKind::Mlp | ModelKind::MnistCnn | ModelKind::FmnistCnn => {
                 ImageShape::GREY_28
             }
-            ModelKind::LeNet5Rgb | ModelKind::CifarCnn => ImageShape::RGB_32,
+            ModelKind::LeNet5Rgb | ModelKind::CifarCnn | ModelKind::ResNet9 => ImageShape::RGB_32,
         }
     }
 
-    /// The zero padding of the first convolution on each side (FmnistCNN's 2; none elsewhere,
-    /// and none on any second convolution).
+    /// The zero padding of the first convolution on each side (FmnistCNN's 2; none in the other
+    /// CNNs, and none on any second convolution; ResNet-9 pads every convolution by 1, which
+    /// its own code paths say).
     pub fn conv1_padding(self) -> usize {
         match self {
             ModelKind::FmnistCnn => 2,
@@ -150,6 +165,7 @@ impl ModelKind {
             ModelKind::LeNet5 | ModelKind::Mlp | ModelKind::FmnistCnn => DatasetKind::Fmnist,
             ModelKind::MnistCnn => DatasetKind::Mnist,
             ModelKind::LeNet5Rgb | ModelKind::CifarCnn => DatasetKind::Cifar10,
+            ModelKind::ResNet9 => DatasetKind::Cifar100,
         }
     }
 
@@ -165,11 +181,13 @@ impl ModelKind {
         }
     }
 
-    /// The model a data set is trained with unless `--model` says otherwise: the papers' LeNet-5
-    /// for its image shape.
+    /// The model a data set is trained with unless `--model` says otherwise: FedClust's ResNet-9
+    /// for CIFAR-100 (fine or coarse labels), else the papers' LeNet-5 for its image shape.
     pub fn default_for(dataset: DatasetKind) -> Self {
         let shape = dataset.info().shape;
-        if shape == ImageShape::RGB_32 {
+        if matches!(dataset, DatasetKind::Cifar100 | DatasetKind::Cifar100Coarse) {
+            ModelKind::ResNet9
+        } else if shape == ImageShape::RGB_32 {
             ModelKind::LeNet5Rgb
         } else {
             ModelKind::LeNet5
@@ -203,6 +221,7 @@ impl FromStr for ModelKind {
             "mnist-cnn" | "mnistcnn" => Ok(ModelKind::MnistCnn),
             "cifar-cnn" | "cifarcnn" => Ok(ModelKind::CifarCnn),
             "fmnist-cnn" | "fmnistcnn" => Ok(ModelKind::FmnistCnn),
+            "resnet9" | "resnet-9" => Ok(ModelKind::ResNet9),
             _ => Err(ModelError::UnknownModel(s.to_string())),
         }
     }
@@ -217,7 +236,8 @@ pub struct ParamEntry {
     pub shape: Vec<usize>,
     /// Offset of the first element in the flat vector.
     pub offset: usize,
-    /// Fan-in used for initialisation (PyTorch's default `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`).
+    /// Fan-in used for initialisation (PyTorch's default `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`);
+    /// 0 for a normalisation's scale (`.weight`, initialised to 1) and shift (`.bias`, to 0).
     pub fan_in: usize,
 }
 
@@ -318,6 +338,19 @@ impl ParamLayout {
                 ("fc.weight", vec![800, k], 800),
                 ("fc.bias", vec![k], 800),
             ],
+            ModelKind::ResNet9 => {
+                let mut v = Vec::with_capacity(34);
+                for (names, c_in, out) in RESNET9_BLOCKS {
+                    let [w, b, gw, gb] = names;
+                    v.push((w, vec![out, c_in, 3, 3], c_in * 9));
+                    v.push((b, vec![out], c_in * 9));
+                    v.push((gw, vec![out], 0));
+                    v.push((gb, vec![out], 0));
+                }
+                v.push(("fc.weight", vec![512, k], 512));
+                v.push(("fc.bias", vec![k], 512));
+                v
+            }
         };
         let mut offset = 0;
         let entries = spec
@@ -554,13 +587,23 @@ impl Params {
     }
 
     /// Seeded initialisation as PyTorch's default for Conv2d/Linear: every weight and bias drawn from
-    /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`. Independent of the burn backend. The draws of every
+    /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`; GroupNorm's scales 1 and shifts 0. Independent of the burn backend. The draws of every
     /// layer but the last do not depend on `classes`.
     pub fn init_for(model: ModelKind, classes: usize, seed: u64) -> Self {
         let layout = ParamLayout::new(model, classes);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut values = Vec::with_capacity(layout.len());
         for e in &layout.entries {
+            if e.fan_in == 0 {
+                // A normalisation's scale and shift, as PyTorch's GroupNorm starts them.
+                let v = if e.name.ends_with(".weight") {
+                    1.0
+                } else {
+                    0.0
+                };
+                values.extend(std::iter::repeat_n(v, e.len()));
+                continue;
+            }
             let bound = 1.0 / (e.fan_in as f32).sqrt();
             values.extend((0..e.len()).map(|_| rng.random_range(-bound..bound)));
         }
@@ -603,6 +646,150 @@ pub struct SmallCnn {
     relu: Relu,
 }
 
+/// ResNet-9's eight convolution blocks in layout and forward order: the PyTorch names of each
+/// block's convolution weight and bias and GroupNorm scale and shift (the DAWNBench network's
+/// `nn.Sequential` indices: `conv1.0` the convolution of block `conv1`, `conv1.1` its norm;
+/// `res1.0.*` and `res1.1.*` the two blocks of residual `res1`), input and output channels.
+/// Blocks 1, 4 and 5 (`conv2`, `conv3`, `conv4`) end with a 2 × 2 max-pooling; `res1` adds its
+/// two blocks' output to the output of `conv2`, `res2` to that of `conv4`.
+pub const RESNET9_BLOCKS: [([&str; 4], usize, usize); 8] = [
+    (
+        [
+            "conv1.0.weight",
+            "conv1.0.bias",
+            "conv1.1.weight",
+            "conv1.1.bias",
+        ],
+        3,
+        64,
+    ),
+    (
+        [
+            "conv2.0.weight",
+            "conv2.0.bias",
+            "conv2.1.weight",
+            "conv2.1.bias",
+        ],
+        64,
+        128,
+    ),
+    (
+        [
+            "res1.0.0.weight",
+            "res1.0.0.bias",
+            "res1.0.1.weight",
+            "res1.0.1.bias",
+        ],
+        128,
+        128,
+    ),
+    (
+        [
+            "res1.1.0.weight",
+            "res1.1.0.bias",
+            "res1.1.1.weight",
+            "res1.1.1.bias",
+        ],
+        128,
+        128,
+    ),
+    (
+        [
+            "conv3.0.weight",
+            "conv3.0.bias",
+            "conv3.1.weight",
+            "conv3.1.bias",
+        ],
+        128,
+        256,
+    ),
+    (
+        [
+            "conv4.0.weight",
+            "conv4.0.bias",
+            "conv4.1.weight",
+            "conv4.1.bias",
+        ],
+        256,
+        512,
+    ),
+    (
+        [
+            "res2.0.0.weight",
+            "res2.0.0.bias",
+            "res2.0.1.weight",
+            "res2.0.1.bias",
+        ],
+        512,
+        512,
+    ),
+    (
+        [
+            "res2.1.0.weight",
+            "res2.1.0.bias",
+            "res2.1.1.weight",
+            "res2.1.1.bias",
+        ],
+        512,
+        512,
+    ),
+];
+
+/// ResNet-9's GroupNorm groups.
+pub const RESNET9_GROUPS: usize = 32;
+
+/// GroupNorm's ε (PyTorch's default).
+pub const GROUP_NORM_EPS: f64 = 1e-5;
+
+/// Which of ResNet-9's blocks end with a 2 × 2 max-pooling.
+pub(crate) const RESNET9_POOLED: [bool; 8] = [false, true, false, false, true, true, false, false];
+
+/// GroupNorm of `x` `[N, channels, H, W]` in `groups` groups of consecutive channels (mean and
+/// biased variance over each group's channels and pixels of each sample), then each channel
+/// scaled by `gamma` and shifted by `beta` (`[channels]`): PyTorch's `F.group_norm`.
+pub(crate) fn group_norm(
+    x: Tensor<4>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    groups: usize,
+) -> Tensor<4> {
+    let [n, ch, h, w] = x.dims();
+    let g = x.reshape([n, groups, ch / groups * h * w]);
+    let centred = g.clone() - g.mean_dim(2);
+    let var = centred.clone().square().mean_dim(2);
+    let normed = (centred / var.add_scalar(GROUP_NORM_EPS).sqrt()).reshape([n, ch, h, w]);
+    normed * gamma.reshape([1, ch, 1, 1]) + beta.reshape([1, ch, 1, 1])
+}
+
+/// One of ResNet-9's blocks: a 3 × 3 convolution padded by 1, GroupNorm and ReLU.
+#[derive(Module, Debug)]
+pub struct ConvNorm {
+    conv: Conv2d,
+    gamma: Param<Tensor<1>>,
+    beta: Param<Tensor<1>>,
+}
+
+impl ConvNorm {
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let y = self.conv.forward(x);
+        burn::tensor::activation::relu(group_norm(
+            y,
+            self.gamma.val(),
+            self.beta.val(),
+            RESNET9_GROUPS,
+        ))
+    }
+}
+
+/// ResNet-9 with GroupNorm (see the [module docs](self)).
+#[derive(Module, Debug)]
+pub struct ResNet9 {
+    blocks: Vec<ConvNorm>,
+    pool: MaxPool2d,
+    head_pool: MaxPool2d,
+    fc: Linear,
+}
+
 /// MLP 784→32→10.
 #[derive(Module, Debug)]
 pub struct Mlp {
@@ -622,6 +809,8 @@ pub enum Net {
     Mlp(Mlp),
     /// One of AdaCFL's CNNs.
     SmallCnn(SmallCnn),
+    /// ResNet-9.
+    ResNet9(ResNet9),
 }
 
 fn tensor<const D: usize>(values: &[f32], shape: &[usize], device: &Device) -> Param<Tensor<D>> {
@@ -711,6 +900,23 @@ impl Net {
                     relu: Relu::new(),
                 })
             }
+            ModelKind::ResNet9 => Net::ResNet9(ResNet9 {
+                blocks: RESNET9_BLOCKS
+                    .iter()
+                    .map(|([w, b, gw, gb], _, _)| {
+                        let (w, shape) = get(w);
+                        let (b, _) = get(b);
+                        ConvNorm {
+                            conv: conv(w, b, shape, 1, device),
+                            gamma: tensor(get(gw).0, get(gw).1, device),
+                            beta: tensor(get(gb).0, get(gb).1, device),
+                        }
+                    })
+                    .collect(),
+                pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+                head_pool: MaxPool2dConfig::new([4, 4]).with_strides([4, 4]).init(),
+                fc: lin("fc"),
+            }),
         }
     }
 
@@ -726,6 +932,7 @@ impl Net {
                 [6, 3] => ModelKind::CifarCnn,
                 _ => ModelKind::FmnistCnn,
             },
+            Net::ResNet9(_) => ModelKind::ResNet9,
         }
     }
 
@@ -735,6 +942,7 @@ impl Net {
             Net::LeNet5(m) => m.fc3.weight.dims()[1],
             Net::Mlp(m) => m.fc2.weight.dims()[1],
             Net::SmallCnn(m) => m.fc.weight.dims()[1],
+            Net::ResNet9(m) => m.fc.weight.dims()[1],
         }
     }
 
@@ -773,6 +981,14 @@ impl Net {
             Net::SmallCnn(m) => {
                 conv(&m.conv1, v);
                 conv(&m.conv2, v);
+                linear(&m.fc, v);
+            }
+            Net::ResNet9(m) => {
+                for b in &m.blocks {
+                    conv(&b.conv, v);
+                    v.visit(&b.gamma);
+                    v.visit(&b.beta);
+                }
                 linear(&m.fc, v);
             }
         }
@@ -877,6 +1093,21 @@ impl Net {
                 let x = m.pool.forward(m.relu.forward(m.conv1.forward(images)));
                 let x = m.pool.forward(m.relu.forward(m.conv2.forward(x)));
                 m.fc.forward(x.flatten(1, 3))
+            }
+            Net::ResNet9(m) => {
+                let block = |i: usize, x: Tensor<4>| {
+                    let y = m.blocks[i].forward(x);
+                    if RESNET9_POOLED[i] {
+                        m.pool.forward(y)
+                    } else {
+                        y
+                    }
+                };
+                let x = block(1, block(0, images));
+                let x = block(3, block(2, x.clone())) + x;
+                let x = block(5, block(4, x));
+                let x = block(7, block(6, x.clone())) + x;
+                m.fc.forward(m.head_pool.forward(x).flatten(1, 3))
             }
         }
     }

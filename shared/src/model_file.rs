@@ -9,6 +9,7 @@
 //! | [`ModelKind::MnistCnn`] | AdaCFL's `MnistCNN`: `conv1 = Conv2d(1, 20, 5)`, `conv2 = Conv2d(20, 50, 5)`, `fc = Linear(800, 10)` | `conv1.weight [20,1,5,5]`, `conv1.bias [20]`, `conv2.weight [50,20,5,5]`, `conv2.bias [50]`, `fc.weight [10,800]`, `fc.bias [10]` |
 //! | [`ModelKind::CifarCnn`] | AdaCFL's `CifarCNN`: `conv1 = Conv2d(3, 6, 5)`, `conv2 = Conv2d(6, 16, 5)`, `fc = Linear(400, 10)` | `conv1.weight [6,3,5,5]`, `conv1.bias [6]`, `conv2.weight [16,6,5,5]`, `conv2.bias [16]`, `fc.weight [10,400]`, `fc.bias [10]` |
 //! | [`ModelKind::FmnistCnn`] | AdaCFL's `FmnistCNN`: `conv1 = Conv2d(1, 16, 5, padding=2)`, `conv2 = Conv2d(16, 32, 5)`, `fc = Linear(800, 10)` | `conv1.weight [16,1,5,5]`, `conv1.bias [16]`, `conv2.weight [32,16,5,5]`, `conv2.bias [32]`, `fc.weight [10,800]`, `fc.bias [10]` |
+//! | [`ModelKind::ResNet9`] | the DAWNBench ResNet-9 with `nn.GroupNorm(32, C)` for its BatchNorm and no dropout: `conv1`, `conv2`, `conv3`, `conv4` each `Sequential(Conv2d(in, out, 3, padding=1), GroupNorm, ReLU[, MaxPool2d(2)])`, `res1` and `res2` each two such blocks, `fc = Linear(512, 10)` after `MaxPool2d(4)` (`tests/python/check_safetensors.py` has it in numpy) | `conv1.0.weight [64,3,3,3]`, `conv1.0.bias [64]`, `conv1.1.weight [64]`, `conv1.1.bias [64]`, … `res1.0.0.*`, `res1.0.1.*`, `res1.1.0.*`, `res1.1.1.*` (128), `conv3` (256), `conv4` (512), `res2.*` (512), `fc.weight [10,512]`, `fc.bias [10]` |
 //!
 //! Every tensor is little-endian `F32`. burn keeps a linear layer's weight as `[in, out]`
 //! ([`crate::model`]); PyTorch's `nn.Linear` keeps `[out, in]`, so linear weights are transposed
@@ -37,10 +38,10 @@ pub mod key {
     /// `"pt"`: the convention of `safetensors.torch` and Hugging Face tools.
     pub const FORMAT: &str = "format";
     /// The model's name ([`ModelKind`](crate::model::ModelKind)'s: `lenet5`, `lenet5-rgb`,
-    /// `mlp`, `mnist-cnn`, `cifar-cnn`, `fmnist-cnn`).
+    /// `mlp`, `mnist-cnn`, `cifar-cnn`, `fmnist-cnn`, `resnet9`).
     pub const MODEL: &str = "model";
     /// The PyTorch module the tensors load into (`SimpleCNNMNIST`, `SimpleCNN`, `MLP`, `MnistCNN`,
-    /// `CifarCNN`, `FmnistCNN`).
+    /// `CifarCNN`, `FmnistCNN`, `ResNet9GN`).
     pub const ARCHITECTURE: &str = "architecture";
     /// The run id.
     pub const RUN_ID: &str = "run_id";
@@ -267,6 +268,7 @@ pub fn architecture(model: ModelKind) -> &'static str {
         ModelKind::MnistCnn => "MnistCNN",
         ModelKind::CifarCnn => "CifarCNN",
         ModelKind::FmnistCnn => "FmnistCNN",
+        ModelKind::ResNet9 => "ResNet9GN",
     }
 }
 
@@ -618,6 +620,7 @@ pub fn from_bytes(bytes: &[u8]) -> Result<ModelFile, ModelFileError> {
         Some(m) => m
             .parse::<ModelKind>()
             .map_err(|_| ModelFileError::UnknownModel(m.clone()))?,
+        None if raw.tensor("conv1.0.weight").is_some() => ModelKind::ResNet9,
         None => {
             let conv1 = raw.tensor("conv1.weight").map(|t| t.shape.as_slice());
             match (conv1, raw.tensor("fc.weight").is_some()) {

@@ -468,6 +468,18 @@ pub const MIN_PART_MACS: usize = 4_500_000;
 /// colour 32 × 32 images 6·28²·75 + 16·10²·150 + 400·120 + 120·84 + 84·10 = 651 720, the MLP
 /// 784·32 + 32·10 = 25 408.
 fn forward_macs(model: ModelKind) -> usize {
+    if model == ModelKind::ResNet9 {
+        // Each block's convolution at its input's size (32, 32, then 16 after conv2's pooling,
+        // 8 and 4 after conv3's and conv4's), padded to keep it: 3·9·64·32² + 64·9·128·32² +
+        // 2·128·9·128·16² + 128·9·256·16² + 256·9·512·8² + 2·512·9·512·4² + 512·10.
+        let sizes = [32, 32, 16, 16, 16, 8, 4, 4];
+        let convs = crate::model::RESNET9_BLOCKS
+            .iter()
+            .zip(sizes)
+            .map(|((_, c_in, out), s)| c_in * 9 * out * s * s)
+            .sum::<usize>();
+        return convs + 512 * crate::model::DEFAULT_CLASSES;
+    }
     let input = model.input();
     let (mut h, mut w) = (input.height, input.width);
     let mut macs = 0;

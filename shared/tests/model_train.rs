@@ -212,3 +212,58 @@ fn a_twenty_class_model_trains_on_twenty_labels_and_refuses_more() {
     );
     assert!(evaluate(&ten, &data, 50, &device).is_err());
 }
+
+/// ResNet-9 with GroupNorm: hand-counted sizes (each block a 3 × 3 convolution with bias and a
+/// GroupNorm's scale and shift per channel, then the classifier), the DAWNBench blocks' PyTorch
+/// names as layers, FedClust's final layer the classifier, PyTorch's initialisation (uniform
+/// convolutions within 1/√fan-in, scales 1, shifts 0), burn's own parameter count, the burn
+/// network's round trip, and logits for a batch of images.
+#[test]
+fn resnet9_is_the_dawnbench_network_with_group_norm() {
+    let block = |c_in: usize, out: usize| c_in * 9 * out + out + 2 * out;
+    let body = block(3, 64)
+        + block(64, 128)
+        + 2 * block(128, 128)
+        + block(128, 256)
+        + block(256, 512)
+        + 2 * block(512, 512);
+    assert_eq!(body, 6_570_240);
+    let ten = ParamLayout::of(ModelKind::ResNet9);
+    let hundred = ParamLayout::new(ModelKind::ResNet9, 100);
+    assert_eq!(ten.len(), body + 512 * 10 + 10);
+    assert_eq!(hundred.len(), body + 512 * 100 + 100);
+    assert_eq!(
+        hundred.layers(),
+        ["conv1", "conv2", "res1", "conv3", "conv4", "res2", "fc"]
+    );
+    assert_eq!(hundred.select(&LayerSet::Final).unwrap().len(), 51_300);
+    assert_eq!(
+        hundred.entry("res2.1.0.weight").unwrap().shape,
+        [512, 512, 3, 3]
+    );
+    let p = Params::init_for(ModelKind::ResNet9, 100, 3);
+    let values = |name: &str| &p.values[hundred.entry(name).unwrap().range()];
+    assert!(values("res1.0.1.weight").iter().all(|&v| v == 1.0));
+    assert!(values("conv4.1.bias").iter().all(|&v| v == 0.0));
+    let bound = 1.0 / (256.0f32 * 9.0).sqrt();
+    let conv4 = values("conv4.0.weight");
+    assert!(conv4.iter().all(|v| v.abs() <= bound));
+    assert!(conv4.iter().any(|v| v.abs() > 0.9 * bound));
+    let device = Device::flex();
+    let net = Net::from_params(&p, &device);
+    assert_eq!((net.kind(), net.classes()), (ModelKind::ResNet9, 100));
+    assert_eq!(burn::module::Module::num_params(&net), hundred.len());
+    assert_eq!(net.to_params(), p);
+    let images: Vec<f32> = (0..2 * 3 * 32 * 32)
+        .map(|i| (i * 7919 % 253) as f32 / 255.0)
+        .collect();
+    let x = burn::tensor::Tensor::<4>::from_data(
+        burn::tensor::TensorData::new(images, [2, 3, 32, 32]),
+        &device,
+    );
+    let logits = net.forward(x);
+    assert_eq!(logits.dims(), [2, 100]);
+    let logits: Vec<f32> = logits.into_data().iter::<f32>().collect();
+    assert!(logits.iter().all(|v| v.is_finite()));
+    assert_ne!(logits[..100], logits[100..], "two images, two outputs");
+}

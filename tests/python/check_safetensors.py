@@ -3,9 +3,11 @@
 
 Loads the file with the `safetensors` package (numpy flavour), checks that its tensors have the
 names, shapes and dtype of the PyTorch modules (NIID-Bench's SimpleCNNMNIST and SimpleCNN for
-the two LeNet-5s, the 784-32-10 MLP, AdaCFL's MnistCNN, CifarCNN and FmnistCNN), runs the
-module's forward pass written out in numpy (float64: Conv2d as cross-correlation, zero-padded as
-the module says, ReLU, MaxPool2d(2, 2), flatten in C,H,W order, Linear as x @ W.T + b), and
+the two LeNet-5s, the 784-32-10 MLP, AdaCFL's MnistCNN, CifarCNN and FmnistCNN, the DAWNBench
+ResNet-9 with GroupNorm(32)), runs the module's forward pass written out in numpy (float64:
+Conv2d as cross-correlation, zero-padded as the module says, ReLU, MaxPool2d(2, 2), GroupNorm as
+PyTorch's F.group_norm (biased variance, eps 1e-5), residual sums, flatten in C,H,W order, Linear
+as x @ W.T + b), and
 compares its logits with the ones edgecfl's own forward pass printed (`edge-client predict
 --json`) for the same images.
 
@@ -40,8 +42,28 @@ ARCH = {
 }
 
 
+# ResNet-9 (GroupNorm): blocks (name, in, out, pooled) of Conv2d(in, out, 3, padding=1),
+# GroupNorm(32, out), ReLU[, MaxPool2d(2)]; res1 and res2 add their two blocks' output to their
+# input; then MaxPool2d(4), flatten, fc = Linear(512, 10).
+RESNET9 = [
+    ("conv1", 3, 64, False), ("conv2", 64, 128, True),
+    ("res1.0", 128, 128, False), ("res1.1", 128, 128, False),
+    ("conv3", 128, 256, True), ("conv4", 256, 512, True),
+    ("res2.0", 512, 512, False), ("res2.1", 512, 512, False),
+]
+MODELS = sorted(ARCH) + ["resnet9"]
+
+
 def shapes(model):
     """name -> shape in the torch layout (Linear weight = [out, in])."""
+    if model == "resnet9":
+        out = {}
+        for name, c_in, c_out, _ in RESNET9:
+            out[f"{name}.0.weight"] = (c_out, c_in, 3, 3)
+            for t in ["0.bias", "1.weight", "1.bias"]:
+                out[f"{name}.{t}"] = (c_out,)
+        out["fc.weight"], out["fc.bias"] = (10, 512), (10,)
+        return out
     _, convs, fcs = ARCH[model]
     out = {}
     for i, (o, c) in enumerate(convs, 1):
@@ -79,13 +101,39 @@ def conv2d(x, w, b, pad=0):
     k = w.shape[2]
     x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))  # n,c,H',W',k,k
-    return np.einsum("nchwuv,ocuv->nohw", win, w) + b[None, :, None, None]
+    out = np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3]))  # n,H',W',o
+    return out.transpose(0, 3, 1, 2) + b[None, :, None, None]
 
 
-def maxpool2(x):
+def maxpool2(x, k=2):
     n, c, h, w = x.shape
-    h2, w2 = h // 2, w // 2
-    return x[:, :, : 2 * h2, : 2 * w2].reshape(n, c, h2, 2, w2, 2).max(axis=(3, 5))
+    h2, w2 = h // k, w // k
+    return x[:, :, : k * h2, : k * w2].reshape(n, c, h2, k, w2, k).max(axis=(3, 5))
+
+
+def group_norm(x, gamma, beta, groups=32, eps=1e-5):
+    """PyTorch's F.group_norm: each sample's groups of consecutive channels normalised by their
+    mean and biased variance, then each channel scaled and shifted."""
+    n, c, h, w = x.shape
+    g = x.reshape(n, groups, -1)
+    g = (g - g.mean(axis=2, keepdims=True)) / np.sqrt(g.var(axis=2, keepdims=True) + eps)
+    return g.reshape(n, c, h, w) * gamma[None, :, None, None] + beta[None, :, None, None]
+
+
+def resnet9(t, x, groups=32):
+    def block(name, x, pooled):
+        y = conv2d(x, t[f"{name}.0.weight"], t[f"{name}.0.bias"], 1)
+        y = relu(group_norm(y, t[f"{name}.1.weight"], t[f"{name}.1.bias"], groups or y.shape[1]))
+        return maxpool2(y) if pooled else y
+
+    blocks = {name: pooled for name, _, _, pooled in RESNET9}
+    run = lambda name, x: block(name, x, blocks[name])  # noqa: E731
+    x = run("conv2", run("conv1", x))
+    x = run("res1.1", run("res1.0", x)) + x
+    x = run("conv4", run("conv3", x))
+    x = run("res2.1", run("res2.0", x)) + x
+    x = maxpool2(x, 4).reshape(x.shape[0], -1)
+    return linear(x, t["fc.weight"], t["fc.bias"])
 
 
 def relu(x):
@@ -97,6 +145,8 @@ def linear(x, w, b):
 
 
 def forward(model, t, x):
+    if model == "resnet9":
+        return resnet9(t, x)
     pad, convs, fcs = ARCH[model]
     for i in range(1, len(convs) + 1):
         x = maxpool2(relu(conv2d(x, t[f"conv{i}.weight"], t[f"conv{i}.bias"], pad if i == 1 else 0)))
@@ -120,8 +170,8 @@ def main():
         meta = f.metadata() or {}
     tensors = load_file(a.model)
     model = meta.get("model")
-    if model not in ARCH:
-        raise SystemExit(f"{a.model}: header model {model!r} is not one of {sorted(ARCH)}")
+    if model not in MODELS:
+        raise SystemExit(f"{a.model}: header model {model!r} is not one of {MODELS}")
     want = shapes(model)
     if set(tensors) != set(want):
         raise SystemExit(f"tensor names {sorted(tensors)} != {sorted(want)}")
@@ -167,14 +217,21 @@ def main():
     # Negative controls: the comparison tells the right layout from plausible wrong ones (a
     # linear weight's bytes in burn's [in, out] order read as PyTorch's [out, in]; a flipped
     # convolution kernel, i.e. true convolution instead of PyTorch's cross-correlation).
+    x64 = x.astype(np.float64)
     controls = {}
-    first_fc = ARCH[model][2][0][0] + ".weight"
+    first_fc = "fc.weight" if model == "resnet9" else ARCH[model][2][0][0] + ".weight"
     w = t64[first_fc]
-    controls[f"{first_fc} in burn's [in, out] order"] = dict(t64, **{first_fc: w.T.reshape(w.shape)})
-    if ARCH[model][1]:
-        controls["conv1 kernel flipped"] = dict(t64, **{"conv1.weight": t64["conv1.weight"][:, :, ::-1, ::-1]})
-    for what, wrong in controls.items():
-        d = float(np.abs(forward(model, wrong, x.astype(np.float64)) - ours).max())
+    transposed = dict(t64, **{first_fc: w.T.reshape(w.shape)})
+    controls[f"{first_fc} in burn's [in, out] order"] = lambda: forward(model, transposed, x64)
+    conv1 = "conv1.0.weight" if model == "resnet9" else "conv1.weight"
+    if conv1 in t64:
+        flipped = dict(t64, **{conv1: t64[conv1][:, :, ::-1, ::-1]})
+        controls["conv1 kernel flipped"] = lambda: forward(model, flipped, x64)
+    if model == "resnet9":
+        # Statistics per channel (InstanceNorm's, groups of one) in place of 32 groups'.
+        controls["a norm per channel, not per group"] = lambda: resnet9(t64, x64, groups=None)
+    for what, logits in controls.items():
+        d = float(np.abs(logits() - ours).max())
         if not d > a.tol:
             print(f"negative control failed: with {what} the logits still agree ({d:.3g})", file=sys.stderr)
             return 1

@@ -31,6 +31,10 @@ pub enum ModelKind {
     /// layer.
     #[serde(rename = "fmnist-cnn", alias = "fmnistcnn")]
     FmnistCnn,
+    /// ResNet-9 (32×32 colour; FedClust's CIFAR-100 model) with GroupNorm: eight 3×3
+    /// convolutions in six blocks, two of them residual, and one fully connected layer.
+    #[serde(rename = "resnet9", alias = "resnet-9")]
+    ResNet9,
 }
 
 /// How client `i` estimates the eigenvalue of client `j`'s eigenvector `v` under its own Gram
