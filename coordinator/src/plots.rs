@@ -13,6 +13,24 @@ use plotters::prelude::*;
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
+/// The curves' colours, here and in the live view (`live/page.js`'s `COLORS`, which a test
+/// holds equal): Okabe and Ito's palette for colour-blind readers without its yellow, which
+/// does not show on white, and black, which the mean over clients is, plus Tol's wine.
+pub const PALETTE: [RGBColor; 7] = [
+    RGBColor(0x00, 0x72, 0xB2),
+    RGBColor(0xD5, 0x5E, 0x00),
+    RGBColor(0x00, 0x9E, 0x73),
+    RGBColor(0xCC, 0x79, 0xA7),
+    RGBColor(0xE6, 0x9F, 0x00),
+    RGBColor(0x56, 0xB4, 0xE9),
+    RGBColor(0x88, 0x22, 0x55),
+];
+
+/// Colour `i` of [`PALETTE`] (cycling).
+fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
 /// Writes every plot the run allows into `dir`; returns the paths written.
 pub fn write_all(dir: &Path, result: &RunResult) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
@@ -111,20 +129,8 @@ fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
         .x_labels(last.min(10) + 1)
         .x_label_formatter(&|x| format!("{x:.0}"))
         .draw()?;
-    if show_clusters {
-        for c in 0..result.n_clusters {
-            let pts = result.rounds.iter().filter_map(|r| {
-                let a = r.cluster_accuracy.as_ref()?.get(c)?;
-                Some((r.round as f64, 100.0 * a))
-            });
-            let color = Palette99::pick(c).mix(0.7);
-            chart
-                .draw_series(LineSeries::new(pts, color.stroke_width(1)))?
-                .label(format!("cluster {c}"))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
-        }
-    }
-    // Per ground-truth task (dashed), when the truth is known.
+    // Per ground-truth task, when the truth is known: wide translucent dashes underneath, so a
+    // cluster whose curve is its task's shows as a line inside a band.
     let tasks = result.n_tasks();
     for t in 0..tasks {
         let pts: Vec<(f64, f64)> = result
@@ -135,11 +141,24 @@ fn accuracy(path: &Path, result: &RunResult) -> DrawResult {
                 a.is_finite().then_some((r.round as f64, 100.0 * a))
             })
             .collect();
-        let color = Palette99::pick(t + 10).mix(1.0);
+        let style = colour(t).mix(0.35).stroke_width(6);
         chart
-            .draw_series(DashedLineSeries::new(pts, 6, 4, color.stroke_width(2)))?
+            .draw_series(DashedLineSeries::new(pts, 10, 5, style))?
             .label(format!("task {t} (its labels)"))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], style));
+    }
+    if show_clusters {
+        for c in 0..result.n_clusters {
+            let pts = result.rounds.iter().filter_map(|r| {
+                let a = r.cluster_accuracy.as_ref()?.get(c)?;
+                Some((r.round as f64, 100.0 * a))
+            });
+            let style = colour(c).stroke_width(2);
+            chart
+                .draw_series(LineSeries::new(pts, style))?
+                .label(format!("cluster {c}"))
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], style));
+        }
     }
     let mean = result
         .rounds
@@ -274,18 +293,19 @@ where
     };
     let mut mesh = chart.configure_mesh();
     mesh.disable_x_mesh().y_desc("merge height");
+    let many = format!("{n} clients, in the tree's order (too many to name each)");
     if n <= MAX_LEAF_LABELS {
         mesh.x_labels(n + 2)
             .x_label_formatter(&leaf)
             .x_desc("client (position in the run)");
     } else {
-        mesh.disable_x_axis();
+        mesh.x_labels(0).x_desc(many.as_str());
     }
     mesh.draw()?;
     chart.draw_series(merges.iter().enumerate().map(|(k, m)| {
         let h = m.height;
         let color = if h <= cut {
-            BLUE
+            PALETTE[0]
         } else {
             RGBColor(150, 150, 150)
         };
@@ -303,8 +323,13 @@ where
         vec![(-1.0, cut), (n as f64, cut)],
         6,
         4,
-        RED.stroke_width(2),
+        PALETTE[1].stroke_width(2),
     ))?;
+    chart.draw_series(std::iter::once(Text::new(
+        format!("cut {cut:.4}"),
+        (-0.8, cut + 0.06 * top),
+        ("sans-serif", 14).into_font().color(&PALETTE[1]),
+    )))?;
     if let Some(s) = scores {
         cut_scores(&right, s, top)?;
     }
@@ -342,17 +367,19 @@ where
     let mut chart = ChartBuilder::on(area)
         .caption("score of each candidate cut", ("sans-serif", 18))
         .margin(12)
-        .x_label_area_size(30)
-        .y_label_area_size(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
         .build_cartesian_2d(lo..hi, 0f64..top)?;
     chart
         .configure_mesh()
-        .disable_y_axis()
         .x_desc(name)
+        .y_desc("threshold (merge height in the tree)")
         .x_labels(5)
+        .y_labels(6)
         .draw()?;
-    chart.draw_series(LineSeries::new(pts.iter().copied(), BLUE.stroke_width(1)))?;
-    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 2, BLUE.filled())))?;
+    let line = PALETTE[0];
+    chart.draw_series(LineSeries::new(pts.iter().copied(), line.stroke_width(1)))?;
+    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 2, line.filled())))?;
     if let Some(m) = s.min_score {
         chart.draw_series(DashedLineSeries::new(
             vec![(m, 0.0), (m, top)],
@@ -360,20 +387,58 @@ where
             4,
             BLACK.stroke_width(1),
         ))?;
+        chart.draw_series(std::iter::once(Text::new(
+            format!("dotted: {m:.3}, the score to beat one cluster"),
+            (lo + 0.02 * (hi - lo), 0.99 * top),
+            ("sans-serif", 13).into_font(),
+        )))?;
     }
     if let Some(c) = s.chosen() {
         let x = c.score.filter(|v| v.is_finite()).unwrap_or(lo);
+        let chosen = PALETTE[1];
         chart.draw_series(std::iter::once(Circle::new(
             (x, c.threshold),
             5,
-            RED.filled(),
+            chosen.filled(),
         )))?;
         chart.draw_series(std::iter::once(Text::new(
-            format!("{} clusters", c.n_clusters),
-            (x.min(lo + 0.6 * (hi - lo)), c.threshold),
-            ("sans-serif", 14).into_font().color(&RED),
+            format!("{} clusters at threshold {:.4}", c.n_clusters, c.threshold),
+            (lo + 0.02 * (hi - lo), c.threshold + 0.06 * top),
+            ("sans-serif", 14).into_font().color(&chosen),
         )))?;
     }
+    Ok(())
+}
+
+/// The viridis scale of a heatmap, `0..=max`, with its ticks.
+fn colour_bar<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    max: f64,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let mut bar = ChartBuilder::on(area)
+        .margin_top(50)
+        .margin_bottom(52)
+        .margin_right(8)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..1f64, 0f64..max)?;
+    bar.configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_labels(6)
+        .y_label_style(("sans-serif", 13))
+        .y_label_formatter(&|v| format!("{v:.2}"))
+        .draw()?;
+    let steps = 64;
+    bar.draw_series((0..steps).map(|k| {
+        let (a, b) = (k as f64 / steps as f64, (k + 1) as f64 / steps as f64);
+        Rectangle::new(
+            [(0.0, a * max), (1.0, b * max)],
+            ViridisRGB::get_color(a).filled(),
+        )
+    }))?;
     Ok(())
 }
 
@@ -399,19 +464,42 @@ fn heatmap(
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| (assignment[i], i));
     let max = max.max(1e-12);
-    let root = SVGBackend::new(path, (760, 720)).into_drawing_area();
+    let root = SVGBackend::new(path, (860, 720)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (area, bar) = root.split_horizontally(760);
+    let mut chart = ChartBuilder::on(&area)
         .caption(title, ("sans-serif", 22))
         .margin(12)
-        .x_label_area_size(30)
-        .y_label_area_size(40)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
         .build_cartesian_2d(0f64..n as f64, 0f64..n as f64)?;
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc("client (by cluster)")
-        .draw()?;
+    // Each row and column named by its client (its position in the run) while the names fit:
+    // column k is sorted client k, row k (from the top) too.
+    let named = n <= MAX_LEAF_LABELS;
+    let column = |v: &f64| match order.get(v.floor() as usize) {
+        Some(i) if *v >= 0.0 && v.fract() > 0.4 && v.fract() < 0.6 => i.to_string(),
+        _ => String::new(),
+    };
+    let row = |v: &f64| column(&(n as f64 - v));
+    let desc = if named {
+        "client (position in the run), by cluster".to_string()
+    } else {
+        format!("{n} clients, by cluster")
+    };
+    let mut mesh = chart.configure_mesh();
+    mesh.disable_mesh()
+        .x_desc(desc.as_str())
+        .y_desc(desc.as_str());
+    if named {
+        mesh.x_labels(2 * n + 1)
+            .y_labels(2 * n + 1)
+            .x_label_formatter(&column)
+            .y_label_formatter(&row);
+    } else {
+        mesh.x_labels(0).y_labels(0);
+    }
+    mesh.draw()?;
+    colour_bar(&bar, max)?;
     // Block b covers the sorted clients edges[b]..edges[b + 1] (one client each up to
     // HEATMAP_CELLS clients).
     let m = n.min(HEATMAP_CELLS);
@@ -492,9 +580,10 @@ mod tests {
         };
         let (small, _) = rects(50);
         let (large, bytes) = rects(500);
-        // 50 clients: a cell each; 500: at most 100 × 100 blocks (plus the background).
-        assert!((2500..2510).contains(&small), "{small}");
-        assert!((10_000..10_010).contains(&large), "{large}");
+        // 50 clients: a cell each; 500: at most 100 × 100 blocks (plus the background and the
+        // colour bar's 64 steps).
+        assert!((2564..2580).contains(&small), "{small}");
+        assert!((10_064..10_080).contains(&large), "{large}");
         assert!(bytes < 2_000_000, "{bytes} bytes");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -515,7 +604,12 @@ mod tests {
         dendrogram(&path, &d, s.threshold(), Some(&s)).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("mean silhouette"));
-        assert!(svg.contains("3 clusters"));
+        assert!(svg.contains(&format!("3 clusters at threshold {:.4}", s.threshold())));
+        assert!(svg.contains(&format!("cut {:.4}", s.threshold())));
+        assert!(svg.contains("threshold (merge height in the tree)"));
+        if let Some(m) = s.min_score {
+            assert!(svg.contains(&format!("dotted: {m:.3}, the score to beat one cluster")));
+        }
         // Each leaf is labelled with its client, in the tree's leaf order.
         let texts: Vec<&str> = svg
             .split("</text>")
@@ -527,6 +621,63 @@ mod tests {
             texts.windows(labels.len()).any(|w| w == labels.as_slice()),
             "{labels:?} not in {texts:?}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The live view draws its curves in the plots' colours.
+    #[test]
+    fn the_live_view_has_the_plots_palette() {
+        let js = include_str!("live/page.js");
+        let line = js
+            .lines()
+            .find(|l| l.starts_with("const COLORS = "))
+            .unwrap();
+        let theirs: Vec<String> = line
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_ascii_uppercase)
+            .collect();
+        let ours: Vec<String> = PALETTE
+            .iter()
+            .map(|RGBColor(r, g, b)| format!("#{r:02X}{g:02X}{b:02X}"))
+            .collect();
+        assert_eq!(theirs, ours);
+    }
+
+    /// A small distance matrix names every client on both axes (sorted by cluster) and has a
+    /// colour scale with ticks from 0 to its maximum.
+    #[test]
+    fn a_heatmap_names_its_clients_and_has_a_colour_scale() {
+        let dir = std::env::temp_dir().join(format!("edgecfl-heat-axes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("h.svg");
+        let assignment = [1, 0, 1, 0, 2, 2, 0];
+        heatmap(
+            &path,
+            7,
+            &|i, j| i.abs_diff(j) as f64,
+            6.0,
+            "t",
+            &assignment,
+        )
+        .unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let texts: Vec<&str> = svg
+            .split("</text>")
+            .filter_map(|t| t.rsplit('>').next().map(str::trim))
+            .filter(|t| !t.is_empty())
+            .collect();
+        // Sorted by cluster, then index: 1 3 6 | 0 2 | 4 5, along x and down y.
+        let sorted = ["1", "3", "6", "0", "2", "4", "5"];
+        assert!(texts.windows(7).any(|w| w == sorted), "x axis: {texts:?}");
+        let mut up = sorted;
+        up.reverse();
+        assert!(texts.windows(7).any(|w| w == up), "y axis: {texts:?}");
+        assert!(svg.contains("client (position in the run), by cluster"));
+        for tick in ["0.00", "6.00"] {
+            assert!(texts.contains(&tick), "colour scale tick {tick}: {texts:?}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

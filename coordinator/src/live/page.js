@@ -3,8 +3,9 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const COLORS = ["#3b7ddd", "#e4572e", "#29a35a", "#8e44ad", "#f0a202", "#17a2b8",
-  "#c2185b", "#6d4c41", "#546e7a", "#9e9d24"];
+// The plots' palette (plots.rs PALETTE; a test keeps the two equal): Okabe and Ito's for
+// colour-blind readers, without its yellow and black, and Tol's wine.
+const COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#882255"];
 const SVG = "http://www.w3.org/2000/svg";
 let last = null;
 let received = 0;
