@@ -96,6 +96,7 @@ async fn shown(page: &Client) -> serde_json::Value {
           cluster_lines: document.querySelectorAll('#accuracy polyline[data-series^="cluster-"]').length,
           dendrogram: img ? (img.complete && img.naturalWidth > 0) : false,
           received: Number(document.body.dataset.received || 0),
+          y_ticks: [...document.querySelectorAll('#accuracy text[data-tick="y"]')].map((t) => t.textContent),
         };
         "#,
         vec![],
@@ -288,6 +289,30 @@ fn demo_live_view_in_headless_chromium() {
         }
         assert!(last["received"].as_u64().unwrap_or(0) > 10, "{last:#}");
         assert!(last_png.is_some(), "the page never showed the run finished; last: {last:#}");
+        // Finished: the header says so and every client is done (issue 53 §5).
+        assert_eq!(last["conn"], "finished", "{last:#}");
+        let states: Vec<&str> = last["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["state"].as_str())
+            .collect();
+        assert_eq!(states, vec!["done"; CLIENTS], "{last:#}");
+        // The accuracy axis' ticks are whole multiples of 5 %.
+        let ticks: Vec<&str> = last["y_ticks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t.as_str())
+            .collect();
+        assert!(ticks.len() >= 3, "{ticks:?}");
+        assert!(
+            ticks.iter().all(|t| t
+                .strip_suffix('%')
+                .and_then(|v| v.parse::<u32>().ok())
+                .is_some_and(|v| v % 5 == 0)),
+            "{ticks:?}"
+        );
     });
     demo.wait_ok(Duration::from_secs(600), &log);
     let text = std::fs::read_to_string(&log).unwrap();

@@ -34,6 +34,10 @@ function drawHeader(s) {
   text($("rounds-planned"), String(s.rounds_planned));
   text($("clusters"), s.clusters ? String(s.clusters) : "–");
   text($("bytes"), s.bytes_up == null ? "n/a" : bytes(s.bytes_up) + " / " + bytes(s.bytes_down));
+  if (s.outcome) {
+    $("conn").className = "conn " + (s.outcome === "finished" ? "ok" : "bad");
+    text($("conn"), s.outcome);
+  }
 }
 
 function drawPhase(s) {
@@ -88,7 +92,8 @@ function drawAccuracy(s) {
   const pts = s.accuracy;
   const box = $("accuracy");
   if (!pts.length) return;
-  const W = 640, H = 320, L = 48, R = 12, T = 12, B = 34;
+  // R leaves room for the last round's point and label.
+  const W = 640, H = 320, L = 48, R = 18, T = 12, B = 34;
   const values = pts.flatMap((p) => [p.mean, ...p.clusters.filter((a) => a != null)]);
   const lo = Math.max(0, Math.floor(Math.min(...values) * 10) / 10 - 0.05);
   const maxRound = Math.max(s.rounds_planned, ...pts.map((p) => p.round), 1);
@@ -104,10 +109,13 @@ function drawAccuracy(s) {
     svg.appendChild(e);
     return e;
   };
-  for (let k = 0; k <= 4; k++) {
-    const a = lo + (1 - lo) * k / 4;
+  // Ticks at whole steps of 5, 10 or 20 %, three to eight of them.
+  const span = 1 - lo;
+  const tick = span > 0.6 ? 0.2 : span > 0.3 ? 0.1 : 0.05;
+  for (let k = Math.ceil(lo / tick - 1e-9); k * tick <= 1 + 1e-9; k++) {
+    const a = k * tick;
     el("line", { x1: L, x2: W - R, y1: y(a), y2: y(a), stroke: "#e6e8ee" });
-    el("text", { x: L - 6, y: y(a) + 4, "text-anchor": "end", "font-size": 11, fill: "#6b7385" }, (100 * a).toFixed(0) + "%");
+    el("text", { x: L - 6, y: y(a) + 4, "text-anchor": "end", "font-size": 11, fill: "#6b7385", "data-tick": "y" }, (100 * a).toFixed(0) + "%");
   }
   const step = Math.max(1, Math.ceil(maxRound / 10));
   for (let r = 0; r <= maxRound; r += step) {
@@ -185,8 +193,10 @@ function connect() {
     try { draw(JSON.parse(e.data)); } catch (err) { console.error(err); }
   });
   es.onerror = () => {
+    // After the run its server goes too: the header keeps saying how it ended.
+    if (last && last.outcome) return drawHeader(last);
     $("conn").className = "conn bad";
-    text($("conn"), last && last.outcome ? "run ended" : "reconnecting…");
+    text($("conn"), "reconnecting…");
   };
 }
 

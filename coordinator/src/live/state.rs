@@ -42,11 +42,13 @@ pub enum ClientState {
     LeftOut,
     /// A newcomer turned away.
     Rejected,
+    /// In the run when it finished.
+    Done,
 }
 
 impl ClientState {
     /// Every state, in the order the metrics list them.
-    pub const ALL: [ClientState; 7] = [
+    pub const ALL: [ClientState; 8] = [
         ClientState::Waiting,
         ClientState::Working,
         ClientState::Answered,
@@ -54,6 +56,7 @@ impl ClientState {
         ClientState::Gone,
         ClientState::LeftOut,
         ClientState::Rejected,
+        ClientState::Done,
     ];
 
     /// Its name (the JSON's and the metrics label's).
@@ -66,6 +69,7 @@ impl ClientState {
             ClientState::Gone => "gone",
             ClientState::LeftOut => "left_out",
             ClientState::Rejected => "rejected",
+            ClientState::Done => "done",
         }
     }
 }
@@ -393,7 +397,8 @@ impl State {
         }
     }
 
-    /// The run ended (`outcome`: `finished` or the error).
+    /// The run ended (`outcome`: `finished` or the error). A finished run's clients that were
+    /// still in it are done; after an error they wait (a resume may call them back).
     pub fn finished(&mut self, outcome: &str, now: f64) {
         self.phase_ended(now);
         self.outcome = Some(outcome.to_string());
@@ -409,9 +414,14 @@ impl State {
             },
             now,
         ));
+        let done = outcome == "finished";
         for c in self.clients.values_mut() {
-            if matches!(c.state, ClientState::Working | ClientState::Answered) {
-                c.state = ClientState::Waiting;
+            match c.state {
+                ClientState::Waiting | ClientState::Working | ClientState::Answered if done => {
+                    c.state = ClientState::Done
+                }
+                ClientState::Working | ClientState::Answered => c.state = ClientState::Waiting,
+                _ => {}
             }
         }
     }
@@ -581,6 +591,17 @@ mod tests {
         let snap = s.snapshot(9.0, 1);
         assert_eq!(snap["phase"]["kind"], "finished");
         assert_eq!(snap["outcome"], "finished");
+        assert_eq!(snap["counts"]["done"], 2);
+        assert_eq!(snap["counts"]["waiting"], 0);
+        // A run that ends in an error leaves its clients waiting, a gone one gone.
+        let mut s = State::default();
+        s.fleet(&ids(3));
+        s.phase_started("training", 1, &ids(2), 0.0);
+        s.gone("c2");
+        s.finished("the broker went away", 2.0);
+        let snap = s.snapshot(3.0, 1);
         assert_eq!(snap["counts"]["waiting"], 2);
+        assert_eq!(snap["counts"]["gone"], 1);
+        assert_eq!(snap["counts"]["done"], 0);
     }
 }
