@@ -6,9 +6,9 @@
 //! same message bytes both ways as the simulated one; those counts must be what the wire carried
 //! (`wire_bytes`, less each envelope's header). This exercises each method's jobs and answers on
 //! the wire (proximal training, model pairs, picks among K models, anchor gradients, signatures
-//! with label statistics, FedClust's whole-model round 0 under `--cluster-start members`), and
+//! with label statistics, FedClust's whole-model round 0 under `--cluster-start members`),
 //! PACFL's subspaces on CIFAR-10 with the colour LeNet-5 (real images, read by every client from
-//! the data set's own folder).
+//! the data set's own folder), and FedClust on real MNIST digits.
 
 use std::time::Duration;
 
@@ -313,4 +313,71 @@ fn pacfl_on_cifar10_over_mqtt_equals_simulate() {
         let v = assert_kept_model_scores_its_report(&dir, &s, id, &shard);
         assert_eq!(v["classes"][0].as_str(), Some("airplane"), "{v}");
     }
+}
+
+/// The first `per_class` training and `per_class / 3` test images of each digit of the real
+/// MNIST (`../shared/data/mnist`), written as the four IDX files (big-endian magic and sizes,
+/// then the bytes); `None` (the test skipped) without the real data.
+fn mnist_subset(per_class: usize) -> Option<PathBuf> {
+    use edgecfl_shared::data::{DatasetKind, load};
+    let full = load(DatasetKind::Mnist, Some(&real_data::real_data("mnist")?)).expect("MNIST");
+    let out = scratch(&format!("mnist-{per_class}"));
+    for (set, n, images, labels) in [
+        (
+            &full.train,
+            per_class,
+            "train-images-idx3-ubyte",
+            "train-labels-idx1-ubyte",
+        ),
+        (
+            &full.test,
+            per_class / 3,
+            "t10k-images-idx3-ubyte",
+            "t10k-labels-idx1-ubyte",
+        ),
+    ] {
+        let mut taken = [0; 10];
+        let chosen: Vec<usize> = (0..set.len())
+            .filter(|&i| {
+                let l = usize::from(set.labels[i]);
+                taken[l] += 1;
+                taken[l] <= n
+            })
+            .collect();
+        let count = (chosen.len() as u32).to_be_bytes();
+        let mut img = [
+            &0x0803u32.to_be_bytes()[..],
+            &count,
+            &28u32.to_be_bytes(),
+            &28u32.to_be_bytes(),
+        ]
+        .concat();
+        let mut lab = [&0x0801u32.to_be_bytes()[..], &count].concat();
+        for &i in &chosen {
+            img.extend_from_slice(set.image(i));
+            lab.push(set.labels[i]);
+        }
+        std::fs::write(out.join(images), img).expect("an IDX file");
+        std::fs::write(out.join(labels), lab).expect("an IDX file");
+    }
+    Some(out)
+}
+
+/// FedClust on real MNIST digits over MQTT equals simulate and finds the four label groups:
+/// `--dataset mnist` on the edge clients (each reads its shard's images from the IDX files) and
+/// in the coordinator's summary, 300 training images a digit.
+#[test]
+fn fedclust_on_mnist_over_mqtt_equals_simulate() {
+    let Some(data) = mnist_subset(300) else {
+        return;
+    };
+    let data = data.display().to_string();
+    let (s, _) = served_equals_simulated_in("fedclust", &["--dataset", "mnist", "--data", &data]);
+    assert_eq!(s["ari"].as_f64(), Some(1.0), "{s:#}");
+    assert_eq!(
+        s["config"]["federation"]["dataset"].as_str(),
+        Some("mnist"),
+        "{s:#}"
+    );
+    assert_eq!(final_clusters(&s), 4, "{s:#}");
 }
