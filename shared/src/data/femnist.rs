@@ -105,7 +105,9 @@ pub(crate) fn json_files(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
 ///
 /// # Errors
 ///
-/// As [`read_splits`].
+/// [`DataError::MissingDir`] for `dir` or either split's folder, [`DataError::MissingFile`] for a
+/// folder without `.json` files, and for a file that is not LEAF's layout the
+/// [`DataError::Format`] (or [`DataError::LabelOutOfRange`]) naming it and its user.
 pub fn load_femnist(dir: &Path) -> Result<Splits, DataError> {
     let mut sets: [Dataset; 2] = std::array::from_fn(|_| Dataset {
         shape: ImageShape::GREY_28,
