@@ -469,16 +469,21 @@ pub const MIN_PART_MACS: usize = 4_500_000;
 /// 784·32 + 32·10 = 25 408.
 fn forward_macs(model: ModelKind) -> usize {
     if model == ModelKind::ResNet9 {
-        // Each block's convolution at its input's size (32, 32, then 16 after conv2's pooling,
-        // 8 and 4 after conv3's and conv4's), padded to keep it: 3·9·64·32² + 64·9·128·32² +
-        // 2·128·9·128·16² + 128·9·256·16² + 256·9·512·8² + 2·512·9·512·4² + 512·10.
-        let sizes = [32, 32, 16, 16, 16, 8, 4, 4];
-        let convs = crate::model::RESNET9_BLOCKS
+        // Each block's convolution at its input's size, padded to keep it, which halves after
+        // each pooled block (32, 32, 16, 16, 16, 8, 4, 4): 3·9·64·32² + 64·9·128·32² + … +
+        // 2·512·9·512·4², then the classifier 512·10.
+        let mut side = model.input().height;
+        let mut macs = 512 * crate::model::DEFAULT_CLASSES;
+        for ((_, c_in, out), pooled) in crate::model::RESNET9_BLOCKS
             .iter()
-            .zip(sizes)
-            .map(|((_, c_in, out), s)| c_in * 9 * out * s * s)
-            .sum::<usize>();
-        return convs + 512 * crate::model::DEFAULT_CLASSES;
+            .zip(crate::model::RESNET9_POOLED)
+        {
+            macs += c_in * 9 * out * side * side;
+            if pooled {
+                side /= 2;
+            }
+        }
+        return macs;
     }
     let input = model.input();
     let (mut h, mut w) = (input.height, input.width);
@@ -1805,6 +1810,10 @@ mod tests {
         // 281 640 and 25 408 multiply-adds a sample: ⌈4.5 M / each⌉.
         assert_eq!(min_part_samples(ModelKind::LeNet5), 16);
         assert_eq!(min_part_samples(ModelKind::Mlp), 178);
+        // ResNet-9: 3·9·64·32² + 64·9·128·32² + 2·128·9·128·16² + 128·9·256·16² +
+        // 256·9·512·8² + 2·512·9·512·4² + 512·10.
+        assert_eq!(forward_macs(ModelKind::ResNet9), 379_261_952);
+        assert_eq!(min_part_samples(ModelKind::ResNet9), 1);
         let sizes = |n: usize, threads: usize, min: usize| -> Vec<usize> {
             let batch: Vec<usize> = (0..n).collect();
             let parts = split_batch(&batch, threads, min);
