@@ -211,6 +211,7 @@ fn demo_live_view_in_headless_chromium() {
                 break;
             }
             let s = shown(&page).await;
+            totals_hold(&c, port).await;
             let round: usize = s["round"].as_str().unwrap_or("").parse().unwrap_or(0);
             rounds_seen.insert(round);
             phases_seen.insert(
@@ -319,6 +320,34 @@ fn demo_live_view_in_headless_chromium() {
     assert!(
         text.contains(&format!("live view: http://127.0.0.1:{port}/")),
         "demo prints the URL:\n{text}"
+    );
+}
+
+/// The run's byte totals, as `/state` gives them, count every byte its client rows show, in
+/// round 0 and in every phase (issue 53 §5: the totals were brought up to date only when a phase
+/// ended).
+async fn totals_hold(c: &Http, port: u16) {
+    let req = http::Request::get(format!("http://127.0.0.1:{port}/state"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    // The run may be ending, its server gone.
+    let Ok(resp) = c.request(req).await else {
+        return;
+    };
+    let Ok(body) = resp.into_body().collect().await else {
+        return;
+    };
+    let state: serde_json::Value = serde_json::from_slice(&body.to_bytes()).expect("JSON");
+    let rows: u64 = state["clients"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["bytes_up"].as_u64())
+        .sum();
+    let total = state["bytes_up"].as_u64().unwrap_or(0);
+    assert!(
+        total >= rows,
+        "the header's bytes up ({total}) lag its clients' rows ({rows}): {state:#}"
     );
 }
 

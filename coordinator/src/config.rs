@@ -5,15 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::aggregate::Aggregate;
 use edgecfl_shared::algorithms::{Algorithm, MethodConfig, MethodSettings};
-use edgecfl_shared::cluster::clustering::Lambda;
-use edgecfl_shared::cluster::hc::Linkage;
-use edgecfl_shared::cluster::robust::Guard;
-use edgecfl_shared::data::DatasetKind;
 use edgecfl_shared::data::partition::PartitionSpec;
-use edgecfl_shared::federation::{LocalTest, NormBound, Sampling, Weighting};
-use edgecfl_shared::model::{LayerSet, ModelKind};
+use edgecfl_shared::federation::FederationFlags;
+use edgecfl_shared::model::ModelKind;
 use edgecfl_shared::train::Backend;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -23,33 +18,55 @@ use serde_json::Value;
 pub const DEFAULT_CONFIG: &str = include_str!("../default-config.toml");
 
 /// A whole experiment: data, partition, federation settings and where the results go.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Each setting is declared here once, as in [`edgecfl_shared::federation::FederationConfig`]:
+/// its doc comment is its flag's help, and `#[setting(flag)]` derives the flag
+/// ([`RunConfigFlags`]; the `simulate`-only ones in [`SimFlags`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, edgecfl_shared::Settings)]
+#[settings(flags = RunConfigFlags)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
     /// The directory of the data set (`[federation] dataset`; None: for Fashion-MNIST
     /// `EDGECFL_FMNIST_DIR`, the Debian package, then the bundled subset; the others need one).
+    #[setting(flag(long, value_name = "DIR", help = edgecfl_shared::data::catalog::data_flag_help()))]
     pub data: Option<PathBuf>,
-    /// How the training data are split over clients.
+    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | shift:G | rotate:R*BASE |
+    /// dominant:ALPHA | pairs | tasks:fmnist3 | writers (FEMNIST: one writer a client; labels
+    /// from 10 on with commas: groups:0,1,2-10,11). How the training data are split over
+    /// clients.
+    #[setting(flag)]
     pub partition: PartitionSpec,
     /// Number of clients.
+    #[setting(flag)]
     pub clients: usize,
-    /// burn device of the coordinator's tensor work and of simulated clients (the key `device`, as
-    /// the flag `--device`; `backend`, its name before, is read too).
+    /// Where the coordinator's tensor work (simulated clients, MT-HFL server-side relevance)
+    /// runs: cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] |
+    /// cuda[:N]. All but cpu need the cargo feature of the same name (`--backend` is an alias;
+    /// the key `backend`, its name before, is read too).
     #[serde(rename = "device", alias = "backend")]
+    #[setting(flag(long = "device", visible_alias = "backend", value_name = "DEVICE"))]
     pub backend: Backend,
-    /// `simulate`: the most clients whose local trainings are batched into one model (a cohort,
-    /// `edgecfl_shared::cohort`); 1 trains each client alone. Unset: [`default_cohort`] of the
-    /// device and model. Written into `summary.json` only when given.
+    /// Train up to N sampled clients together as one batched model (a cohort; 1: each alone).
+    /// Same models up to float rounding. Unset: all sampled clients on a GPU; on the CPU 10 for
+    /// the MLP, 1 for LeNet-5.
+    ///
+    /// See `edgecfl_shared::cohort` and [`default_cohort`]. Written into `summary.json` only when
+    /// given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[setting(flag(long, value_name = "N"), flags = SimFlags)]
     pub cohort: Option<usize>,
-    /// Where results are written.
+    /// Output directory.
+    #[setting(flag)]
     pub out: PathBuf,
-    /// `simulate`: the last `newcomers` clients are held out of round 0 and join at
-    /// `join_round` (FedClust's newcomer experiment, Algorithm 2). 0: everyone is in round 0.
+    /// Hold the last N clients out of round 0; they join at `--join-round` as newcomers
+    /// (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid). 0: everyone is in
+    /// round 0.
     #[serde(default)]
+    #[setting(flag(long, value_name = "N"), flags = SimFlags)]
     pub newcomers: usize,
-    /// `simulate`: the training round (≥ 1) the held-out clients join at.
+    /// The training round (≥ 1) the newcomers join at.
     #[serde(default = "default_join_round")]
+    #[setting(flag(long, value_name = "ROUND"), flags = SimFlags)]
     pub join_round: usize,
     /// The federation itself: the method, the round loop's settings and the methods' own (the
     /// `[federation]` table).
@@ -167,127 +184,12 @@ pub struct RunFlags {
     /// fedclust | mthfl | adacfl | stocfl | fesem | ifca | cfl | fedprox | fedavg | local | random
     #[arg(long)]
     pub algorithm: Option<Algorithm>,
-    /// iid | label:K | dir:BETA | groups:012-34-56-789 | rotate:G | shift:G | rotate:R*BASE |
-    /// dominant:ALPHA | pairs | tasks:fmnist3 | writers (FEMNIST: one writer a client; labels from
-    /// 10 on with commas: groups:0,1,2-10,11)
-    #[arg(long)]
-    pub partition: Option<PartitionSpec>,
-    /// Number of clients.
-    #[arg(long)]
-    pub clients: Option<usize>,
-    /// Fraction of clients sampled per round.
-    #[arg(long)]
-    pub frac: Option<f64>,
-    /// Training rounds after the clustering round.
-    #[arg(long)]
-    pub rounds: Option<usize>,
-    /// Local epochs per round.
-    #[arg(long)]
-    pub epochs: Option<usize>,
-    /// Local epochs of the round-0 warm-up before the final layer is uploaded (FedClust).
-    #[arg(long)]
-    pub warmup_epochs: Option<usize>,
-    /// Mini-batch size.
-    #[arg(long)]
-    pub batch: Option<usize>,
-    /// Learning rate.
-    #[arg(long)]
-    pub lr: Option<f64>,
-    /// SGD momentum.
-    #[arg(long)]
-    pub momentum: Option<f64>,
-    /// HC cut: a distance λ, `auto` (best mean silhouette over the candidate cuts), `gap` (largest
-    /// gap between merge heights) or `k=N` clusters (the same as `--clusters N`).
-    #[arg(long = "lambda")]
-    pub lambda: Option<Lambda>,
-    /// single | complete | average | weighted | ward
-    #[arg(long)]
-    pub linkage: Option<Linkage>,
-    /// The model (its help lists each one with its input).
-    #[arg(long, help = format!("{}. With --dataset and no --model, that data set's model (ResNet-9 for CIFAR-100, else its LeNet-5)",
-                               edgecfl_shared::model::model_flag_help()))]
-    pub model: Option<ModelKind>,
-    /// Layers uploaded in round 0: final | smallest-fc | all | names (conv1,conv2).
-    #[arg(long)]
-    pub signature_layers: Option<LayerSet>,
-    /// Evaluate every N rounds.
-    #[arg(long)]
-    pub eval_every: Option<usize>,
-    /// Train the clusters as LPSs under a GPS that averages the common layers (always on for
-    /// mthfl; with fedclust or random clusters, turns it on).
-    #[arg(long)]
-    pub hierarchy: bool,
-    /// FedAvg rounds of each LPS between two GPS averages.
-    #[arg(long)]
-    pub lps_rounds: Option<usize>,
-    /// Layers the GPS averages, e.g. conv1,conv2 (default: lenet5 conv1,conv2; mlp fc1).
-    #[arg(long)]
-    pub common_layers: Option<LayerSet>,
-    /// FedProx / FeSEM proximal μ, StoCFL's λ (default per method: 0.01 / 0.1 / 0.05).
-    #[arg(long)]
-    pub mu: Option<f64>,
-    /// The number of clusters K: FeSEM's and IFCA's K; for fedclust, adacfl, mthfl and random,
-    /// the cut into K clusters (the same as `--lambda k=K`).
-    #[arg(long)]
-    pub clusters: Option<usize>,
-    /// How averages weigh their members: samples (each update by its training samples, bounded by
-    /// what its client declared when it joined; the GPS weighs clusters by their members'
-    /// declared samples) | equal (every update once; the GPS weighs clusters by member count).
-    /// The sample count is the one number a client reports about itself that weights an average.
-    #[arg(long)]
-    pub weighting: Option<Weighting>,
-    /// The one-shot cut's guards against a client's upload (FedClust, MT-HFL): robust (a
-    /// signature whose norm is an outlier is scaled to the median norm; a client far from every
-    /// other is set apart as a cluster of its own and the cut is chosen on the rest; the
-    /// default; both invisible on an honest fleet) | paper (the uploads as they came).
-    #[arg(long)]
-    pub signature_guard: Option<Guard>,
-    /// How a cluster's updates become its model: mean (FedAvg, weighted as --weighting says;
-    /// the default) | median (coordinate-wise, unweighted) | trimmed:F (coordinate-wise mean
-    /// without the F·n lowest and highest values, 0 ≤ F < 0.5) | norm-clip (each update's
-    /// change clipped to the round's median change norm, then the weighted mean) | krum:F
-    /// (multi-Krum for up to F bad updates: the weighted mean of the n − F updates nearest the
-    /// others). Robust choices against a client that lies with its updates; also how the GPS
-    /// averages the LPSs' common layers.
-    #[arg(long)]
-    pub aggregate: Option<Aggregate>,
-    /// The local test view of the headline accuracy: labels (every test image of each label a
-    /// client holds, PACFL's and FedClust's "local view"; the default) | proportional (the same
-    /// images weighted in the proportions of the client's training labels). Both views are
-    /// recorded in summary.json and rounds.csv either way.
-    #[arg(long)]
-    pub local_test: Option<LocalTest>,
-    /// Which clients train each round: uniform (--frac of all clients; the default) |
-    /// per-cluster (--frac of each cluster's members, at least one per cluster).
-    #[arg(long)]
-    pub sampling: Option<Sampling>,
-    /// Newcomer personalisation (FedClust's Table 6): after the last round each newcomer trains
-    /// its cluster's model for EPOCHS epochs and is evaluated on it. `simulate --join-round` may
-    /// then be rounds + 1 (join after the federation).
-    #[arg(long, value_name = "EPOCHS")]
-    pub personalize: Option<usize>,
-    /// Drop (and report) a trained model whose change ‖θ_client − θ_sent‖₂ from the model it was
-    /// sent is above this bound: off | B (a fixed bound) | median:M (M times the median change of
-    /// the round's updates, every cluster's).
-    #[arg(long, value_name = "off|B|median:M")]
-    pub max_update_norm: Option<NormBound>,
-    /// Master seed (partition, initial model, sampling, local shuffles).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// The data set.
-    #[arg(long, value_name = "NAME", help = edgecfl_shared::data::catalog::dataset_flag_help())]
-    pub dataset: Option<DatasetKind>,
-    /// The data set's directory.
-    #[arg(long, value_name = "DIR", help = edgecfl_shared::data::catalog::data_flag_help())]
-    pub data: Option<PathBuf>,
-    /// Where the coordinator's tensor work (simulated clients, MT-HFL server-side relevance) runs:
-    /// cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]] | cuda[:N]. All
-    /// but cpu need the cargo feature of the same name (`--backend` is an alias).
-    #[arg(long = "device", visible_alias = "backend", value_name = "DEVICE")]
-    pub backend: Option<Backend>,
-    /// Output directory.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    /// The run's own flags (data, partition, clients, device, out).
+    #[command(flatten)]
+    pub run: RunConfigFlags,
+    /// The federation's flags (the round loop's and the settings several methods share).
+    #[command(flatten)]
+    pub federation: FederationFlags,
     /// Each method's own flags (declared in the method's file).
     #[command(flatten)]
     pub methods: MethodSettings,
@@ -315,104 +217,30 @@ impl RunFlags {
             &mut c.method.federation,
             &mut c.method.methods,
         );
-        macro_rules! set {
-            ($flag:ident => $($field:tt)+) => {
-                if let Some(v) = self.$flag.clone() {
-                    $($field)+ = v;
-                }
-            };
+        if let Some(v) = self.algorithm {
+            *algorithm = v;
         }
-        set!(algorithm => *algorithm);
-        set!(frac => f.frac);
-        set!(rounds => f.rounds);
-        set!(epochs => f.epochs);
-        set!(warmup_epochs => f.warmup_epochs);
-        set!(batch => f.batch_size);
-        set!(lr => f.lr);
-        set!(momentum => f.momentum);
-        set!(lambda => f.lambda);
-        set!(linkage => f.linkage);
-        if let Some(dataset) = self.dataset {
-            f.dataset = dataset;
+        self.federation.apply(f);
+        if let (Some(dataset), None) = (self.federation.dataset, self.federation.model) {
             // The data set's own model unless --model says otherwise.
-            f.model = self.model.unwrap_or(ModelKind::default_for(dataset));
-        }
-        set!(model => f.model);
-        set!(signature_layers => f.signature_layers);
-        set!(eval_every => f.eval_every);
-        if self.hierarchy {
-            f.hierarchy = true;
-        }
-        set!(lps_rounds => f.lps_rounds);
-        if let Some(v) = self.common_layers.clone() {
-            f.common_layers = Some(v);
-        }
-        if self.mu.is_some() {
-            f.mu = self.mu;
+            f.model = ModelKind::default_for(dataset);
         }
         // The file's and the flags' method settings, each checked before the flags are put over
         // the file's keys (a NaN would otherwise read as unset on the way through JSON).
         methods.check()?;
         self.methods.check()?;
         *methods = overlay(methods, &self.methods)?;
-        set!(weighting => f.weighting);
-        set!(signature_guard => f.signature_guard);
-        set!(aggregate => f.aggregate);
-        set!(local_test => f.local_test);
-        set!(sampling => f.sampling);
-        if self.personalize.is_some() {
-            f.personalize_epochs = self.personalize;
-        }
-        if let Some(b) = self.max_update_norm {
-            f.max_update_norm = b;
-        }
-        if self.clusters.is_some() {
-            f.clusters = self.clusters;
-        }
-        set!(seed => f.seed);
-        set!(partition => c.partition);
-        set!(clients => c.clients);
-        set!(backend => c.backend);
-        set!(out => c.out);
-        if self.data.is_some() {
-            c.data = self.data.clone();
-        }
+        self.run.apply(&mut c);
         c.validate()?;
         Ok(c)
     }
-}
-
-/// The run flags only `coordinator simulate` takes (`serve` and `demo` refuse them: their
-/// clients are real processes, trained one each, and join when they connect).
-#[derive(Args, Debug, Clone, Default)]
-pub struct SimFlags {
-    /// Hold the last N clients out of round 0; they join at `--join-round` as newcomers
-    /// (FedClust Algorithm 2: warm-up on θ⁰, nearest round-0 centroid).
-    #[arg(long, value_name = "N")]
-    pub newcomers: Option<usize>,
-    /// The training round the newcomers join at.
-    #[arg(long, value_name = "ROUND")]
-    pub join_round: Option<usize>,
-    /// Train up to N sampled clients together as one batched model (1: each alone). Same models
-    /// up to float rounding. Default: all sampled clients on a GPU; on the CPU 10 for the MLP, 1
-    /// for LeNet-5
-    #[arg(long, value_name = "N")]
-    pub cohort: Option<usize>,
 }
 
 impl SimFlags {
     /// `run`'s configuration with these flags applied too, validated.
     pub fn resolve(&self, run: &RunFlags) -> anyhow::Result<RunConfig> {
         let mut base = RunConfig::load(run.config.as_deref())?;
-        if let Some(n) = self.newcomers {
-            base.newcomers = n;
-        }
-        if let Some(r) = self.join_round {
-            base.join_round = r;
-        }
-        if self.cohort.is_some() {
-            base.cohort = self.cohort;
-        }
+        self.apply(&mut base);
         run.resolve_over(base)
     }
 }
@@ -583,8 +411,13 @@ fn overlay<T: Serialize + DeserializeOwned>(base: &T, over: &T) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgecfl_shared::aggregate::Aggregate;
     use edgecfl_shared::algorithms::fedclust::ClusterStart;
+    use edgecfl_shared::cluster::clustering::Lambda;
+    use edgecfl_shared::cluster::robust::Guard;
     use edgecfl_shared::cluster::spectral::{Estimate, Relevance};
+    use edgecfl_shared::federation::{FederationConfig, LocalTest, NormBound, Sampling, Weighting};
+    use edgecfl_shared::model::LayerSet;
     use edgecfl_shared::protocol::Encoding;
 
     #[test]
@@ -684,18 +517,32 @@ mod tests {
         assert_eq!(c.method.federation.batch_size, 10);
     }
 
+    /// The default file's `[federation]` keys are the library's defaults (so `edge-client`, the
+    /// library's users and `coordinator` start from the same settings).
+    #[test]
+    fn default_config_is_the_federation_default() {
+        let c = RunConfig::load(None).unwrap();
+        assert_eq!(c.method.federation, FederationConfig::default());
+    }
+
     #[test]
     fn flags_override_and_validate() {
         let flags = RunFlags {
-            rounds: Some(3),
-            frac: Some(0.5),
+            federation: FederationFlags {
+                rounds: Some(3),
+                frac: Some(0.5),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let c = flags.resolve().unwrap();
         assert_eq!(c.method.federation.rounds, 3);
         assert_eq!(c.method.federation.frac, 0.5);
         let bad = RunFlags {
-            frac: Some(1.5),
+            federation: FederationFlags {
+                frac: Some(1.5),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let err = format!("{:#}", bad.resolve().unwrap_err());
@@ -705,8 +552,14 @@ mod tests {
     #[test]
     fn newcomer_flags_and_keys() {
         let flags = RunFlags {
-            clients: Some(10),
-            rounds: Some(3),
+            run: RunConfigFlags {
+                clients: Some(10),
+                ..Default::default()
+            },
+            federation: FederationFlags {
+                rounds: Some(3),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let sim = SimFlags {
@@ -737,8 +590,11 @@ mod tests {
     fn mthfl_flags() {
         let mut flags = RunFlags {
             algorithm: Some(Algorithm::MtHfl),
-            model: Some(ModelKind::Mlp),
-            lps_rounds: Some(2),
+            federation: FederationFlags {
+                model: Some(ModelKind::Mlp),
+                lps_rounds: Some(2),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let own = &mut flags.methods.mthfl;
@@ -767,8 +623,11 @@ mod tests {
         assert_eq!(c.method.methods.mthfl.relevance(), Relevance::Server);
         assert_eq!(c.method.federation.common().unwrap().len(), 156);
         let bad = RunFlags {
-            common_layers: Some("conv9".parse().unwrap()),
-            hierarchy: true,
+            federation: FederationFlags {
+                common_layers: Some("conv9".parse().unwrap()),
+                hierarchy: true,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let err = format!("{:#}", bad.resolve().unwrap_err());
@@ -870,11 +729,17 @@ taux = 0.3",
         assert_eq!(c.method.federation.sampling, Sampling::Uniform);
         assert_eq!(c.method.federation.personalize_epochs, None);
         let mut flags = RunFlags {
-            local_test: Some("proportional".parse().unwrap()),
-            sampling: Some("per-cluster".parse().unwrap()),
-            personalize: Some(5),
-            rounds: Some(10),
-            clients: Some(10),
+            federation: FederationFlags {
+                local_test: Some("proportional".parse().unwrap()),
+                sampling: Some("per-cluster".parse().unwrap()),
+                personalize_epochs: Some(5),
+                rounds: Some(10),
+                ..Default::default()
+            },
+            run: RunConfigFlags {
+                clients: Some(10),
+                ..Default::default()
+            },
             ..Default::default()
         };
         flags.methods.fedclust.cluster_start = Some("members".parse().unwrap());
@@ -892,10 +757,8 @@ taux = 0.3",
             c.method.methods.fedclust.cluster_start,
             Some(ClusterStart::Members)
         );
-        let late = RunFlags {
-            personalize: None,
-            ..flags
-        };
+        let mut late = flags;
+        late.federation.personalize_epochs = None;
         let err = sim.resolve(&late).unwrap_err().to_string();
         assert!(err.contains("between 1 and 10"), "{err}");
         let text = DEFAULT_CONFIG.replace(
@@ -930,7 +793,10 @@ taux = 0.3",
         let c = RunFlags::default().resolve().unwrap();
         assert_eq!(c.method.federation.signature_guard, Guard::Robust);
         let flags = RunFlags {
-            signature_guard: Some("paper".parse().unwrap()),
+            federation: FederationFlags {
+                signature_guard: Some("paper".parse().unwrap()),
+                ..Default::default()
+            },
             ..Default::default()
         };
         assert_eq!(
@@ -950,7 +816,10 @@ taux = 0.3",
         let c = RunFlags::default().resolve().unwrap();
         assert_eq!(c.method.federation.aggregate, Aggregate::Mean);
         let flags = RunFlags {
-            aggregate: Some("trimmed:0.2".parse().unwrap()),
+            federation: FederationFlags {
+                aggregate: Some("trimmed:0.2".parse().unwrap()),
+                ..Default::default()
+            },
             ..Default::default()
         };
         assert_eq!(
@@ -973,8 +842,11 @@ taux = 0.3",
             NormBound::Median(100.0)
         );
         let flags = RunFlags {
-            weighting: Some("equal".parse().unwrap()),
-            max_update_norm: Some("2.5".parse().unwrap()),
+            federation: FederationFlags {
+                weighting: Some("equal".parse().unwrap()),
+                max_update_norm: Some("2.5".parse().unwrap()),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let c = flags.resolve().unwrap();

@@ -7,12 +7,18 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use edgecfl_shared::federation::client_seed;
+use edgecfl_shared::federation::{FederationConfig, client_seed};
 use edgecfl_shared::model::{LayerSet, ModelKind, Params};
 use edgecfl_shared::train::{Backend, TrainConfig, train_local};
 
 use crate::shard::ShardArgs;
 use tracing::info;
+
+/// The federation's defaults, which the coordinator starts from too (its round 0 trains with
+/// them unless told otherwise).
+fn defaults() -> FederationConfig {
+    FederationConfig::default()
+}
 
 /// Arguments of `edge-client signature`.
 #[derive(Debug, Clone, Args)]
@@ -21,25 +27,25 @@ pub struct SignatureArgs {
     #[command(flatten)]
     pub shard: ShardArgs,
     /// The model (its help lists each one with its input).
-    #[arg(long, default_value = "lenet5", help = edgecfl_shared::model::model_flag_help())]
+    #[arg(long, default_value_t = defaults().model, help = edgecfl_shared::model::model_flag_help())]
     pub model: ModelKind,
     /// Seed of the initial model θ⁰ (the coordinator's master seed).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = defaults().seed)]
     pub model_seed: u64,
     /// Warm-up epochs.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = defaults().warmup_epochs)]
     pub warmup_epochs: usize,
     /// Mini-batch size.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = defaults().batch_size)]
     pub batch: usize,
     /// Learning rate.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = defaults().lr)]
     pub lr: f64,
     /// SGD momentum.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = defaults().momentum)]
     pub momentum: f64,
     /// Layers to upload: final | smallest-fc | all | names (fc2,fc3).
-    #[arg(long, default_value = "final")]
+    #[arg(long, default_value_t = defaults().signature_layers)]
     pub layers: LayerSet,
     /// Where training runs: cpu (= flex) | ndarray | vulkan[:N|:igpu[:N]|:cpu] | tch[:cpu|:cuda[:N]]
     /// | cuda[:N]. All but cpu need the cargo feature of the same name (`--backend` is an alias).

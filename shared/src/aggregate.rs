@@ -40,13 +40,6 @@ pub enum Aggregate {
     Krum(usize),
 }
 
-impl Aggregate {
-    /// Whether this is [`Aggregate::Mean`] (for `skip_serializing_if`).
-    pub fn is_mean(&self) -> bool {
-        *self == Aggregate::Mean
-    }
-}
-
 impl fmt::Display for Aggregate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

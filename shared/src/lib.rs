@@ -71,3 +71,8 @@ pub mod parallel;
 pub mod sim;
 #[cfg(feature = "std")]
 pub mod train;
+
+/// `#[derive(Settings)]`: a configuration struct's command-line flags declared on its fields
+/// (see the `edgecfl-derive` crate; [`federation::FederationConfig`] is the example).
+#[cfg(feature = "std")]
+pub use edgecfl_derive::Settings;

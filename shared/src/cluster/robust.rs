@@ -42,11 +42,6 @@ pub enum Guard {
 }
 
 impl Guard {
-    /// Whether this is the default, [`Guard::Robust`] (for `skip_serializing_if`).
-    pub fn is_robust(&self) -> bool {
-        *self == Guard::Robust
-    }
-
     /// [`rescale_norm_outliers`] of `points` under [`Guard::Robust`]; nothing under `Paper`.
     pub fn rescale(self, points: &mut [Vec<f32>]) -> Vec<usize> {
         match self {

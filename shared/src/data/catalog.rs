@@ -135,11 +135,6 @@ impl DatasetKind {
     pub fn has_writers(self) -> bool {
         self == DatasetKind::Femnist
     }
-
-    /// Whether this is the default, Fashion-MNIST (configurations leave it unwritten).
-    pub fn is_default(&self) -> bool {
-        *self == DatasetKind::default()
-    }
 }
 
 impl fmt::Display for DatasetKind {

@@ -16,100 +16,150 @@ use crate::train::{LocalTest, TrainConfig};
 /// Everything the round loop needs to know, and the settings several methods share. Which method
 /// runs, and each method's own settings, are the registry's
 /// ([`crate::algorithms::MethodConfig`], whose `[federation]` table flattens this one).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Each setting is declared here once: its doc comment is its documentation (and its flag's
+/// help), its serde name its key in TOML and `summary.json`, and `#[setting(flag)]` derives its
+/// command-line flag of the same name ([`FederationFlags`], feature `cli`). The defaults are
+/// [`FederationConfig::default`]'s, which the coordinator's `default-config.toml` must equal
+/// (a test there says so).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, edgecfl_derive::Settings)]
+#[settings(flags = FederationFlags, cfg = "cli")]
 pub struct FederationConfig {
-    /// The data set (`fmnist`, `mnist`, `cifar10`, `svhn`; [`crate::data::catalog`]); unwritten:
-    /// Fashion-MNIST. Its images must be what `model` takes.
-    #[serde(default, skip_serializing_if = "DatasetKind::is_default")]
+    /// The data set. Its images must be what the model takes; with no `--model`, the data set's
+    /// own model is used (ResNet-9 for CIFAR-100, else its LeNet-5).
+    #[serde(default)]
+    #[setting(flag(long, value_name = "NAME", help = crate::data::catalog::dataset_flag_help()))]
     pub dataset: DatasetKind,
-    /// Which model.
+    /// The model (its help lists each one with its input).
+    #[setting(flag(long, help = format!("{}. With --dataset and no --model, that data set's \
+        model (ResNet-9 for CIFAR-100, else its LeNet-5)", crate::model::model_flag_help())))]
     pub model: ModelKind,
     /// Training rounds after the clustering round.
+    #[setting(flag)]
     pub rounds: usize,
     /// Fraction of clients sampled per round, in (0, 1].
+    #[setting(flag)]
     pub frac: f64,
     /// Local epochs per round.
+    #[setting(flag)]
     pub epochs: usize,
-    /// Local epochs of the round-0 warm-up (FedClust).
+    /// Local epochs of the round-0 warm-up before the final layer is uploaded (FedClust).
+    #[setting(flag)]
     pub warmup_epochs: usize,
-    /// Mini-batch size (the key `batch`, as the flag; `batch_size`, its name before, is read too).
+    /// Mini-batch size.
     #[serde(rename = "batch", alias = "batch_size")]
+    #[setting(flag(long = "batch"))]
     pub batch_size: usize,
     /// Learning rate.
+    #[setting(flag)]
     pub lr: f64,
     /// SGD momentum.
+    #[setting(flag)]
     pub momentum: f64,
-    /// λ, where the one-shot clustering cuts its tree (FedClust, AdaCFL, MT-HFL; `--lambda`): a
-    /// distance, `auto`, `gap` or `k=K`. The key `threshold`, its name before, is read too (for one
-    /// release; `coordinator` warns).
+    /// λ, where the one-shot clustering cuts its tree (FedClust, AdaCFL, MT-HFL): a distance,
+    /// `auto` (best mean silhouette over the candidate cuts), `gap` (largest gap between merge
+    /// heights) or `k=N` clusters (the same as `--clusters N`). The key `threshold`, its name
+    /// before, is read too (for one release; `coordinator` warns).
     #[serde(alias = "threshold")]
+    #[setting(flag)]
     pub lambda: Lambda,
-    /// HC linkage (FedClust).
+    /// HC linkage: single | complete | average | weighted | ward
+    #[setting(flag)]
     pub linkage: Linkage,
-    /// The one-shot cut's guards against one client's upload (FedClust, MT-HFL): robust (norm
-    /// outliers rescaled, isolated clients quarantined; the default) or paper (the uploads as
-    /// they came). See [`crate::cluster::robust`].
-    #[serde(default, skip_serializing_if = "Guard::is_robust")]
+    /// The one-shot cut's guards against a client's upload (FedClust, MT-HFL): robust (a
+    /// signature whose norm is an outlier is scaled to the median norm; a client far from every
+    /// other is set apart as a cluster of its own and the cut is chosen on the rest; both
+    /// invisible on an honest fleet) | paper (the uploads as they came).
+    ///
+    /// See [`crate::cluster::robust`].
+    #[serde(default)]
+    #[setting(flag)]
     pub signature_guard: Guard,
-    /// Layers uploaded in round 0 (FedClust: the final layer).
+    /// Layers uploaded in round 0: final | smallest-fc | all | names (conv1,conv2).
+    #[setting(flag)]
     pub signature_layers: LayerSet,
-    /// Evaluate every this many rounds (and always after the last).
+    /// Evaluate every N rounds (and always after the last).
+    #[setting(flag)]
     pub eval_every: usize,
-    /// Master seed.
+    /// Master seed (partition, initial model, sampling, local shuffles).
+    #[setting(flag)]
     pub seed: u64,
-    /// LPS/GPS training for any clustering (FedClust, random): every cluster is an LPS and the
-    /// GPS averages the common layers. Always on for MT-HFL.
+    /// Train the clusters as LPSs under a GPS that averages the common layers (always on for
+    /// mthfl; with fedclust or random clusters, turns it on).
     #[serde(default)]
+    #[setting(flag)]
     pub hierarchy: bool,
-    /// FedAvg rounds of each LPS between two GPS averages (Algorithm 1's inner loop).
+    /// FedAvg rounds of each LPS between two GPS averages (MT-HFL's Algorithm 1, inner loop).
     #[serde(default = "default_lps_rounds")]
+    #[setting(flag)]
     pub lps_rounds: usize,
-    /// Layers the GPS averages (`None`: LeNet-5 `conv1,conv2`, MLP `fc1`).
+    /// Layers the GPS averages, e.g. conv1,conv2 (unset: the model's convolutions, the MLP's
+    /// fc1).
     #[serde(default)]
+    #[setting(flag)]
     pub common_layers: Option<LayerSet>,
     /// Proximal strength: FedProx's μ, FeSEM's μ (its eq. 7 regulariser as μ/2‖W − W̃‖²), StoCFL's
-    /// λ. Unset: the method's default.
+    /// λ. Unset: the method's default (0.01 / 0.1 / 0.05).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[setting(flag)]
     pub mu: Option<f64>,
-    /// The number of clusters K where a method is given one: FeSEM's and IFCA's K, and for the
-    /// one-shot cut (FedClust, AdaCFL, MT-HFL, random groups) the same as `lambda = "k=K"`
-    /// ([`FederationConfig::cut`]).
+    /// The number of clusters K: FeSEM's and IFCA's K; for fedclust, adacfl, mthfl and random,
+    /// the cut into K clusters (the same as `--lambda k=K`).
+    ///
+    /// See [`FederationConfig::cut`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[setting(flag)]
     pub clusters: Option<usize>,
-    /// How the averages weigh their members: by training samples (FedAvg; the default) or
-    /// equally.
-    #[serde(default, skip_serializing_if = "Weighting::is_samples")]
+    /// How averages weigh their members: samples (each update by its training samples, bounded
+    /// by what its client declared when it joined; the GPS weighs clusters by their members'
+    /// declared samples) | equal (every update once; the GPS weighs clusters by member count).
+    /// The sample count is the one number a client reports about itself that weights an average.
+    #[serde(default)]
+    #[setting(flag)]
     pub weighting: Weighting,
-    /// How a cluster's updates become its model: the weighted mean (FedAvg; the default), the
-    /// coordinate-wise median or trimmed mean, or the mean of updates clipped to the round's
-    /// median change ([`Aggregate`]).
-    #[serde(default, skip_serializing_if = "Aggregate::is_mean")]
+    /// How a cluster's updates become its model: mean (FedAvg, weighted as --weighting says) |
+    /// median (coordinate-wise, unweighted) | trimmed:F (coordinate-wise mean without the F·n
+    /// lowest and highest values, 0 ≤ F < 0.5, at least one each from 3 members) | norm-clip
+    /// (each update's change clipped to the round's median change norm, then the weighted mean)
+    /// | krum:F (multi-Krum for up to F bad updates: the weighted mean of the n − F updates
+    /// nearest the others; the coordinate-wise median unless n > 2F + 2). Robust choices against
+    /// a client that lies with its updates; also how the GPS averages the LPSs' common layers.
+    ///
+    /// See [`Aggregate`].
+    #[serde(default)]
+    #[setting(flag)]
     pub aggregate: Aggregate,
-    /// The local test view of the headline accuracy (`accuracy` per round, per cluster and per
-    /// client; progress and plots). Both views are recorded per round either way.
-    #[serde(default, skip_serializing_if = "LocalTest::is_labels")]
+    /// The local test view of the headline accuracy: labels (every test image of each label a
+    /// client holds, PACFL's and FedClust's "local view") | proportional (the same images
+    /// weighted in the proportions of the client's training labels). Both views are recorded in
+    /// summary.json and rounds.csv either way.
+    #[serde(default)]
+    #[setting(flag)]
     pub local_test: LocalTest,
-    /// Which clients train in a round: `frac` of all clients, uniformly (the default), or
-    /// `frac` of each cluster's members (rounded, at least one per cluster).
-    #[serde(default, skip_serializing_if = "Sampling::is_uniform")]
+    /// Which clients train each round: uniform (--frac of all clients) | per-cluster (--frac of
+    /// each cluster's members, rounded, at least one per cluster).
+    #[serde(default)]
+    #[setting(flag)]
     pub sampling: Sampling,
-    /// Newcomer personalisation (FedClust's Table 6): after the last round, every client that
-    /// joined after round 0 trains its cluster's model for this many epochs and is evaluated on
-    /// the result ([`super::Newcomer::personalized_accuracy`]). Newcomers offered after the last
-    /// round are placed first. Unset: none.
-    /// The key is `personalize`, as the flag (`personalize_epochs`, its name before, is read too).
+    /// Newcomer personalisation (FedClust's Table 6): after the last round each newcomer trains
+    /// its cluster's model for EPOCHS epochs and is evaluated on the result; `simulate
+    /// --join-round` may then be rounds + 1 (join after the federation). Unset: none. The key
+    /// `personalize_epochs`, its name before, is read too.
+    ///
+    /// See [`super::Newcomer::personalized_accuracy`].
     #[serde(
         default,
         rename = "personalize",
         alias = "personalize_epochs",
         skip_serializing_if = "Option::is_none"
     )]
+    #[setting(flag(long = "personalize", value_name = "EPOCHS"))]
     pub personalize_epochs: Option<usize>,
-    /// The bound on an update's change, ‖θ_client − θ_sent‖₂ (the model a client returns minus
-    /// the model it was sent to train): an update above it is reported
-    /// ([`super::Observer::update_dropped`], `dropped_updates` in `summary.json`) and dropped.
-    /// Written `off`, a number, or `"median:M"`; unwritten: [`NormBound::DEFAULT`].
+    /// Drop (and report in summary.json's `dropped_updates`) a trained model whose change
+    /// ‖θ_client − θ_sent‖₂ from the model it was sent is above this bound: off | B (a fixed
+    /// bound) | median:M (M times the median change of the round's updates, every cluster's).
     #[serde(default, with = "norm_bound_text")]
+    #[setting(flag(long, value_name = "off|B|median:M"))]
     pub max_update_norm: NormBound,
 }
 
@@ -129,13 +179,6 @@ pub enum Weighting {
     Samples,
     /// Every update counts once; the GPS weighs a cluster by its number of members.
     Equal,
-}
-
-impl Weighting {
-    /// True for the default, [`Weighting::Samples`].
-    pub fn is_samples(&self) -> bool {
-        *self == Weighting::Samples
-    }
 }
 
 impl std::fmt::Display for Weighting {
@@ -174,13 +217,6 @@ pub enum Sampling {
     /// clients per round than `frac · n` when there are many small clusters (a choice of ours
     /// for FedClust's many-cluster cuts; with one cluster per client it is full participation).
     PerCluster,
-}
-
-impl Sampling {
-    /// True for the default, [`Sampling::Uniform`].
-    pub fn is_uniform(&self) -> bool {
-        *self == Sampling::Uniform
-    }
 }
 
 impl std::fmt::Display for Sampling {

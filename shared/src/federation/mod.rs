@@ -56,6 +56,8 @@ pub use checkpoint::{
     CHECKPOINT_VERSION, Checkpoint, config_differences, from_exact_json, same_config, to_exact_json,
 };
 pub(crate) use checkpoint::{bad_state, check_model, strategy_state};
+#[cfg(feature = "cli")]
+pub use config::FederationFlags;
 pub(crate) use config::non_negative;
 pub use config::{FederationConfig, NormBound, Sampling, Weighting, client_seed};
 pub use driver::{run, run_lps, run_resumable};

@@ -96,6 +96,7 @@ impl MqttPool {
                 self.dropped(*c, phase, DropReason::Absent);
             }
         }
+        self.show_bytes();
         let mut answers = Vec::with_capacity(jobs.len());
         let deadline = Instant::now() + self.phase_timeout;
         let ended = aw.done()
@@ -127,12 +128,14 @@ impl MqttPool {
             );
         }
         self.live.phase_ended();
-        let w = &self.wire;
-        self.live.bytes(
-            w.signature_up + w.update_up + w.evaluation_up + w.relevance_up,
-            w.down + w.probe_down,
-        );
+        self.show_bytes();
         Ok(answers)
+    }
+
+    /// The live view's byte totals, brought up to date with each answer (as its client's row
+    /// is) and each phase's sends.
+    fn show_bytes(&self) {
+        self.live.bytes(self.wire.up(), self.wire.down_all());
     }
 
     /// One event of the phase: a message, or the broker lost or back (then every client still
@@ -312,7 +315,6 @@ impl MqttPool {
                 match aw.accept(c, msg).and_then(|a| self.within_declared(c, a)) {
                     Ok(a) => {
                         debug!("{phase}: answer of {id} ({len} bytes)");
-                        self.live.answered(id, phase, len);
                         self.wire.answers_up += 1;
                         match uploads {
                             Some(Uploads::Signatures) => self.wire.signature_up += len,
@@ -324,6 +326,10 @@ impl MqttPool {
                             Some(Uploads::Evaluations) => self.wire.evaluation_up += len,
                             None => {}
                         }
+                        // The total first: the live view never shows a client's bytes that its
+                        // total lacks.
+                        self.show_bytes();
+                        self.live.answered(id, phase, len);
                         return Ok(Some((c, a)));
                     }
                     Err(r) => self.reject(phase, id, client.is_some(), r),

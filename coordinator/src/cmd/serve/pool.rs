@@ -62,6 +62,18 @@ pub struct WireStats {
     pub probe_down: u64,
 }
 
+impl WireStats {
+    /// Payload bytes the clients sent: signatures, updates, evaluations, relevance rows.
+    pub fn up(&self) -> u64 {
+        self.signature_up + self.update_up + self.evaluation_up + self.relevance_up
+    }
+
+    /// Payload bytes the coordinator published: jobs, broadcasts and liveness pings.
+    pub fn down_all(&self) -> u64 {
+        self.down + self.probe_down
+    }
+}
+
 /// Why a client is missing from a phase (`summary.json`'s `dropouts`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
