@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Screenshots of the live view (`coordinator demo --http`) for the README: runs the browser test
+# Screenshots of the live view (`coordinator demo --http`) for the book (docs/src/live-view.md): runs the browser test
 # (tests/live_view.rs: a demo on the bundled data, 8 clients, 10 rounds, the page in headless
 # Chromium) and copies the screenshots it took to docs/live-view/. Needs `chromium` and
 # `chromium-driver` (Debian; .ci/run installs them).

@@ -438,7 +438,7 @@ fn a_huge_update_is_dropped_by_the_default_bound() {
 /// its cluster down; `--aggregate krum:1` (multi-Krum: the three updates nearest each other
 /// averaged) leaves the honest clients at the clean run's accuracy (the clean run with the same
 /// aggregate). In a cluster of two an attacker is half of it, which no aggregate can outvote
-/// (README, threat model).
+/// (docs/src/security.md, the threat model).
 #[test]
 fn a_poisoned_update_is_left_out_by_krum() {
     const HALVES: &str = "groups:17-89";

@@ -651,7 +651,7 @@ fn embedded_broker_bounds_and_paces_what_a_client_may_flood() {
     std::thread::sleep(Duration::from_secs(2));
     let after = peak_rss_kb(pid).expect("coordinator still running");
     let grown_mb = after.saturating_sub(before) as f64 * 1024.0 / 1e6;
-    // The bound (README, Security): the two fleet logs (16 MiB backlog each: 3 segments of 8 MiB
+    // The bound (docs/src/security.md): the two fleet logs (16 MiB backlog each: 3 segments of 8 MiB
     // plus a message), rumqttd's 100 unacknowledged messages of `upload` bytes, the coordinator's
     // 16 MiB of unread messages, and the gate's and TLS buffers.
     let bound_mb =

@@ -424,7 +424,7 @@ fn flooded_client_keeps_one_pending_command_and_its_memory_bound() {
 /// trimmed by size only; with the limits edgecfl used before (64 MiB × 10 per log) these floods
 /// grew the coordinator by 377 MB. Now (`coordinator::broker::Limits`) a topic holds at most
 /// 3 × (64 KiB + 4 MiB) ≈ 12.8 MB whatever is published. (Floods of topics the coordinator reads
-/// are bounded differently: see the README, Security.)
+/// are bounded differently: see docs/src/security.md.)
 #[test]
 fn embedded_broker_memory_is_bounded_under_floods() {
     const FLOOD: usize = 60;
