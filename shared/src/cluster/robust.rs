@@ -4,7 +4,7 @@
 //! smallest layer) cut a tree built from every client's upload. A client may send any vector it
 //! likes within the protocol's bounds: its honest signature multiplied by 3 is far from every
 //! other, and the automatic cut then separates that one client from all the rest, merging every
-//! honest cluster into one (issue 28). Two guards, both of them invisible on an honest fleet:
+//! honest cluster into one. Three guards, all of them invisible on an honest fleet:
 //!
 //! 1. **Norm outliers are rescaled** ([`rescale_norm_outliers`]): a signature whose L2 norm is far
 //!    from the fleet's median norm (by the modified z-score of the norms, and by more than
@@ -18,6 +18,14 @@
 //!    ([`quarantined_cut`]). Any other distortion that puts one upload far from every other
 //!    lands here. An honest client that is alone of its kind becomes a singleton, which an
 //!    automatic cut would mostly have made it anyway.
+//!
+//! 3. **Copies are quarantined** ([`copies`]): honest devices train on their own data, so no two
+//!    of them upload the same signature. A client whose nearest neighbour is closer than
+//!    [`COPY_RATIO`] × the median nearest-neighbour distance has uploaded (nearly) another's
+//!    signature: it copied one to join that cluster and poison it, or it is the one copied, or
+//!    two colluders sent the same vector (their midpoint of a group's signatures, say). Every
+//!    such client becomes a cluster of its own for the run, the original too (which of two
+//!    equal uploads is the honest one cannot be told from the uploads).
 //!
 //! The modified z-score is Iglewicz & Hoaglin's: `0.6745 (x − median) / MAD`, flagged above 3.5.
 //! Fewer than [`MIN_CLIENTS`] clients: no guard (a median of three says little).
@@ -50,10 +58,17 @@ impl Guard {
         }
     }
 
-    /// The [`isolated`] points of `d` under [`Guard::Robust`]; none under `Paper`.
+    /// The [`isolated`] points of `d` and its [`copies`] under [`Guard::Robust`], ascending;
+    /// none under `Paper`.
     pub fn quarantine(self, d: &CondensedMatrix) -> Vec<usize> {
         match self {
-            Guard::Robust => isolated(d),
+            Guard::Robust => {
+                let mut q = isolated(d);
+                q.extend(copies(d));
+                q.sort_unstable();
+                q.dedup();
+                q
+            }
             Guard::Paper => Vec::new(),
         }
     }
@@ -90,6 +105,11 @@ pub const QUARANTINE_RATIO: f64 = 3.0;
 /// epoch on the `groups:012-34-56-789` shards of the bundled Fashion-MNIST: 2.13-2.35 about
 /// 2.26), enough for a modified z-score above 3.5 on its own among 8 clients.
 pub const NORM_TOLERANCE: f64 = 0.25;
+/// A point whose nearest neighbour is closer than this fraction of the median nearest-neighbour
+/// distance is a copy ([`copies`]). A signature recomputed from another client's shard lands
+/// within float rounding of its upload (about 1e-7 of it); honest clients' nearest neighbours
+/// are within a few times of each other.
+pub const COPY_RATIO: f64 = 0.01;
 /// The fewest clients the guards act on.
 pub const MIN_CLIENTS: usize = 5;
 
@@ -224,6 +244,24 @@ pub fn isolated(d: &CondensedMatrix) -> Vec<usize> {
     })
 }
 
+/// The points of `d` that have a copy, ascending: those whose nearest neighbour is closer than
+/// [`COPY_RATIO`] × the median nearest-neighbour distance (module docs). None below
+/// [`MIN_CLIENTS`] points, or when that median is 0 (more than half the uploads equal, as when
+/// nobody trained before uploading: nothing tells a copy from the rest).
+pub fn copies(d: &CondensedMatrix) -> Vec<usize> {
+    if d.n() < MIN_CLIENTS {
+        return Vec::new();
+    }
+    let nearest = nearest_neighbour(d);
+    let bound = COPY_RATIO * median(&nearest);
+    nearest
+        .iter()
+        .enumerate()
+        .filter(|&(_, &v)| v < bound)
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// Scales each signature whose L2 norm is an outlier (module docs) to the median norm; returns
 /// their positions, ascending. A signature of norm 0 is left as it is (it has no direction).
 pub fn rescale_norm_outliers(signatures: &mut [Vec<f32>]) -> Vec<usize> {
@@ -354,6 +392,48 @@ mod tests {
         let mut p = two_groups();
         p.push(vec![2.55, 1.0]);
         assert!(isolated(&CondensedMatrix::euclidean(&p).unwrap()).is_empty());
+    }
+
+    /// Hand-made: two groups of four, 2 apart, their points 0.1 apart (every nearest
+    /// neighbour at 0.1); a copy of a point lies 1e-7 from it.
+    #[test]
+    fn a_copy_and_its_original_are_quarantined_and_no_honest_point() {
+        let honest = two_groups();
+        let d = CondensedMatrix::euclidean(&honest).unwrap();
+        assert!(copies(&d).is_empty());
+        assert!(Guard::Robust.quarantine(&d).is_empty());
+        // Point 8 copies point 1 (to within float rounding).
+        let mut copied = honest.clone();
+        copied.push(vec![0.1 + 1e-7, 1.0]);
+        let d = CondensedMatrix::euclidean(&copied).unwrap();
+        assert_eq!(copies(&d), [1, 8]);
+        assert_eq!(Guard::Robust.quarantine(&d), [1, 8]);
+        assert!(Guard::Paper.quarantine(&d).is_empty());
+        // Two colluders sending one vector (the midpoint of points 4 and 5), and copies of
+        // both of group 0's first points: every copy and original.
+        let mut colluding = honest.clone();
+        colluding.extend([
+            vec![2.05, 1.0],
+            vec![2.05, 1.0],
+            vec![0.0, 1.0],
+            vec![0.1, 1.0],
+        ]);
+        let d = CondensedMatrix::euclidean(&colluding).unwrap();
+        assert_eq!(copies(&d), [0, 1, 8, 9, 10, 11]);
+        // Just over the bound (1 % of the median nearest-neighbour distance, 0.1): no copy.
+        let mut near = honest;
+        near.push(vec![0.1 + 0.0011, 1.0]);
+        let d = CondensedMatrix::euclidean(&near).unwrap();
+        assert!(copies(&d).is_empty(), "{:?}", copies(&d));
+    }
+
+    /// Everybody uploading the same vector (no warm-up): the median nearest-neighbour distance
+    /// is 0 and nothing is a copy.
+    #[test]
+    fn equal_uploads_are_not_copies() {
+        let same = vec![vec![1.0_f32, 2.0]; 6];
+        let d = CondensedMatrix::euclidean(&same).unwrap();
+        assert!(copies(&d).is_empty());
     }
 
     #[test]
