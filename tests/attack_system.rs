@@ -479,6 +479,110 @@ fn a_poisoned_update_is_left_out_by_krum() {
     );
 }
 
+/// The round-0 signature of client `index` as `edge-client signature` computes it from the
+/// shard: what a device that knows another's shard (its partition, seed and index) can upload.
+fn signature_of(index: usize, dir: &Path) -> Vec<f32> {
+    #[derive(Parser)]
+    struct Signature {
+        #[command(flatten)]
+        args: edge_client::signature::SignatureArgs,
+    }
+    std::fs::create_dir_all(dir).expect("scratch directory");
+    let out = dir.join(format!("signature-{index}.csv"));
+    let data = bundled_data();
+    let cli = Signature::try_parse_from([
+        "signature",
+        "--partition",
+        PARTITION,
+        "--seed",
+        &SEED.to_string(),
+        "--index",
+        &index.to_string(),
+        "--of",
+        &CLIENTS.to_string(),
+        // The warm-up of `flags()`: one epoch at its learning rate.
+        "--lr",
+        "0.05",
+        "--data",
+        data.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ])
+    .expect("signature arguments");
+    edge_client::signature::run(&cli.args).expect("the signature of client 0")
+}
+
+/// Issue 56 §2: the attacker uploads client 0's round-0 signature (recomputed from c0's shard)
+/// to join c0's cluster, then sends its trained model turned around and tripled (−3θ, within
+/// the default norm bound) every round. No honest device uploads another's signature: under the
+/// default guard both c0 and the attacker are quarantined (each a cluster of its own), so the
+/// attacker shares its model with nobody, and the honest clients' accuracy stays near the clean
+/// run's (c0 and c4 then train without each other: the price of not knowing which of the two
+/// equal uploads is honest). Under `--signature-guard paper` the copy joins c0's cluster.
+#[test]
+fn a_copied_signature_is_quarantined_with_its_original() {
+    let flags = flags();
+    let clean = clean();
+    let copy = signature_of(0, &scratch("attack-copy-signature"));
+    let attack = move |copy: Vec<f32>| {
+        move |m: &mut ToCoordinator| match m {
+            ToCoordinator::Signature { values } => {
+                *values = Tensor::encode(&copy, values.encoding);
+            }
+            ToCoordinator::Update { params, .. } => *params = scaled(params, -3.0),
+            _ => {}
+        }
+    };
+    let mut paper = flags.clone();
+    paper.extend(["--signature-guard".into(), "paper".into()]);
+    let joined = attacked_run(
+        "attack-copy-paper",
+        Broker::Embedded,
+        PARTITION,
+        &paper,
+        attack(copy.clone()),
+    );
+    let label = |s: &Value, i: usize| s["assignment"][i].as_u64().expect("label");
+    assert_eq!(
+        label(&joined, ATTACKER),
+        label(&joined, 0),
+        "unguarded, the copy is expected to join c0's cluster: {joined:#}"
+    );
+    let guarded = attacked_run(
+        "attack-copy-robust",
+        Broker::Embedded,
+        PARTITION,
+        &flags,
+        attack(copy),
+    );
+    assert_eq!(
+        guarded["quarantined"],
+        json!(["c0", format!("c{ATTACKER}")]),
+        "{guarded:#}"
+    );
+    let alone = (0..CLIENTS)
+        .filter(|&i| label(&guarded, i) == label(&guarded, ATTACKER))
+        .count();
+    assert_eq!(
+        alone, 1,
+        "the attacker shares its cluster: {}",
+        guarded["assignment"]
+    );
+    let (p, a, c) = (
+        honest_accuracy(&joined),
+        honest_accuracy(&guarded),
+        honest_accuracy(clean),
+    );
+    assert!(
+        (a - c).abs() <= 0.03,
+        "honest clients' final accuracy {a} vs the clean run's {c}"
+    );
+    println!(
+        "copied signature of c0, then −3θ: paper: the copy in c0's cluster, honest accuracy {p:.4}; robust: quarantined {}, honest accuracy {a:.4} (clean {c:.4})",
+        guarded["quarantined"]
+    );
+}
+
 /// Issue 28, attack 3b: the attacker's first evaluation claims 100 times its test samples (refused:
 /// more than it declared, `too_many_test_samples`), its later ones 0 correct of each label. The
 /// honest clients' accuracies are the clean run's; `summary.json` flags the attacker's report as
