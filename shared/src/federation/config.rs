@@ -19,7 +19,7 @@ use crate::train::{LocalTest, TrainConfig};
 ///
 /// Each setting is declared here once: its doc comment is its documentation (and its flag's
 /// help), its serde name its key in TOML and `summary.json`, and `#[setting(flag)]` derives its
-/// command-line flag of the same name ([`FederationFlags`], feature `cli`). The defaults are
+/// command-line flag of the same name (`FederationFlags`, with the feature `cli`). The defaults are
 /// [`FederationConfig::default`]'s, which the coordinator's `default-config.toml` must equal
 /// (a test there says so).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, edgecfl_derive::Settings)]
