@@ -58,6 +58,31 @@ fn attacked_run(
     flags: &[String],
     tamper: impl FnMut(&mut ToCoordinator) + Send + 'static,
 ) -> Value {
+    attacked_run_with(name, broker, partition, flags, tamper, Fleet::default())
+}
+
+/// How [`attacked_run_with`] starts the fleet.
+#[derive(Default)]
+struct Fleet {
+    /// The attacker starts first, and the honest clients once its `Hello` is on the broker.
+    attacker_first: bool,
+    /// The attacker is refused: the run starts with the others, and the attacker's client
+    /// may end with an error.
+    attacker_refused: bool,
+    /// Extra `serve` flags that name files of the credentials directory (`--flag NAME`: the
+    /// path of NAME in it).
+    credential_flags: Vec<(&'static str, &'static str)>,
+}
+
+/// [`attacked_run`], with the fleet started as `fleet` says.
+fn attacked_run_with(
+    name: &str,
+    broker: Broker,
+    partition: &'static str,
+    flags: &[String],
+    tamper: impl FnMut(&mut ToCoordinator) + Send + 'static,
+    fleet: Fleet,
+) -> Value {
     let dir = scratch(name);
     let prefix = format!("edgecfl/t-{name}");
     let creds = dir.join("credentials");
@@ -89,7 +114,7 @@ fn attacked_run(
         .args(["--prefix", &prefix, "--run-id", "attacked"])
         .args([
             "--min-clients",
-            &CLIENTS.to_string(),
+            &(CLIENTS - usize::from(fleet.attacker_refused)).to_string(),
             "--join-timeout",
             "120",
         ])
@@ -101,6 +126,9 @@ fn attacked_run(
         .parse()
         .expect("broker address");
     coordinator_broker(&mut cmd, &broker, port, &infra, &creds);
+    for (flag, file) in &fleet.credential_flags {
+        cmd.arg(flag).arg(creds.join(file));
+    }
     let coordinator_log = dir.join("coordinator.log");
     let mut coordinator = Proc::spawn(cmd, "coordinator serve", &coordinator_log);
     wait_listening(port, Duration::from_secs(60));
@@ -139,33 +167,55 @@ fn attacked_run(
         }
         a
     };
-    let mut honest: Vec<(Proc, std::path::PathBuf)> = (0..CLIENTS)
-        .filter(|&i| i != ATTACKER)
-        .map(|i| {
-            let log = dir.join(format!("c{i}.log"));
-            let mut cmd = Command::new(bin("edge-client"));
-            cmd.args(client_args(i)).env_remove("EDGECFL_PASSWORD");
-            (Proc::spawn(cmd, &format!("c{i}"), &log), log)
-        })
-        .collect();
+    let start_honest = || -> Vec<(Proc, std::path::PathBuf)> {
+        (0..CLIENTS)
+            .filter(|&i| i != ATTACKER)
+            .map(|i| {
+                let log = dir.join(format!("c{i}.log"));
+                let mut cmd = Command::new(bin("edge-client"));
+                cmd.args(client_args(i)).env_remove("EDGECFL_PASSWORD");
+                (Proc::spawn(cmd, &format!("c{i}"), &log), log)
+            })
+            .collect()
+    };
+    let mut honest = if fleet.attacker_first {
+        Vec::new()
+    } else {
+        start_honest()
+    };
     // The attacker: the same client, its outgoing messages rewritten.
     let attacker_args = client_args(ATTACKER);
+    let (hello_sent, hello_seen) = std::sync::mpsc::channel();
     let attacker = std::thread::spawn(move || {
         let cli = Client::try_parse_from(std::iter::once("edge-client".to_string()).chain(
             attacker_args.into_iter().skip(1), // "run" is the subcommand, not an argument here
         ))
         .expect("attacker's arguments");
         let mut tamper = tamper;
-        run_with(&cli.run, &mut tamper).map(|_| ())
+        let mut sent = |m: &mut ToCoordinator| {
+            tamper(m);
+            if matches!(m, ToCoordinator::Hello(_)) {
+                let _ = hello_sent.send(());
+            }
+        };
+        run_with(&cli.run, &mut sent).map(|_| ())
     });
+    if fleet.attacker_first {
+        hello_seen
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the attacker's Hello");
+        // Published: on the broker before any honest client starts.
+        std::thread::sleep(Duration::from_millis(500));
+        honest = start_honest();
+    }
     coordinator.wait_ok(Duration::from_secs(600), &coordinator_log);
     for (p, log) in &mut honest {
         p.wait_ok(Duration::from_secs(60), log);
     }
-    attacker
-        .join()
-        .expect("the attacker's thread")
-        .expect("the attacker's client");
+    let attacked = attacker.join().expect("the attacker's thread");
+    if !fleet.attacker_refused {
+        attacked.expect("the attacker's client");
+    }
     summary(&dir.join("out"))
 }
 
@@ -580,6 +630,71 @@ fn a_copied_signature_is_quarantined_with_its_original() {
     println!(
         "copied signature of c0, then −3θ: paper: the copy in c0's cluster, honest accuracy {p:.4}; robust: quarantined {}, honest accuracy {a:.4} (clean {c:.4})",
         guarded["quarantined"]
+    );
+}
+
+/// Issue 56 §4: the attacker announces itself first with a `Hello` claiming c0's shard (index 0).
+/// Without owners the first claim holds a shard, so the honest c0 is refused and told to finish
+/// (`shard_taken`): the forged claim keeps the owner out. With `--shard-owners` (the file
+/// `coordinator credentials` writes: line i is the client of shard i) the forged claim is
+/// refused (`shard_not_owned`) and told to finish, c0 joins, and the run is the clean run's
+/// without the attacker: the other seven clients, their clusters as in the clean run.
+#[test]
+fn a_forged_shard_claim_never_keeps_the_owner_out() {
+    let flags = flags();
+    let forge = |m: &mut ToCoordinator| {
+        if let ToCoordinator::Hello(h) = m
+            && let Some(s) = h.shard.as_mut()
+        {
+            s.index = 0;
+        }
+    };
+    let first_come = attacked_run_with(
+        "attack-forged-shard",
+        Broker::Embedded,
+        PARTITION,
+        &flags,
+        forge,
+        Fleet {
+            attacker_first: true,
+            attacker_refused: true,
+            ..Fleet::default()
+        },
+    );
+    let rejected = |s: &Value, reason: &str| s["rejected"][reason].as_u64().unwrap_or(0);
+    assert!(
+        rejected(&first_come, "shard_taken") >= 1,
+        "without owners the forged claim is expected to take c0's shard: {first_come:#}"
+    );
+    let owned = attacked_run_with(
+        "attack-forged-shard-owners",
+        Broker::Embedded,
+        PARTITION,
+        &flags,
+        forge,
+        Fleet {
+            attacker_first: true,
+            attacker_refused: true,
+            credential_flags: vec![("--shard-owners", "shard-owners.txt")],
+        },
+    );
+    assert!(rejected(&owned, "shard_not_owned") >= 1, "{owned:#}");
+    assert_eq!(rejected(&owned, "shard_taken"), 0, "{owned:#}");
+    let ids: Vec<&str> = owned["client_ids"]
+        .as_array()
+        .expect("clients")
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    assert!(
+        ids.contains(&"c0") && !ids.contains(&format!("c{ATTACKER}").as_str()),
+        "c0 joined, the forger did not: {ids:?}"
+    );
+    println!(
+        "forged Hello for shard 0 sent first: without owners c0 refused ({} shard_taken), clients {}; with --shard-owners the forger refused ({} shard_not_owned), clients {ids:?}",
+        rejected(&first_come, "shard_taken"),
+        first_come["client_ids"],
+        rejected(&owned, "shard_not_owned"),
     );
 }
 

@@ -46,7 +46,8 @@ enum Command {
     GenerateConfig,
     /// Write a testbed fleet's security material: a CA, the broker's certificate, a password
     /// (and optionally a certificate) per user, a mosquitto password_file, acl_file and
-    /// mosquitto.conf, and the embedded broker's broker.toml.
+    /// mosquitto.conf, the embedded broker's broker.toml, and shard-owners.txt (which client
+    /// holds which testbed shard, for `serve --shard-owners`).
     Credentials(Box<credentials::CredentialsArgs>),
 }
 

@@ -114,6 +114,9 @@ pub struct Material {
     pub mosquitto_conf: PathBuf,
     /// The ACL.
     pub acl: PathBuf,
+    /// Each testbed shard's client, the `--ids` (or `--clients`) in order (`serve
+    /// --shard-owners`).
+    pub shard_owners: PathBuf,
     /// Every user, coordinator first.
     pub users: Vec<User>,
 }
@@ -438,9 +441,20 @@ pub fn generate(args: &CredentialsArgs) -> anyhow::Result<Material> {
             }
         ),
     )?;
+    let shard_owners = dir.join("shard-owners.txt");
+    write_public(
+        &shard_owners,
+        &format!(
+            "# Testbed shards: line i names the client whose shard index is i (--index i); \
+             coordinator serve --shard-owners {} refuses a claim of another's shard.\n{}",
+            shard_owners.display(),
+            clients.iter().map(|c| format!("{c}\n")).collect::<String>()
+        ),
+    )?;
     Ok(Material {
         ca: dir.join("ca.pem"),
         broker_toml,
+        shard_owners,
         mosquitto_conf: mosquitto,
         acl,
         users: out_users,

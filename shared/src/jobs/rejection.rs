@@ -47,6 +47,8 @@ pub enum Rejection {
     ShardTaken,
     /// An evaluation of more test samples than the client declared (or its shard holds).
     TooManyTestSamples,
+    /// A testbed client claimed a shard that `serve --shard-owners` gives to another client.
+    ShardNotOwned,
 }
 
 impl Rejection {

@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 
 use crate::rounds::{Awaiting, Phase, Rejected, Rejection, until, wait};
 
-use super::join::{shard_holder, shard_taken, stray, upload_on_status};
+use super::join::{stray, upload_on_status};
 use super::pool::{DropReason, MqttPool, finish_fleet};
 
 impl MqttPool {
@@ -205,8 +205,7 @@ impl MqttPool {
                     .iter()
                     .map(|m| (m.id.as_str(), &m.hello))
                     .chain(self.queued.iter().map(|q| (q.0.as_str(), &q.1)));
-                if let Some(holder) = shard_holder(others, id, &hello) {
-                    let r = shard_taken(holder);
+                if let Some(r) = self.declared.refuse_claim(others, id, &hello) {
                     finish_fleet(&self.link, &self.topics, &self.run, std::iter::once(&new));
                     self.live.rejected(id, &r.reason, &r.detail);
                     stray(&mut self.tally, phase, id, r);

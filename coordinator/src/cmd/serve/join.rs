@@ -59,6 +59,8 @@ pub(super) struct Declared {
     capped: BTreeSet<String>,
     /// Testbed mode: each shard index's (training, test) samples.
     shards: Option<Vec<(u64, u64)>>,
+    /// Testbed mode: the client that holds each shard index (`--shard-owners`).
+    owners: Option<Vec<String>>,
 }
 
 impl Declared {
@@ -117,6 +119,33 @@ impl Declared {
         }
     }
 
+    /// Why client `id`'s `hello` may not claim its shard, if it may not: the shard belongs to
+    /// another client (`--shard-owners`), or, without owners, `others` (the clients that joined
+    /// or are queued) hold it already.
+    pub(super) fn refuse_claim<'a>(
+        &self,
+        others: impl IntoIterator<Item = (&'a str, &'a Hello)>,
+        id: &str,
+        hello: &Hello,
+    ) -> Option<Rejected> {
+        let shard = hello.shard.as_ref()?;
+        if let Some(owners) = &self.owners {
+            let owner = owners.get(shard.index as usize);
+            return (owner.map(String::as_str) != Some(id)).then(|| Rejected {
+                reason: Rejection::ShardNotOwned,
+                detail: match owner {
+                    Some(o) => format!("claims shard {}, which belongs to {o}", shard.index),
+                    None => format!(
+                        "claims shard {}; --shard-owners names {} shards",
+                        shard.index,
+                        owners.len()
+                    ),
+                },
+            });
+        }
+        shard_holder(others, id, hello).map(shard_taken)
+    }
+
     /// The weight cap of client `id`'s updates: the fleet cap, if it lowered `id`'s declared
     /// count (its updates claim its true count and are kept at the cap's weight).
     pub(super) fn weight_cap(&self, id: &str) -> Option<u64> {
@@ -124,9 +153,40 @@ impl Declared {
     }
 }
 
+/// The clients of `--shard-owners FILE`, in shard order: one id per line (blank lines and `#`
+/// comments skipped), each a valid client id, none twice.
+pub(super) fn read_shard_owners(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --shard-owners {}", path.display()))?;
+    let mut owners: Vec<String> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let id = line.split('#').next().unwrap_or("").trim();
+        if id.is_empty() {
+            continue;
+        }
+        protocol::id(id).map_err(|e| {
+            anyhow::anyhow!("--shard-owners {} line {}: {e}", path.display(), n + 1)
+        })?;
+        anyhow::ensure!(
+            !owners.iter().any(|o| o == id),
+            "--shard-owners {} line {}: {id} holds two shards",
+            path.display(),
+            n + 1
+        );
+        owners.push(id.to_string());
+    }
+    anyhow::ensure!(
+        !owners.is_empty(),
+        "--shard-owners {} names no client",
+        path.display()
+    );
+    Ok(owners)
+}
+
 /// The client among `others` (other than `id`) that already holds `hello`'s shard (the same
 /// partition, seed and index), if any: in testbed mode one shard is one client.
-pub(super) fn shard_holder<'a>(
+fn shard_holder<'a>(
     others: impl IntoIterator<Item = (&'a str, &'a Hello)>,
     id: &str,
     hello: &Hello,
@@ -143,7 +203,7 @@ pub(super) fn shard_holder<'a>(
 }
 
 /// A testbed client claiming a shard that `holder` already holds.
-pub(super) fn shard_taken(holder: &str) -> Rejected {
+fn shard_taken(holder: &str) -> Rejected {
     Rejected {
         reason: Rejection::ShardTaken,
         detail: format!("claims the shard that {holder} holds"),
@@ -211,7 +271,14 @@ impl MqttPool {
         let mut candidates: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut joined: BTreeMap<String, (Id, Hello)> = BTreeMap::new();
         let mut tally = Tally::default();
-        let mut declared = Declared::default();
+        let mut declared = Declared {
+            owners: net
+                .shard_owners
+                .as_deref()
+                .map(read_shard_owners)
+                .transpose()?,
+            ..Declared::default()
+        };
         let mut probe_bytes = 0;
         let deadline = Instant::now() + Duration::from_secs_f64(net.join_timeout);
         info!(
@@ -265,8 +332,7 @@ impl MqttPool {
                                     return ControlFlow::Continue(());
                                 };
                                 let others = joined.iter().map(|(k, v)| (k.as_str(), &v.1));
-                                if let Some(holder) = shard_holder(others, id, &c.1) {
-                                    let r = shard_taken(holder);
+                                if let Some(r) = declared.refuse_claim(others, id, &c.1) {
                                     net.live.rejected(id, &r.reason, &r.detail);
                                     stray(&mut tally, "joining", id, r);
                                     // Refused for this run: told so, it does not wait for jobs.
@@ -491,11 +557,10 @@ mod tests {
         assert_eq!(other.samples, 9_000);
     }
 
-    /// The caps set once the clients are fixed: `k` × the lower median, and each shard's size;
-    /// a newcomer's `Hello` later is held to them too. One shard is one client.
-    #[test]
-    fn declared_counts_are_capped_by_the_fleet_and_the_shards() {
-        let member = |id: &str, samples, index| Member {
+    /// A testbed member `id` of shard `index` of `groups:012-34-56-789` over 4, declaring
+    /// `samples`.
+    fn member(id: &str, samples: u64, index: u32) -> Member {
+        Member {
             id: protocol::id(id).unwrap(),
             hello: Hello {
                 samples,
@@ -510,7 +575,13 @@ mod tests {
                 }),
             },
             alive: true,
-        };
+        }
+    }
+
+    /// The caps set once the clients are fixed: `k` × the lower median, and each shard's size;
+    /// a newcomer's `Hello` later is held to them too. One shard is one client.
+    #[test]
+    fn declared_counts_are_capped_by_the_fleet_and_the_shards() {
         let mut members = vec![
             member("c0", 450, 0),
             member("c1", 300, 1),
@@ -568,6 +639,74 @@ mod tests {
         elsewhere.hello.shard.as_mut().unwrap().seed = 5;
         let others = members.iter().map(|m| (m.id.as_str(), &m.hello));
         assert_eq!(shard_holder(others, "c9", &elsewhere.hello), None);
+    }
+
+    /// `--shard-owners`: a claim of another's shard is refused whoever claimed it first; the
+    /// owner's claim is taken even where another claimed its shard before; without owners the
+    /// first holder keeps it.
+    #[test]
+    fn a_shard_belongs_to_its_owner() {
+        let members = [member("c0", 450, 0), member("c1", 300, 1)];
+        let forged = member("c5", 450, 0);
+        let others = || members.iter().map(|m| (m.id.as_str(), &m.hello));
+        let first_come = Declared::default();
+        let r = first_come
+            .refuse_claim(others(), "c5", &forged.hello)
+            .expect("c0 holds shard 0");
+        assert_eq!(r.reason, Rejection::ShardTaken);
+        assert!(
+            first_come
+                .refuse_claim(others(), "c0", &members[0].hello)
+                .is_none()
+        );
+
+        let owned = Declared {
+            owners: Some(["c0", "c1", "c2"].map(String::from).to_vec()),
+            ..Declared::default()
+        };
+        let r = owned
+            .refuse_claim(std::iter::empty(), "c5", &forged.hello)
+            .expect("shard 0 is c0's");
+        assert_eq!(r.reason, Rejection::ShardNotOwned);
+        assert!(r.detail.contains("belongs to c0"), "{}", r.detail);
+        // The owner, after a forger that claimed its shard first.
+        let holders = [member("c5", 450, 0)];
+        let after_forger = holders.iter().map(|m| (m.id.as_str(), &m.hello));
+        assert!(
+            owned
+                .refuse_claim(after_forger, "c0", &members[0].hello)
+                .is_none()
+        );
+        // A shard no line names.
+        let beyond = member("c9", 10, 7);
+        let r = owned
+            .refuse_claim(std::iter::empty(), "c9", &beyond.hello)
+            .expect("no owner");
+        assert!(r.detail.contains("names 3 shards"), "{}", r.detail);
+
+        let dir = std::env::temp_dir().join(format!("edgecfl-owners-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("shard-owners.txt");
+        std::fs::write(&file, "# shard index = line\nc0\n\nc1 # the second\n").unwrap();
+        assert_eq!(read_shard_owners(&file).unwrap(), ["c0", "c1"]);
+        std::fs::write(&file, "c0\nc0\n").unwrap();
+        let e = read_shard_owners(&file).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("two shards"), "{e}");
+        std::fs::write(&file, "c0\nbad/id\n").unwrap();
+        assert!(
+            read_shard_owners(&file)
+                .unwrap_err()
+                .to_string()
+                .contains("line 2")
+        );
+        std::fs::write(&file, "# nobody\n").unwrap();
+        assert!(
+            read_shard_owners(&file)
+                .unwrap_err()
+                .to_string()
+                .contains("names no client")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A log sink for one test: the lines written while `f` runs, with every level on.

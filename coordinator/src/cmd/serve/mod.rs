@@ -97,6 +97,12 @@ pub struct NetFlags {
     /// (`--data`), bound the counts instead, exactly.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub sample_cap: u64,
+    /// Testbed mode: who holds each shard. Line i of FILE names the client whose shard index is
+    /// i (`coordinator credentials` writes it as `shard-owners.txt`, its ids in the order
+    /// given); a `Hello` claiming another client's shard is refused, so a forged claim never
+    /// keeps the owner out. Without it the first client to claim a shard holds it.
+    #[arg(long, value_name = "FILE")]
+    pub shard_owners: Option<PathBuf>,
 }
 
 /// Where the local parameter servers of a hierarchical run live.
@@ -149,6 +155,7 @@ impl Default for NetFlags {
             live: crate::live::Live::default(),
             in_demo: false,
             sample_cap: 10,
+            shard_owners: None,
         }
     }
 }
