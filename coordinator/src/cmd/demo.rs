@@ -302,6 +302,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<Served> {
             broker_config: material.as_ref().map(|m| m.broker_toml.clone()),
             ..BrokerSecurity::default()
         },
+        // Secured, each login holds its own shard (client i, shard i).
+        shard_owners: material.as_ref().map(|m| m.shard_owners.clone()),
         ..NetFlags::default()
     };
     let broker = serve::broker_for(&net, &cfg)?;
