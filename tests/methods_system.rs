@@ -28,9 +28,19 @@ const TOLERANCE: f64 = 0.005;
 /// [`CLIENTS`]; returns the summary and the flags of its in-process twin.
 fn serve(method: &str, extra: &[&str], net: &[&str]) -> (Value, Vec<String>, std::path::PathBuf) {
     let name = run_id(method, net);
-    let dir = scratch(&format!("method-{name}"));
+    // One method's tests with other flags run at the same time: each gets its own directory
+    // and topics (the run id stays the method's: the byte counts depend on its length).
+    let place = if extra.is_empty() {
+        name.clone()
+    } else {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        extra.hash(&mut h);
+        format!("{name}-{:08x}", h.finish() as u32)
+    };
+    let dir = scratch(&format!("method-{place}"));
     let port = free_port();
-    let prefix = format!("edgecfl/t-{name}");
+    let prefix = format!("edgecfl/t-{place}");
     let mut flags = run_flags(PARTITION, CLIENTS, 2, 0.5, 3);
     if extra.contains(&"--data") {
         // Another data set's directory instead of the bundled subset's.
