@@ -49,6 +49,13 @@ struct Client {
     run: RunArgs,
 }
 
+/// `flags` with the papers' clustering of the uploads as they came (`--signature-guard paper`).
+fn paper_flags(flags: &[String]) -> Vec<String> {
+    let mut paper = flags.to_vec();
+    paper.extend(["--signature-guard".into(), "paper".into()]);
+    paper
+}
+
 /// A served, secured run of `flags` (whose partition is `partition`) on `broker` with client
 /// `ATTACKER` sending what `tamper` makes of each of its messages; returns the run's summary.
 fn attacked_run(
@@ -284,8 +291,7 @@ fn a_scaled_signature_cannot_change_the_honest_clusters() {
     );
 
     // The papers' clustering: the attacker against everybody else.
-    let mut paper = flags.clone();
-    paper.extend(["--signature-guard".into(), "paper".into()]);
+    let paper = paper_flags(&flags);
     let broken = attacked_run(
         "attack-scale-paper",
         Broker::Embedded,
@@ -583,8 +589,7 @@ fn a_copied_signature_is_quarantined_with_its_original() {
             _ => {}
         }
     };
-    let mut paper = flags.clone();
-    paper.extend(["--signature-guard".into(), "paper".into()]);
+    let paper = paper_flags(&flags);
     let joined = attacked_run(
         "attack-copy-paper",
         Broker::Embedded,
